@@ -1,0 +1,85 @@
+"""agent.yaml: where the hub is and which TLS files prove this node's identity.
+
+The file is meant to be the same on every node.  Everything a node can find
+out about itself (its id, address, memory, GPUs) it discovers; the optional
+keys here override discovery or say what cannot be discovered, such as which
+InfiniBand fabric an adapter is cabled to.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import attrs
+
+from llmgw.config.common import HUB_URL, TLS, TLSFiles, parse_hub_url
+from llmgw.config.schema import NAME_STR, check_name, AbsPath, ListOf, Loader, MapOf, Number
+from llmgw.config.schema import Nullable, Section, Str
+from llmgw.config.yamlpos import read_document
+
+DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
+
+# As /sys/class/infiniband names adapters: mlx5_0, hfi1_0, irdma0, efa_0.
+_ADAPTER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def _check_adapter(text: str) -> None:
+    if not _ADAPTER.fullmatch(text):
+        raise ValueError(
+            "not an InfiniBand adapter name; use the name under /sys/class/infiniband, "
+            "such as mlx5_0"
+        )
+
+
+@attrs.frozen
+class AgentConfig:
+    """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
+
+    path: str
+    hub: str
+    tls: TLSFiles
+    # None: use the hostname, which is also the certificate's CN.
+    node_id: str | None = None
+    labels: dict[str, str] = attrs.Factory(dict)
+    fabrics: dict[str, str] = attrs.Factory(dict)
+    # Not required to exist: an unmounted directory is skipped at discovery.
+    weights_dirs: tuple[str, ...] = DEFAULT_WEIGHTS_DIRS
+    state_dir: str = "/var/lib/llmgw"
+    heartbeat_interval_s: float = 5.0
+
+    @property
+    def hub_host(self) -> str:
+        return parse_hub_url(self.hub)[0]
+
+    @property
+    def hub_port(self) -> int:
+        return parse_hub_url(self.hub)[1]
+
+
+SCHEMA = Section(
+    AgentConfig,
+    {
+        "hub": HUB_URL,
+        "tls": TLS,
+        "node_id": Nullable(NAME_STR),
+        "labels": MapOf(Str(what="a string (a label value)")),
+        "fabrics": MapOf(
+            Str(what="a fabric name", check=check_name),
+            key=Str(what="an InfiniBand adapter name such as mlx5_0", check=_check_adapter),
+        ),
+        "weights_dirs": ListOf(AbsPath()),
+        "state_dir": AbsPath(),
+        "heartbeat_interval_s": Number(min=0, exclusive=True),
+    },
+)
+
+
+def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
+    """Read agent.yaml at *path*; raise ``ConfigError`` naming file, line and key."""
+    document = read_document(path)
+    if document.root is None:
+        raise document.source.error(
+            1, (), "the file is empty; it needs hub: and tls: (see docs/configuration.rst)"
+        )
+    return SCHEMA.build(Loader(document), document.root, (), path=os.path.abspath(os.fspath(path)))

@@ -1,0 +1,235 @@
+"""YAML that remembers where every value came from.
+
+``yaml.safe_load`` hands back plain dicts: it forgets lines, keeps the last of
+two equal keys without a word, and accepts ``1:`` or ``on:`` as keys (an
+integer and ``True``).  Composing instead keeps each node with its position, so
+every error further on can say ``FILE:LINE: key.path: ...``.  Only scalars are
+ever turned into Python values here; the schema walks the mappings and
+sequences itself, which is also why a recursive anchor cannot loop forever:
+the walk is only as deep as the schema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterator, Sequence, Union
+
+import attrs
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from llmgw.errors import ConfigError
+
+# A key path: mapping keys and list indices, outermost first.
+KeyPath = tuple[Union[str, int], ...]
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
+
+_KIND_BY_TAG = {
+    "tag:yaml.org,2002:null": "null",
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    STR_TAG: "a string",
+    "tag:yaml.org,2002:timestamp": "a date",
+    "tag:yaml.org,2002:binary": "binary data",
+}
+
+
+_PLAIN_KEY = re.compile(r"[^\s'\"\[\]]+")
+
+
+def format_path(path: KeyPath) -> str:
+    """``("router", "keys", 0, "sha256")`` as ``router.keys[0].sha256``.
+
+    A key with spaces, quotes or nothing in it is quoted, so that the path
+    stays one readable line: ``models.'gemma 3'``.
+    """
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            shown = part if _PLAIN_KEY.fullmatch(part) else repr(part)
+            text += f".{shown}" if text else shown
+    # The document itself has no key; say so rather than print nothing.
+    return text or "(document)"
+
+
+def line_of(node: Node) -> int:
+    """The 1-based line *node* starts on."""
+    return node.start_mark.line + 1
+
+
+@attrs.frozen
+class Source:
+    """A document's origin: the name errors print and the directory paths are relative to."""
+
+    name: str
+    directory: str
+
+    def error(self, line: int, path: KeyPath, message: str) -> ConfigError:
+        return ConfigError(f"{self.name}:{line}: {format_path(path)}: {message}")
+
+
+def describe(node: Node) -> str:
+    """What *node* is, in words, for "expected X, got Y" messages."""
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    kind = _KIND_BY_TAG.get(node.tag, f"a value tagged {node.tag}")
+    if kind == "null":
+        return kind
+    shown = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+    # Quotes only around text: "got an integer (6000)", "got a string ('two')".
+    if node.tag != STR_TAG and _PLAIN_KEY.fullmatch(shown):
+        return f"{kind} ({shown})"
+    return f"{kind} ({shown!r})"
+
+
+def is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+class Document:
+    """One parsed file: its root node, and the means to read its scalars."""
+
+    def __init__(self, source: Source, root: Node | None) -> None:
+        self.source = source
+        self.root = root
+        self._constructor = yaml.constructor.SafeConstructor()
+        # A mapping merged in many places is read once: nested ``<<: [*a, *a]``
+        # would otherwise cost twice as much at every level.
+        self._merged: dict[int, dict[str, tuple[str, Node, Node]]] = {}
+
+    def scalar(self, node: ScalarNode, path: KeyPath) -> Any:
+        """The Python value of a scalar (``"1"`` -> 1, ``yes`` -> True, ``~`` -> None)."""
+        try:
+            return self._constructor.construct_object(node)
+        except (yaml.YAMLError, ValueError, OverflowError) as e:
+            # An unknown tag (``!foo x``), a malformed ``!!binary``, or a date
+            # that only looks like one (``2024-13-45``).
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise self.source.error(
+                line_of(node),
+                path,
+                f"cannot read this value: {problem}; quote it, or fix or remove its tag",
+            ) from None
+
+    def items(self, node: MappingNode, path: KeyPath) -> list[tuple[str, Node, Node]]:
+        """The ``(key, key node, value node)`` of a mapping, merge keys applied.
+
+        Refuses keys that are not strings and keys given twice.  A ``<<: *x``
+        merge supplies only keys the mapping does not set itself, as YAML says.
+        """
+        return list(self._items(node, path, frozenset()).values())
+
+    def _items(
+        self, node: MappingNode, path: KeyPath, merging: frozenset[int]
+    ) -> dict[str, tuple[str, Node, Node]]:
+        explicit: dict[str, tuple[str, Node, Node]] = {}
+        merged: dict[str, tuple[str, Node, Node]] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                for source_node in self._merge_sources(value_node, path, merging | {id(node)}):
+                    inner = self._merged.get(id(source_node))
+                    if inner is None:
+                        inner = self._items(source_node, path, merging | {id(node)})
+                        self._merged[id(source_node)] = inner
+                    for key, item in inner.items():
+                        merged.setdefault(key, item)
+                continue
+            key = self._key(key_node, path)
+            if key in explicit:
+                first = line_of(explicit[key][1])
+                raise self.source.error(
+                    line_of(key_node),
+                    path + (key,),
+                    f"key given twice (first on line {first}); keep one",
+                )
+            explicit[key] = (key, key_node, value_node)
+        return {**merged, **explicit}
+
+    def _merge_sources(
+        self, node: Node, path: KeyPath, merging: frozenset[int]
+    ) -> Iterator[MappingNode]:
+        sources: Sequence[Node] = node.value if isinstance(node, SequenceNode) else [node]
+        for source in sources:
+            if not isinstance(source, MappingNode):
+                raise self.source.error(
+                    line_of(source),
+                    path,
+                    f"a '<<' merge needs a mapping or a list of mappings, got {describe(source)}",
+                )
+            if id(source) in merging:
+                raise self.source.error(
+                    line_of(source), path, "a '<<' merge includes itself; remove the loop"
+                )
+            yield source
+
+    def _key(self, node: Node, path: KeyPath) -> str:
+        if isinstance(node, ScalarNode) and node.tag == STR_TAG:
+            return str(node.value)
+        if isinstance(node, ScalarNode):
+            # ``on:`` is True and ``8080:`` an integer in YAML 1.1; quoting fixes both.
+            hint = f'; quote it: "{node.value}"'
+        else:
+            hint = "; use a plain name"
+        raise self.source.error(
+            line_of(node), path, f"keys must be strings, got {describe(node)}{hint}"
+        )
+
+
+def read_document(path: str | os.PathLike[str]) -> Document:
+    """Read and compose the YAML file at *path*, or raise ``ConfigError``.
+
+    Errors name *path* as the caller gave it; relative paths inside the file
+    are later resolved against the file's own directory.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
+    source = Source(name=name, directory=os.path.dirname(os.path.abspath(name)))
+    return parse_document(data, source)
+
+
+def parse_document(data: bytes, source: Source) -> Document:
+    """Compose *data* (UTF-8, optionally with a byte order mark) into a ``Document``."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{source.name}:{line}: (document): not UTF-8 text (byte {e.start}); "
+            "save the file as UTF-8"
+        ) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        what = " ".join(p for p in (e.context, e.problem) if p) or "invalid YAML"
+        # PyYAML shows the end of the text as the character it pads it with.
+        what = what.replace("found '\\x00'", "found the end of the file")
+        if "'\\t'" in what:
+            what += "; indent with spaces, not tabs"
+        raise ConfigError(f"{source.name}:{line}: (document): YAML syntax: {what}") from None
+    except yaml.reader.ReaderError as e:
+        line = text[: e.position].count("\n") + 1
+        raise ConfigError(
+            f"{source.name}:{line}: (document): character U+{e.character:04X} is not allowed "
+            "in YAML; remove it"
+        ) from None
+    except yaml.YAMLError as e:  # pragma: no cover - PyYAML raises only the above
+        raise ConfigError(f"{source.name}:1: (document): YAML syntax: {e}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{source.name}:1: (document): nested too deeply to read; flatten it"
+        ) from None
+    return Document(source, root)

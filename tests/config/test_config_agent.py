@@ -1,0 +1,84 @@
+"""agent.yaml files that are right: what the agent gets from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgw.config import TLSFiles, load_agent_config
+from llmgw.errors import ConfigError
+
+TLS = "tls: {ca: ca.crt, cert: server.crt, key: server.key}\n"
+
+
+def test_the_same_file_on_every_node_needs_only_hub_and_tls(confdir: Path) -> None:
+    (confdir / "agent.yaml").write_text('hub: "wss://cp.example.org:7443/"\n' + TLS)
+    config = load_agent_config("agent.yaml")
+    assert config.hub == "wss://cp.example.org:7443/"
+    assert (config.hub_host, config.hub_port) == ("cp.example.org", 7443)
+    assert config.tls == TLSFiles(
+        ca=str(confdir / "ca.crt"), cert=str(confdir / "server.crt"), key=str(confdir / "server.key")
+    )
+    # Discovery fills these in; absent here means "find out", not "none".
+    assert config.node_id is None
+    assert config.labels == {}
+    assert config.fabrics == {}
+    assert config.weights_dirs == ("/var/lib/llmgw-weights",)
+    assert config.state_dir == "/var/lib/llmgw"
+    assert config.heartbeat_interval_s == 5.0
+
+
+def test_overrides(confdir: Path) -> None:
+    (confdir / "agent.yaml").write_text(
+        """\
+hub: "wss://[fd00::1]:7443/"
+tls:
+  ca: /%s/ca.crt
+  cert: server.crt
+  key: server.key
+node_id: gpu-07
+labels: {rack: r12, "gpu.vendor": nvidia}
+fabrics: {mlx5_0: ib-a, mlx5_1: ib-b}
+weights_dirs: [/data/weights/, /mnt/shared/llmgw-weights]
+state_dir: /srv/llmgw
+heartbeat_interval_s: 2
+"""
+        % str(confdir).lstrip("/")
+    )
+    config = load_agent_config("agent.yaml")
+    assert (config.hub_host, config.hub_port) == ("fd00::1", 7443)
+    assert config.tls.ca == str(confdir / "ca.crt")
+    assert config.node_id == "gpu-07"
+    assert config.labels == {"rack": "r12", "gpu.vendor": "nvidia"}
+    assert config.fabrics == {"mlx5_0": "ib-a", "mlx5_1": "ib-b"}
+    assert config.weights_dirs == ("/data/weights", "/mnt/shared/llmgw-weights")
+    assert config.state_dir == "/srv/llmgw"
+    assert config.heartbeat_interval_s == 2.0
+
+
+def test_weights_dirs_need_not_exist(confdir: Path) -> None:
+    """An unmounted shared filesystem must not stop the agent; discovery skips it."""
+    (confdir / "agent.yaml").write_text(
+        'hub: "wss://cp:7443/"\n' + TLS + "weights_dirs: [/nonexistent/llmgw-weights]\n"
+    )
+    assert load_agent_config("agent.yaml").weights_dirs == ("/nonexistent/llmgw-weights",)
+
+
+def test_an_empty_weights_list_is_a_node_that_holds_no_weights(confdir: Path) -> None:
+    (confdir / "agent.yaml").write_text('hub: "wss://cp:7443/"\n' + TLS + "weights_dirs: []\n")
+    assert load_agent_config("agent.yaml").weights_dirs == ()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "agent.yaml:1: (document): the file is empty; it needs hub: and tls:"),
+        ("hub: wss://cp:7443/\n", "agent.yaml:1: tls: required key is missing"),
+    ],
+)
+def test_what_a_fresh_node_sees_first(confdir: Path, text: str, message: str) -> None:
+    (confdir / "agent.yaml").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_agent_config("agent.yaml")
+    assert str(e.value).startswith(message)

@@ -1,0 +1,82 @@
+"""The shipped examples load, and the reference documents every key.
+
+An operator starts from contrib/*.example; one that does not load is the
+first thing they would hit.  The TLS paths in the examples name files that do
+not exist here, so the test points them at files in a temporary directory and
+checks that each replacement was made (else it would test nothing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llmgw.config import load_agent_config, load_ctl_config, load_server_config
+from llmgw.config.agent import SCHEMA as AGENT_SCHEMA
+from llmgw.config.ctl import SCHEMA as CTL_SCHEMA
+from llmgw.config.schema import Section, all_keys
+from llmgw.config.server import SCHEMA as SERVER_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def with_tls_files(name: str, tmp_path: Path, replace: dict[str, str]) -> Path:
+    """Copy contrib/*name* into *tmp_path* with each TLS path pointed at an empty file."""
+    text = (ROOT / "contrib" / name).read_text()
+    for old, new in replace.items():
+        assert old in text, f"{name} no longer names {old}; update this test"
+        (tmp_path / new).write_text("")
+        text = text.replace(old, str(tmp_path / new))
+    path = tmp_path / name.removesuffix(".example")
+    path.write_text(text)
+    return path
+
+
+def test_server_example_loads(tmp_path: Path) -> None:
+    path = with_tls_files(
+        "server.yaml.example",
+        tmp_path,
+        {"/etc/llmgw/ca.crt": "ca.crt", "/etc/llmgw/server.crt": "s.crt", "/etc/llmgw/server.key": "s.key"},
+    )
+    config = load_server_config(path)
+    assert config.tls.key == str(tmp_path / "s.key")
+    assert config.listen.link == "ssl:7443"
+    # Every part of the example is live, not commented out, so it is all checked.
+    assert set(config.models) == {"gemma-3-270m", "llama-3.3-70b", "echo"}
+    assert {p.engine for p in config.profiles.values()} == {"llama.cpp", "vllm", "sim"}
+    assert config.router.scoring == "prefix-affinity"
+
+
+def test_agent_example_loads(tmp_path: Path) -> None:
+    path = with_tls_files(
+        "agent.yaml.example",
+        tmp_path,
+        {"/etc/llmgw/ca.crt": "ca.crt", "/etc/llmgw/node.crt": "n.crt", "/etc/llmgw/node.key": "n.key"},
+    )
+    config = load_agent_config(path)
+    assert (config.hub_host, config.hub_port) == ("cp.example.org", 7443)
+    assert config.fabrics == {"mlx5_0": "ib-a"}
+    assert config.tls.cert == str(tmp_path / "n.crt")
+
+
+def test_ctl_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example names files under ~; give it a home that has them."""
+    home = tmp_path / "home"
+    (home / ".config" / "llmgw").mkdir(parents=True)
+    for name in ("ca.crt", "operator.crt", "operator.key"):
+        (home / ".config" / "llmgw" / name).write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    config = load_ctl_config(ROOT / "contrib" / "ctl.yaml.example")
+    assert config.hub == "wss://cp.example.org:7443/"
+    assert config.tls.key == os.path.join(home, ".config/llmgw/operator.key")
+
+
+@pytest.mark.parametrize(
+    "schema", [SERVER_SCHEMA, AGENT_SCHEMA, CTL_SCHEMA], ids=["server", "agent", "ctl"]
+)
+def test_the_reference_documents_every_key(schema: Section) -> None:
+    text = (ROOT / "docs" / "configuration.rst").read_text()
+    undocumented = [key for key in all_keys(schema) if f"``{key}``" not in text]
+    assert undocumented == []
