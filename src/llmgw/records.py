@@ -1,0 +1,103 @@
+"""Records that cross the link: what a node says about itself.
+
+Every reported figure defaults to ``None``, which means "not reported" — an
+older agent, a probe that could not run, a directory that is not mounted.
+Displays show it as ``-``; placement treats it as unknown, never as zero.
+A list that is ``None`` was not probed; an empty list was probed and is empty.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class CPU:
+    model: str | None = None
+    logical_cores: int | None = None
+    # The vector extensions llama.cpp's builds care about, as /proc/cpuinfo
+    # names them: sse4_2 avx avx2 fma f16c avx512f avx512_vnni amx_tile, or
+    # asimd sve on arm.
+    vector_flags: list[str] | None = None
+    # None when the flags could not be read; False is a CPU known to lack AVX2.
+    avx2: bool | None = None
+
+
+@attrs.frozen
+class GPU:
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    utilization_pct: int | None = None
+
+
+@attrs.frozen
+class Filesystem:
+    """One filesystem holding at least one configured weights directory."""
+
+    mountpoint: str
+    fstype: str | None = None
+    # Shared (network or cluster) filesystems are summed apart from local ones:
+    # their space belongs to every node mounting them.
+    shared: bool | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    weights_dirs: list[str] = attrs.Factory(list)
+
+
+@attrs.frozen
+class IBPort:
+    port: int
+    state: str | None = None  # "ACTIVE", "DOWN", ...
+    phys_state: str | None = None  # "LinkUp", "Disabled", ...
+    rate_gbps: float | None = None
+    link_layer: str | None = None  # "InfiniBand" or "Ethernet" (RoCE)
+
+
+@attrs.frozen
+class IBAdapter:
+    name: str  # mlx5_0
+    node_guid: str | None = None
+    board_id: str | None = None
+    fw_version: str | None = None
+    ports: list[IBPort] = attrs.Factory(list)
+    # From agent.yaml's `fabrics:`; which fabric an adapter is on cannot be
+    # discovered (OpenSM's default subnet prefix is the same everywhere).
+    fabric: str | None = None
+
+
+@attrs.frozen
+class Inventory:
+    """The whole of what a node says about itself when it registers."""
+
+    node_id: str
+    protocol: int | None = None
+    agent_version: str | None = None
+    address: str | None = None
+    hostname: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    cpu: CPU | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    nvidia_driver: str | None = None
+    gpus: list[GPU] | None = None
+    filesystems: list[Filesystem] | None = None
+    infiniband: list[IBAdapter] | None = None
+    labels: dict[str, str] = attrs.Factory(dict)
+    # Things the node wants an operator to see, in its own words
+    # ("CPU has no AVX2: llama.cpp runs several times slower here").
+    warnings: list[str] = attrs.Factory(list)
+
+
+@attrs.frozen
+class Heartbeat:
+    """The live figures, sent every few seconds."""
+
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    gpus: list[GPU] | None = None
+    filesystems: list[Filesystem] | None = None

@@ -1,0 +1,68 @@
+"""Link payloads: what goes out comes back the same; what comes in malformed is refused by name."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgw.records import CPU, GPU, Filesystem, Heartbeat, IBAdapter, IBPort, Inventory
+from llmgw.wire import WireError, from_wire, to_wire
+
+maybe_int = st.none() | st.integers(min_value=0, max_value=2**60)
+maybe_text = st.none() | st.text(max_size=20)
+
+gpus = st.builds(GPU, index=st.integers(0, 16), uuid=maybe_text, name=maybe_text,
+                 memory_total_bytes=maybe_int, memory_used_bytes=maybe_int,
+                 utilization_pct=st.none() | st.integers(0, 100))
+filesystems = st.builds(Filesystem, mountpoint=st.text(min_size=1, max_size=20), fstype=maybe_text,
+                        shared=st.none() | st.booleans(), total_bytes=maybe_int, free_bytes=maybe_int,
+                        weights_dirs=st.lists(st.text(max_size=10), max_size=3))
+adapters = st.builds(IBAdapter, name=st.text(min_size=1, max_size=8),
+                     ports=st.lists(st.builds(IBPort, port=st.integers(1, 2),
+                                              rate_gbps=st.none() | st.floats(0, 800, allow_nan=False)), max_size=2),
+                     fabric=maybe_text)
+inventories = st.builds(
+    Inventory,
+    node_id=st.text(min_size=1, max_size=12),
+    cpu=st.none() | st.builds(CPU, model=maybe_text, logical_cores=maybe_int,
+                              vector_flags=st.none() | st.lists(st.sampled_from(["avx", "avx2", "fma"])),
+                              avx2=st.none() | st.booleans()),
+    memory_total_bytes=maybe_int,
+    gpus=st.none() | st.lists(gpus, max_size=4),
+    filesystems=st.none() | st.lists(filesystems, max_size=3),
+    infiniband=st.none() | st.lists(adapters, max_size=2),
+    labels=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+    warnings=st.lists(st.text(max_size=30), max_size=2),
+)
+
+
+@given(inventories)
+def test_an_inventory_survives_the_link(inventory):
+    assert from_wire(Inventory, to_wire(inventory)) == inventory
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from(["node_id", "gpus", "cpu", "memory_total_bytes", "filesystems",
+                                        "infiniband", "labels", "warnings", "extra"]), json_values))
+def test_anything_a_peer_sends_is_taken_or_refused_with_a_wire_error(payload):
+    for record in (Inventory, Heartbeat):
+        try:
+            from_wire(record, payload)
+        except WireError as e:
+            assert str(e).startswith(record.__name__)
+
+
+def test_unknown_fields_from_a_newer_agent_are_ignored():
+    assert from_wire(Heartbeat, {"memory_total_bytes": 5, "power_watts": 300}) == Heartbeat(memory_total_bytes=5)
+
+
+def test_absent_fields_are_none_not_zero():
+    beat = from_wire(Heartbeat, {})
+    assert beat.memory_total_bytes is None and beat.gpus is None and beat.filesystems is None
