@@ -1,0 +1,57 @@
+"""Who may do what on the link, decided by role and URI alone.
+
+The identity is the one the hub read from the client certificate; nothing a
+client says about itself enters here.  ``refusal`` returns ``None`` when the
+action is allowed and otherwise the sentence the client receives.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llmgw.link import uris
+
+REGISTER = "register"
+CALL = "call"
+SUBSCRIBE = "subscribe"
+PUBLISH = "publish"
+
+# A node's id is one URI component: no dots, or node "a" could register under
+# "llmgw.node.a.b." and answer for node "a.b".
+NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+
+
+def refusal(role: str, authid: str, action: str, uri: str) -> str | None:
+    if role == uris.ROLE_CONTROL:
+        return None
+    if role == uris.ROLE_NODE:
+        if action == REGISTER and uri.startswith(uris.node_uri(authid, "")):
+            return None
+        if action == CALL and uri.startswith(uris.CP_AGENT):
+            return None
+        return f"node {authid} may register only under {uris.node_uri(authid, '')}* and call only {uris.CP_AGENT}*; not {action} {uri}"
+    if role == uris.ROLE_OPERATOR:
+        if action == CALL and uri.startswith(uris.CP) and not uri.startswith(uris.CP_AGENT):
+            return None
+        if action == SUBSCRIBE and uri.startswith(uris.EVENT_PREFIX):
+            return None
+        return f"operator {authid} may call {uris.CP}* (not {uris.CP_AGENT}*) and subscribe to {uris.EVENT_PREFIX}*; not {action} {uri}"
+    if role == uris.ROLE_ROUTER:
+        if action == SUBSCRIBE and uri.startswith(uris.EVENT_PREFIX):
+            return None
+        return f"router {authid} may only subscribe to {uris.EVENT_PREFIX}*; not {action} {uri}"
+    return f"role {role!r} may not {action} {uri}"
+
+
+def session_refusal(role: str, authid: str) -> str | None:
+    """Why a certificate may not open a session at all, or ``None``."""
+    if role == uris.ROLE_SERVER:
+        return f"{authid} holds a server certificate, which identifies the hub; clients need a node, operator or router certificate"
+    if role == uris.ROLE_NODE and not NODE_ID.match(authid):
+        return (
+            f"node certificate CN {authid!r} is not a short host name "
+            "(letters, digits, '-' and '_', no dots); issue the node's certificate for its short host name"
+        )
+    if role not in (uris.ROLE_NODE, uris.ROLE_OPERATOR, uris.ROLE_ROUTER):
+        return f"certificate role {role!r} is not one llmgw knows"
+    return None
