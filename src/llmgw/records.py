@@ -88,6 +88,14 @@ class Inventory:
     filesystems: list[Filesystem] | None = None
     infiniband: list[IBAdapter] | None = None
     labels: dict[str, str] = attrs.Factory(dict)
+    # None: an agent too old to say; []: it looked and has none.
+    engines: list[EngineInfo] | None = None
+    # Kept by the agent in its state directory, so a cordon outlives a
+    # restart of the control plane, which keeps no database.
+    cordoned: bool | None = None
+    # Every shard the agent is running or adopted, so a control plane that
+    # restarted rebuilds its replicas from the fleet rather than a database.
+    shards: list[ShardStatus] | None = None
     # Things the node wants an operator to see, in its own words
     # ("CPU has no AVX2: llama.cpp runs several times slower here").
     warnings: list[str] = attrs.Factory(list)
@@ -101,3 +109,53 @@ class Heartbeat:
     memory_available_bytes: int | None = None
     gpus: list[GPU] | None = None
     filesystems: list[Filesystem] | None = None
+    # Sent when the agent's periodic probe finds a change; None: unchanged.
+    engines: list[EngineInfo] | None = None
+
+
+@attrs.frozen
+class EngineInfo:
+    """An engine the node has and has seen run (``--version`` answered)."""
+
+    name: str  # llama.cpp | vllm | sglang | sim
+    version: str | None = None
+    path: str | None = None
+
+
+@attrs.frozen
+class ShardSpec:
+    """What the control plane asks a node to run: one rank of one replica.
+
+    The agent writes it beside the engine's pid, so an agent that restarts can
+    describe a running engine back to the control plane exactly.
+    """
+
+    shard_id: str  # "<model>/<replica>/<rank>": unique in the fleet
+    replica_id: str  # "<model>/<replica>"
+    model: str
+    engine: str
+    # The catalog's fingerprint of (model, profile) when this was started; it
+    # comes back in every status so a changed catalog shows as stale.
+    fingerprint: str | None = None
+    source: str | None = None
+    args: list[str] = attrs.Factory(list)
+    gpus: list[int] = attrs.Factory(list)  # NVML indices given to this shard
+    rank: int = 0
+    ranks: int = 1
+    leader: str | None = None  # rank 0's address, for multi-node engines
+    port: int | None = None  # chosen by the agent when None
+    start_timeout_s: float = 600.0
+
+
+@attrs.frozen
+class ShardStatus:
+    """A shard's state on its node, sent at every transition and in register."""
+
+    spec: ShardSpec
+    state: str  # starting | ready | draining | stopped | failed
+    pid: int | None = None
+    endpoint: str | None = None  # http://HOST:PORT once known
+    reason: str | None = None
+    output_tail: list[str] | None = None  # on failure
+    adopted: bool | None = None
+    since: float | None = None

@@ -1,0 +1,31 @@
+# The two commands the README promises: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The dependencies are installed once per change of setup.cfg; llmgw itself is
+# reinstalled (without an editable install, which hides twisted/plugins) on
+# every run so the installed twistd plugins are the working tree's.
+STAMP  := $(VENV)/.deps-installed
+
+.PHONY: run test install clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+	$(BIN)/pip install --quiet --no-deps --force-reinstall .
+	$(BIN)/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
+
+run: install
+	$(BIN)/python -m llmgw.devrun
+
+# pytest exits 5 when it collected no tests; that is a failure here.
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info run

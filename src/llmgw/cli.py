@@ -1,0 +1,37 @@
+"""`llmgw`: one command line, one place that maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmgw import __version__
+from llmgw.errors import LlmgwError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from llmgw import pki
+    from llmgw.ctl import main as ctl
+
+    parser = argparse.ArgumentParser(prog="llmgw", description="llmgw fleet control")
+    parser.add_argument("--version", action="version", version=f"llmgw {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    pki.add_parser(sub)
+    ctl.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except LlmgwError as e:
+        print(f"llmgw: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The fleet: what every node last said about itself, and whether it still says it.
+
+A node is ``ready`` while its heartbeats arrive, ``unreachable`` once they
+have stopped for ``unreachable_after`` seconds (or its link closed), and
+``lost`` after ``lost_after``.  Every change goes through ``_update``, which
+stores the new record and emits ``(kind, id, view)``; nothing else writes
+``nodes``, so the events a TUI or ctl follows are the whole story.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+from twisted.logger import Logger
+
+from llmgw.records import Heartbeat, Inventory, ShardStatus
+from llmgw.wire import to_wire
+
+log = Logger()
+
+READY = "ready"
+UNREACHABLE = "unreachable"
+LOST = "lost"
+
+
+@attrs.frozen
+class Node:
+    id: str
+    state: str
+    inventory: Inventory
+    session: int | None
+    registered_at: float
+    last_seen: float
+    state_since: float
+    reason: str | None = None
+    cordoned: bool = False
+
+    def view(self, now: float) -> dict[str, Any]:
+        """The node as ctl, the TUI and events show it: flat, absent stays None."""
+        facts = to_wire(self.inventory)
+        facts.pop("node_id")
+        return {
+            "id": self.id,
+            "state": self.state,
+            "reason": self.reason,
+            "cordoned": self.cordoned,
+            "last_seen": self.last_seen,
+            "seen_ago_s": round(max(0.0, now - self.last_seen), 1),
+            "state_since": self.state_since,
+            "registered_at": self.registered_at,
+            **facts,
+        }
+
+
+@attrs.frozen
+class Shard:
+    """A shard as its node last reported it."""
+
+    node_id: str
+    status: ShardStatus
+
+    @property
+    def id(self) -> str:
+        return self.status.spec.shard_id
+
+    @property
+    def replica_id(self) -> str:
+        return self.status.spec.replica_id
+
+
+class NotRegistered(Exception):
+    """A heartbeat from a node the control plane does not know (it restarted)."""
+
+
+class Fleet:
+    def __init__(
+        self,
+        clock,
+        emit: Callable[[str, str, dict], None],
+        unreachable_after: float = 15.0,
+        lost_after: float = 120.0,
+    ):
+        self._clock = clock
+        self._emit = emit
+        self.unreachable_after = unreachable_after
+        self.lost_after = lost_after
+        self.nodes: dict[str, Node] = {}
+        self.shards: dict[str, Shard] = {}
+
+    def _update(self, new: Node, change: str) -> None:
+        self.nodes[new.id] = new
+        self._emit("node", new.id, {"change": change, "node": new.view(self._clock.seconds())})
+
+    def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None) -> None:
+        """The one way shards change: store (or forget, when ``status`` is None) and emit."""
+        if status is None:
+            gone = self.shards.pop(shard_id, None)
+            if gone is not None:
+                self._emit("shard", shard_id, {"change": "removed", "node_id": node_id, "shard": to_wire(gone.status)})
+            return
+        self.shards[shard_id] = Shard(node_id, status)
+        self._emit("shard", shard_id, {"change": "status", "node_id": node_id, "shard": to_wire(status)})
+
+    # -- what agents say --
+
+    def register(self, node_id: str, session: int | None, inventory: Inventory) -> None:
+        now = self._clock.seconds()
+        old = self.nodes.get(node_id)
+        if old is None:
+            log.info("node {id} registered from {addr}", id=node_id, addr=inventory.address or "-")
+        else:
+            if old.session is not None and old.session != session and old.state == READY:
+                log.warn("node {id} registered from a second session; the newer one wins", id=node_id)
+            self._log_changes(node_id, old.inventory, inventory.memory_total_bytes)
+            log.info("node {id} registered again (was {state})", id=node_id, state=old.state)
+        self._update(
+            Node(
+                id=node_id,
+                state=READY,
+                inventory=inventory,
+                session=session,
+                registered_at=now,
+                last_seen=now,
+                state_since=now if old is None or old.state != READY else old.state_since,
+                cordoned=bool(inventory.cordoned),
+            ),
+            "registered",
+        )
+        # What the node runs is what it says it runs: a control plane that
+        # restarted learns its replicas here, and a shard the node no longer
+        # mentions is gone.
+        if inventory.shards is not None:
+            reported = {status.spec.shard_id: status for status in inventory.shards}
+            for shard in [s for s in self.shards.values() if s.node_id == node_id and s.id not in reported]:
+                self._update_shard(node_id, shard.id, None)
+            for shard_id, status in reported.items():
+                self._update_shard(node_id, shard_id, status)
+
+    def shard_status(self, node_id: str, status: ShardStatus) -> None:
+        if node_id not in self.nodes:
+            raise NotRegistered(node_id)
+        shard_id = status.spec.shard_id
+        held = self.shards.get(shard_id)
+        if held is not None and held.node_id != node_id and status.state != "stopped":
+            log.warn("shard {id} reported by {new} but held by {old}; the newer report wins",
+                     id=shard_id, new=node_id, old=held.node_id)
+        self._update_shard(node_id, shard_id, None if status.state == "stopped" else status)
+
+    def forget_shard(self, shard_id: str) -> None:
+        shard = self.shards.get(shard_id)
+        if shard is not None:
+            self._update_shard(shard.node_id, shard_id, None)
+
+    def set_cordoned(self, node_id: str, cordoned: bool) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise NotRegistered(node_id)
+        if node.cordoned != cordoned:
+            log.info("node {id} {what}", id=node_id, what="cordoned" if cordoned else "uncordoned")
+            self._update(attrs.evolve(node, cordoned=cordoned), "cordon")
+
+    def replicas(self) -> dict[str, list[Shard]]:
+        out: dict[str, list[Shard]] = {}
+        for shard in self.shards.values():
+            out.setdefault(shard.replica_id, []).append(shard)
+        return out
+
+    def heartbeat(self, node_id: str, session: int | None, beat: Heartbeat) -> None:
+        old = self.nodes.get(node_id)
+        if old is None or old.session != session:
+            raise NotRegistered(node_id)
+        now = self._clock.seconds()
+        self._log_changes(node_id, old.inventory, beat.memory_total_bytes)
+        live = {
+            name: getattr(beat, name)
+            for name in ("memory_total_bytes", "memory_available_bytes", "gpus", "filesystems")
+            if getattr(beat, name) is not None
+        }
+        back = old.state != READY
+        if back:
+            log.info("node {id} is ready again after being {state}", id=node_id, state=old.state)
+        self._update(
+            attrs.evolve(
+                old,
+                inventory=attrs.evolve(old.inventory, **live),
+                last_seen=now,
+                state=READY,
+                reason=None,
+                state_since=now if back else old.state_since,
+            ),
+            "state" if back else "heartbeat",
+        )
+
+    def link_closed(self, session: int) -> None:
+        for node in list(self.nodes.values()):
+            if node.session == session and node.state == READY:
+                self._set_state(node, UNREACHABLE, "its link to the hub closed")
+
+    # -- time passing --
+
+    def check(self) -> None:
+        now = self._clock.seconds()
+        for node in list(self.nodes.values()):
+            silent = now - node.last_seen
+            if node.state != LOST and silent >= self.lost_after:
+                self._set_state(node, LOST, f"no heartbeat for {silent:.0f} s")
+            elif node.state == READY and silent >= self.unreachable_after:
+                self._set_state(node, UNREACHABLE, f"no heartbeat for {silent:.0f} s")
+
+    def _set_state(self, node: Node, state: str, reason: str) -> None:
+        log.warn("node {id} is {state}: {reason}", id=node.id, state=state, reason=reason)
+        self._update(
+            attrs.evolve(node, state=state, reason=reason, state_since=self._clock.seconds()),
+            "state",
+        )
+
+    def _log_changes(self, node_id: str, old: Inventory, memory_total: int | None) -> None:
+        # "The node now qualifies" is the answer to why a model placed an hour
+        # after it was asked for, so say when a node's memory changes.
+        before = old.memory_total_bytes
+        if memory_total is not None and before is not None and memory_total != before:
+            log.info(
+                "node {id} memory changed from {a:.1f} GB to {b:.1f} GB",
+                id=node_id, a=before / 1e9, b=memory_total / 1e9,
+            )
+
+    def views(self) -> list[dict[str, Any]]:
+        now = self._clock.seconds()
+        return [self.nodes[k].view(now) for k in sorted(self.nodes)]

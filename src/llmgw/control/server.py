@@ -1,0 +1,83 @@
+"""`twistd llmgw-server`: the hub and the control plane in one reactor."""
+
+from __future__ import annotations
+
+from autobahn.wamp.types import ComponentConfig
+from twisted.application import internet, service
+from twisted.internet import endpoints
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python import usage
+
+from llmgw.errors import LlmgwError
+from llmgw.link import uris
+from llmgw.link.hub import Hub
+from llmgw.link.tls import TLSFiles, server_options
+
+log = Logger()
+
+
+class Options(usage.Options):
+    optParameters = [["config", "c", "/etc/llmgw/server.yaml", "The server's configuration file."]]
+
+
+class _AttachControlPlane(service.Service):
+    """Attaches the control plane to the hub once the reactor runs."""
+
+    def __init__(self, reactor, hub: Hub, config):
+        self._reactor = reactor
+        self._hub = hub
+        self._config = config
+        self.session = None
+
+    def startService(self):
+        super().startService()
+        from llmgw.control.fleet import Fleet
+        from llmgw.control.plane import ControlSession
+
+        fleet_config = self._config.fleet
+
+        def fleet_factory(emit):
+            return Fleet(
+                self._reactor, emit,
+                unreachable_after=fleet_config.unreachable_after_s,
+                lost_after=fleet_config.lost_after_s,
+            )
+
+        self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory)
+        self._hub.attach_local(self.session)
+
+
+def link_endpoint(reactor, description: str):
+    """The link listener's TCP endpoint; TLS is wrapped around it from `tls:`."""
+    # listen.link is validated to start with "ssl:" and to carry no key files,
+    # so what follows is a plain TCP endpoint description.
+    return endpoints.serverFromString(reactor, "tcp:" + description.split(":", 1)[1])
+
+
+def build(reactor, config) -> service.MultiService:
+    top = service.MultiService()
+    hub = Hub(reactor)
+    tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
+    factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
+    internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
+    attach = _AttachControlPlane(reactor, hub, config)
+    attach.setServiceParent(top)
+    internet.TimerService(1.0, lambda: attach.session and attach.session.fleet.check()).setServiceParent(top)
+    top.hub = hub
+    top.control = attach
+    return top
+
+
+def makeService(options) -> service.MultiService:
+    from twisted.internet import reactor
+
+    from llmgw.config.server import load_server_config
+
+    try:
+        config = load_server_config(options["config"])
+        svc = build(reactor, config)
+    except LlmgwError as e:
+        raise SystemExit(f"llmgw-server: {e}")
+    log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
+    return svc

@@ -1,0 +1,96 @@
+"""`llmgw ctl`: the fleet's facts for scripts and terminals.
+
+Connection settings come before the subcommand (``llmgw ctl --hub … nodes``),
+from ``LLMGW_HUB``/``LLMGW_CA``/``LLMGW_CERT``/``LLMGW_KEY``, or from
+``~/.config/llmgw/ctl.yaml``, in that order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from llmgw.ctl import render
+
+
+def add_parser(subparsers) -> None:
+    ctl = subparsers.add_parser("ctl", help="query and steer the fleet through the hub")
+    ctl.add_argument("--hub", help="the hub's URL, wss://HOST:PORT/ (or LLMGW_HUB)")
+    ctl.add_argument("--ca", help="the cluster CA certificate (or LLMGW_CA)")
+    ctl.add_argument("--cert", help="an operator certificate (or LLMGW_CERT)")
+    ctl.add_argument("--key", help="the operator certificate's key (or LLMGW_KEY)")
+    ctl.add_argument("--config", help="settings file (default ~/.config/llmgw/ctl.yaml)")
+    ctl.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the hub (default 5)")
+    sub = ctl.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
+
+    nodes = sub.add_parser("nodes", help="list the nodes and what they reported")
+    nodes.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    nodes.set_defaults(func=_run(cmd_nodes))
+
+
+def _run(command):
+    """Wrap an async command so it runs once on the reactor with a session to the hub."""
+
+    def run(args: argparse.Namespace) -> int:
+        from autobahn.wamp.exception import ApplicationError
+
+        from llmgw.config.ctl import resolve_ctl_settings
+        from llmgw.errors import Refused
+        from llmgw.link.client import connect_once, parse_hub_url
+        from llmgw.link.tls import TLSFiles
+
+        settings = resolve_ctl_settings(
+            hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config
+        )
+        hub = parse_hub_url(settings.hub)
+        tls = TLSFiles(settings.ca, settings.cert, settings.key)
+
+        async def main(reactor):
+            session = await connect_once(reactor, hub, tls, timeout=args.timeout)
+            try:
+                return await command(session, args)
+            except ApplicationError as e:
+                raise Refused(f"{e.error}: {e.args[0] if e.args else ''}") from None
+            finally:
+                session.leave()
+
+        return _react(main)
+
+    return run
+
+
+def _react(main) -> int:
+    """Run *main(reactor)* to completion and return its exit code, re-raising its error."""
+    from twisted.internet import defer, reactor
+
+    outcome: dict = {}
+
+    def start():
+        d = defer.ensureDeferred(main(reactor))
+
+        def done(result):
+            outcome["result"] = result
+            # Let the GOODBYE go out before the reactor stops.
+            reactor.callLater(0.05, reactor.stop)
+
+        d.addBoth(done)
+
+    reactor.callWhenRunning(start)
+    reactor.run(installSignalHandlers=False)
+    result = outcome.get("result")
+    if hasattr(result, "raiseException"):
+        result.raiseException()
+    return result or 0
+
+
+async def cmd_nodes(session, args) -> int:
+    from llmgw.link import uris
+
+    nodes = await session.call(uris.CP_NODES)
+    if args.json:
+        json.dump(nodes, sys.stdout, indent=2)
+        print()
+    else:
+        print(render.nodes_table(nodes))
+    return 0

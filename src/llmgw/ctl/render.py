@@ -1,0 +1,123 @@
+"""Turning the control plane's views into text a person reads.
+
+What a node did not report shows as ``-``, never as 0: an old agent is not a
+small machine, and an unmounted filer is not a full disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+DASH = "-"
+
+
+def gb(n: int | float | None) -> str:
+    if n is None:
+        return DASH
+    value = n / 1e9
+    if value >= 1000:
+        return f"{value / 1000:.1f} TB"
+    return f"{value:.1f} GB" if value < 100 else f"{value:.0f} GB"
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.1f}d ago"
+
+
+def cpu(node: dict[str, Any]) -> str:
+    c = node.get("cpu")
+    if not c:
+        return DASH
+    model = c.get("model") or DASH
+    cores = c.get("logical_cores")
+    text = f"{model} ({cores})" if cores else model
+    if c.get("avx2") is False:
+        text += " NO AVX2!"
+    return text
+
+
+def memory(node: dict[str, Any]) -> str:
+    total = node.get("memory_total_bytes")
+    available = node.get("memory_available_bytes")
+    if total is None:
+        return DASH
+    if available is None:
+        return gb(total)
+    return f"{gb(available)} free / {gb(total)}"
+
+
+def gpus(node: dict[str, Any]) -> str:
+    cards = node.get("gpus")
+    if cards is None:
+        return DASH
+    if not cards:
+        return "none"
+    names: dict[str, int] = {}
+    for card in cards:
+        name = (card.get("name") or "GPU").replace("NVIDIA ", "")
+        names[name] = names.get(name, 0) + 1
+    kinds = ", ".join(f"{n}x {name}" for name, n in names.items())
+    used = [c.get("memory_used_bytes") for c in cards]
+    total = [c.get("memory_total_bytes") for c in cards]
+    if None in used or None in total:
+        return kinds
+    return f"{kinds} ({gb(sum(used))} / {gb(sum(total))} used)"
+
+
+def _space(filesystems: Iterable[dict[str, Any]]) -> str | None:
+    filesystems = list(filesystems)
+    free = [f.get("free_bytes") for f in filesystems]
+    total = [f.get("total_bytes") for f in filesystems]
+    if not filesystems or None in free or None in total:
+        return None
+    return f"{gb(sum(free))} free / {gb(sum(total))}"
+
+
+def disk(node: dict[str, Any]) -> str:
+    """Local space, with shared filesystems apart: a filer's space is everyone's."""
+    filesystems = node.get("filesystems")
+    if filesystems is None:
+        return DASH
+    local = _space(f for f in filesystems if not f.get("shared"))
+    shared = _space(f for f in filesystems if f.get("shared"))
+    parts = [local or DASH]
+    if shared:
+        parts.append(f"shared {shared}")
+    return ", ".join(parts)
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> str:
+    if not nodes:
+        return "no nodes have registered yet"
+    header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "LAST SEEN")
+    rows = []
+    notes = []
+    for n in nodes:
+        state = n.get("state") or DASH
+        if n.get("cordoned"):
+            state += ",cordoned"
+        rows.append(
+            (
+                n["id"], state, n.get("address") or DASH, cpu(n), memory(n), gpus(n), disk(n),
+                ago(n.get("seen_ago_s")),
+            )
+        )
+        for warning in n.get("warnings") or []:
+            notes.append(f"  {n['id']}: {warning}")
+        if n.get("reason") and n.get("state") != "ready":
+            notes.append(f"  {n['id']}: {n['state']}: {n['reason']}")
+    return table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""The fleet's states, driven by a test clock: ready while heartbeats arrive, then unreachable, then lost."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from llmgw.control.fleet import LOST, READY, UNREACHABLE, Fleet, NotRegistered
+from llmgw.records import GPU, Heartbeat, Inventory
+
+
+@pytest.fixture
+def events():
+    return []
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def fleet(clock, events):
+    return Fleet(clock, lambda kind, ident, event: events.append((kind, ident, event)),
+                 unreachable_after=15, lost_after=60)
+
+
+def inventory(**kw):
+    return Inventory(node_id="node01", address="10.0.0.5", memory_total_bytes=32_000_000_000, **kw)
+
+
+def test_register_makes_a_ready_node_and_says_so(fleet, events):
+    fleet.register("node01", 7, inventory())
+    assert fleet.nodes["node01"].state == READY
+    kind, ident, event = events[-1]
+    assert (kind, ident, event["change"]) == ("node", "node01", "registered")
+    assert event["node"]["state"] == READY and event["node"]["address"] == "10.0.0.5"
+
+
+def test_silence_makes_a_node_unreachable_then_lost(fleet, clock, events):
+    fleet.register("node01", 7, inventory())
+    clock.advance(14)
+    fleet.check()
+    assert fleet.nodes["node01"].state == READY
+    clock.advance(2)
+    fleet.check()
+    assert fleet.nodes["node01"].state == UNREACHABLE
+    assert fleet.nodes["node01"].reason == "no heartbeat for 16 s"
+    clock.advance(44)
+    fleet.check()
+    assert fleet.nodes["node01"].state == LOST
+    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [UNREACHABLE, LOST]
+    # checking again changes nothing and emits nothing
+    before = len(events)
+    fleet.check()
+    assert len(events) == before
+
+
+def test_a_heartbeat_brings_an_unreachable_node_back(fleet, clock):
+    fleet.register("node01", 7, inventory())
+    clock.advance(20)
+    fleet.check()
+    assert fleet.nodes["node01"].state == UNREACHABLE
+    fleet.heartbeat("node01", 7, Heartbeat(memory_available_bytes=1))
+    assert fleet.nodes["node01"].state == READY
+    assert fleet.nodes["node01"].reason is None
+
+
+def test_a_closed_link_makes_the_node_unreachable_at_once(fleet):
+    fleet.register("node01", 7, inventory())
+    fleet.link_closed(8)  # someone else's session
+    assert fleet.nodes["node01"].state == READY
+    fleet.link_closed(7)
+    assert fleet.nodes["node01"].state == UNREACHABLE
+    assert "link" in fleet.nodes["node01"].reason
+
+
+def test_heartbeat_updates_live_figures_and_keeps_what_it_did_not_send(fleet):
+    fleet.register("node01", 7, inventory(gpus=[GPU(index=0, memory_used_bytes=1)]))
+    fleet.heartbeat("node01", 7, Heartbeat(memory_available_bytes=5_000_000_000))
+    node = fleet.nodes["node01"].inventory
+    assert node.memory_available_bytes == 5_000_000_000
+    assert node.memory_total_bytes == 32_000_000_000  # not in this beat: kept, not zeroed
+    assert node.gpus == [GPU(index=0, memory_used_bytes=1)]
+
+
+def test_a_heartbeat_from_an_unknown_or_stale_session_asks_for_register(fleet):
+    with pytest.raises(NotRegistered):
+        fleet.heartbeat("node01", 7, Heartbeat())
+    fleet.register("node01", 7, inventory())
+    with pytest.raises(NotRegistered):
+        fleet.heartbeat("node01", 99, Heartbeat())
+
+
+def test_memory_changes_are_logged(fleet, capture_log):
+    fleet.register("node01", 7, inventory())
+    fleet.heartbeat("node01", 7, Heartbeat(memory_total_bytes=64_000_000_000))
+    assert any("memory changed from 32.0 GB to 64.0 GB" in line for line in capture_log)
+
+
+def test_views_show_absent_as_none(fleet):
+    fleet.register("node01", 7, Inventory(node_id="node01"))
+    (view,) = fleet.views()
+    assert view["id"] == "node01" and view["state"] == READY
+    assert view["memory_total_bytes"] is None and view["gpus"] is None and view["filesystems"] is None
+
+
+@pytest.fixture
+def capture_log():
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    lines: list[str] = []
+
+    def observer(event):
+        lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observer)
+    yield lines
+    globalLogPublisher.removeObserver(observer)

@@ -1,0 +1,149 @@
+"""The control plane's procedures, reached through the hub as a node and an operator would.
+
+Sessions are attached in process (the hub's authorization looks only at the
+role, the same rules as over TLS), so these tests are about what the control
+plane does with what it is sent — including what a misbehaving agent sends.
+"""
+
+from __future__ import annotations
+
+import pytest
+import pytest_twisted
+from autobahn.twisted.wamp import ApplicationSession
+from autobahn.wamp.exception import ApplicationError
+from autobahn.wamp.types import ComponentConfig
+from twisted.internet import defer, reactor, task
+
+from llmgw.control.fleet import Fleet
+from llmgw.control.plane import ControlSession
+from llmgw.link import uris
+from llmgw.link.hub import Hub
+from llmgw.records import Inventory
+from llmgw.wire import to_wire
+
+
+class Client(ApplicationSession):
+    def __init__(self, config):
+        super().__init__(config)
+        self.ready = defer.Deferred()
+
+    def onConnect(self):
+        self.join(self.config.realm)
+
+    def onJoin(self, details):
+        self.ready.callback(self)
+
+
+@pytest.fixture
+def clock():
+    return task.Clock()
+
+
+@pytest_twisted.async_yield_fixture
+async def plane(clock):
+    hub = Hub(reactor)
+    control = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit))
+    joined = defer.Deferred()
+    control.on("ready", lambda *a: joined.called or joined.callback(None))  # after onJoin has registered
+    hub.attach_local(control)
+    await joined.addTimeout(5, reactor)
+
+    async def attach(authid, role):
+        client = Client(ComponentConfig(realm=uris.REALM))
+        hub.attach_local(client, authid=authid, role=role)
+        return await client.ready.addTimeout(5, reactor)
+
+    control.attach = attach
+    yield control
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_registers_under_its_own_name_whatever_the_payload_says(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    result = await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node99", memory_total_bytes=8)))
+    assert result == {"node_id": "node01"}
+    assert list(plane.fleet.nodes) == ["node01"]
+    assert plane.fleet.nodes["node01"].inventory.node_id == "node01"
+
+
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        ("not a mapping", "Inventory: expected a mapping, got str"),
+        ({"node_id": "node01", "memory_total_bytes": "lots"}, "Inventory.memory_total_bytes: expected an integer, got str"),
+        ({"node_id": "node01", "gpus": [{"index": "0"}]}, "Inventory.gpus[0].index: expected an integer, got str"),
+        ({"node_id": "node01", "gpus": {"index": 0}}, "Inventory.gpus: expected a list, got dict"),
+        ({"node_id": "node01", "cpu": {"avx2": "yes"}}, "Inventory.cpu.avx2: expected bool, got str"),
+        ({"node_id": "node01", "labels": {"rack": 5}}, "Inventory.labels.rack: expected str, got int"),
+        ({"memory_total_bytes": 1}, "Inventory.node_id: missing"),
+        ({"node_id": "node01", "memory_total_bytes": True}, "Inventory.memory_total_bytes: expected an integer, got bool"),
+    ],
+)
+@pytest_twisted.ensureDeferred
+async def test_a_malformed_register_is_refused_naming_the_field_and_changes_nothing(plane, payload, message):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    with pytest.raises(ApplicationError) as refused:
+        await node.call(uris.AGENT_REGISTER, payload)
+    assert refused.value.error == uris.ERROR_INVALID_ARGUMENT
+    assert refused.value.args[0].startswith(message)
+    assert plane.fleet.nodes == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_heartbeat_before_register_asks_the_agent_to_register(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    with pytest.raises(ApplicationError) as refused:
+        await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": 1})
+    assert refused.value.error == uris.ERROR_NOT_REGISTERED
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
+    await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": 1})
+    assert plane.fleet.nodes["node01"].inventory.memory_available_bytes == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_malformed_heartbeat_is_refused_and_keeps_the_last_figures(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "memory_available_bytes": 5})
+    with pytest.raises(ApplicationError) as refused:
+        await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": "5"})
+    assert "Heartbeat.memory_available_bytes" in refused.value.args[0]
+    assert plane.fleet.nodes["node01"].inventory.memory_available_bytes == 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_operator_cannot_register_as_a_node(plane):
+    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    with pytest.raises(ApplicationError) as refused:
+        await alice.call(uris.AGENT_REGISTER, {"node_id": "alice"})
+    assert refused.value.error == uris.ERROR_NOT_AUTHORIZED
+    assert plane.fleet.nodes == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_operators_see_nodes_and_their_events(plane):
+    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    events = []
+    got = defer.Deferred()
+
+    def on_node(ident, event):
+        events.append((ident, event["change"], event["node"]["state"]))
+        got.called or got.callback(None)
+
+    await alice.subscribe(on_node, uris.EVENT_NODE)
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "address": "10.1.2.3"})
+    await got
+    assert events == [("node01", "registered", "ready")]
+    (view,) = await alice.call(uris.CP_NODES)
+    assert (view["id"], view["state"], view["address"]) == ("node01", "ready", "10.1.2.3")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
+    left = defer.Deferred()
+    plane.fleet._emit = lambda kind, ident, event: event["change"] == "state" and left.callback(event)
+    node.leave()
+    event = await left.addTimeout(5, reactor)
+    assert event["node"]["state"] == "unreachable"

@@ -1,0 +1,53 @@
+"""What `ctl nodes` prints: a dash for what a node did not say, never a zero."""
+
+from __future__ import annotations
+
+from llmgw.ctl import render
+
+
+def node(**kw):
+    return {"id": "node05", "state": "ready", **kw}
+
+
+def test_an_old_agent_that_reports_nothing_shows_dashes_not_zeros():
+    table = render.nodes_table([node()])
+    row = table.splitlines()[1]
+    assert row.split() == ["node05", "ready", "-", "-", "-", "-", "-", "-"]
+    assert "0" not in row.replace("node05", "")
+
+
+def test_a_node_without_gpus_says_none_and_one_not_asked_says_dash():
+    assert render.gpus(node(gpus=[])) == "none"
+    assert render.gpus(node()) == "-"
+
+
+def test_gpus_are_grouped_by_model_with_memory_in_use():
+    cards = [{"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80e9, "memory_used_bytes": 1e9}] * 8
+    assert render.gpus(node(gpus=cards)) == "8x H100 80GB HBM3 (8.0 GB / 640 GB used)"
+
+
+def test_a_cpu_without_avx2_is_flagged_and_the_warning_is_printed_under_the_table():
+    n = node(cpu={"model": "QEMU Virtual CPU version 2.5+", "logical_cores": 4, "avx2": False},
+             warnings=["CPU QEMU Virtual CPU version 2.5+ has no AVX2"])
+    table = render.nodes_table([n])
+    assert "QEMU Virtual CPU version 2.5+ (4) NO AVX2!" in table
+    assert table.splitlines()[-1] == "  node05: CPU QEMU Virtual CPU version 2.5+ has no AVX2"
+
+
+def test_shared_filesystems_are_shown_apart_from_local_disk():
+    n = node(filesystems=[
+        {"mountpoint": "/", "shared": False, "free_bytes": 50e9, "total_bytes": 200e9},
+        {"mountpoint": "/lustre", "shared": True, "free_bytes": 8e12, "total_bytes": 10e12},
+    ])
+    assert render.disk(n) == "50.0 GB free / 200 GB, shared 8.0 TB free / 10.0 TB"
+
+
+def test_a_filesystem_without_figures_is_unknown_not_empty():
+    assert render.disk(node(filesystems=[{"mountpoint": "/srv", "free_bytes": None, "total_bytes": None}])) == "-"
+    assert render.memory(node(memory_total_bytes=None, memory_available_bytes=5)) == "-"
+
+
+def test_a_node_that_is_not_ready_says_why():
+    table = render.nodes_table([node(state="lost", reason="no heartbeat for 130 s", seen_ago_s=130)])
+    assert "2m ago" in table
+    assert "node05: lost: no heartbeat for 130 s" in table
