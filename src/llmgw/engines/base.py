@@ -1,0 +1,250 @@
+"""What every engine adapter provides: validation, a launch plan, a health probe.
+
+An adapter is pure apart from ``probe``: it turns a shard's spec into argv
+and environment, and checks a profile before anything is launched — an engine
+that refuses a profile does so after minutes of loading, which is minutes of
+a replica looking as if it were starting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from typing import Sequence
+
+import attrs
+
+from llmgw.records import EngineInfo, ShardSpec
+
+
+@attrs.frozen
+class HealthProbe:
+    """GET ``path`` on the engine answers 200 once it serves."""
+
+    path: str = "/health"
+
+
+@attrs.frozen
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = attrs.Factory(dict)
+    # None: this rank serves no HTTP (a worker rank of a multi-node replica);
+    # it is ready once its process runs.
+    health: HealthProbe | None = HealthProbe()
+
+
+class EngineAdapter:
+    name: str = ""
+    # Options llmgw sets itself; a profile that sets them is refused.
+    reserved_args: tuple[str, ...] = ()
+
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
+        """Every problem with a profile, each a sentence; empty when it can be launched."""
+        problems = []
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag in self.reserved_args:
+                problems.append(f"{self.name} profiles may not set {flag}: llmgw sets it for each shard")
+        return problems
+
+    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
+        raise NotImplementedError
+
+    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
+        """Whether this node has the engine and it runs (blocking: call from a thread)."""
+        raise NotImplementedError
+
+
+def visible_devices(gpus: Sequence[int]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for a shard: its own cards, or none at all."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
+
+
+# ---------------------------------------------------------------------------
+# Shared by the adapters' validation, plans and probes.
+
+
+def option_values(args: Sequence[str], names: Sequence[str]) -> list[tuple[str, str | None]]:
+    """Every ``(flag, value)`` in *args* whose flag is one of *names*.
+
+    Both ``--flag value`` and ``--flag=value`` are found; the value is None when
+    the flag is the last argument.  The next argument is taken as the value even
+    when it starts with ``-``, since ``-t -1`` and ``-ngl -1`` are real values.
+    """
+    found = []
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in names:
+            if eq:
+                found.append((flag, value))
+            elif i + 1 < len(args):
+                found.append((flag, args[i + 1]))
+                i += 1
+            else:
+                found.append((flag, None))
+        i += 1
+    return found
+
+
+def leader_address(leader: str | None, default_port: int, *, engine: str) -> tuple[str, int]:
+    """``(host, port)`` of a multi-node replica's rendezvous on rank 0.
+
+    ``leader`` is rank 0's address, ``HOST`` or ``HOST:PORT`` (``[V6]:PORT``);
+    the port, when given, is the rendezvous port (Ray's GCS, torch.distributed),
+    so two replicas led from one node can be told apart.
+    """
+    if not leader:
+        raise ValueError(f"a multi-node {engine} replica needs rank 0's address (ShardSpec.leader)")
+    if leader.startswith("["):
+        host, _, rest = leader[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif leader.count(":") == 1:
+        host, _, port = leader.partition(":")
+    else:  # a bare name, IPv4 address or unbracketed IPv6 address
+        host, port = leader, ""
+    if port and not port.isdigit():
+        raise ValueError(f"{engine}: leader {leader!r} has a port that is not a number")
+    return host, int(port) if port else default_port
+
+
+def host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@attrs.frozen
+class ProbeResult:
+    """What probing an engine found: the engine, or why the node cannot run it.
+
+    ``reason`` is in the node's own words, for the agent's log and for
+    placement's refusal ("/opt/llama/llama-server cannot run: missing shared
+    library libgomp.so.1; install the package that provides it").
+    When ``info`` is set, ``reason`` may still carry a note.
+    """
+
+    info: EngineInfo | None
+    reason: str | None = None
+
+
+class ProbeFailed(Exception):
+    """A probe command did not run to a successful end; ``str()`` says why."""
+
+    def __init__(self, reason: str, output: str = "", returncode: int | None = None):
+        super().__init__(reason)
+        self.output = output
+        self.returncode = returncode
+
+
+def find_executable(configured_path: str | None, name: str) -> str:
+    """The configured path when given (it must exist), else *name* on PATH."""
+    if configured_path:
+        if not os.path.exists(configured_path):
+            raise ProbeFailed(f"{configured_path} does not exist")
+        if not os.access(configured_path, os.X_OK) or os.path.isdir(configured_path):
+            raise ProbeFailed(f"{configured_path} is not an executable file")
+        return configured_path
+    found = shutil.which(name)
+    if found is None:
+        raise ProbeFailed(f"{name} is not on PATH")
+    return found
+
+
+def run_probe(argv: Sequence[str], timeout_s: float) -> str:
+    """Run *argv*; its stdout and stderr together when it exits 0, else ``ProbeFailed``."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+            text=True,
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired as e:
+        output = e.output.decode(errors="replace") if isinstance(e.output, bytes) else e.output or ""
+        raise ProbeFailed(f"{shlex.join(argv)} did not finish within {timeout_s:g} s", output) from None
+    except OSError as e:
+        raise ProbeFailed(f"{argv[0]} could not be run: {e.strerror or e}") from None
+    if done.returncode != 0:
+        last = last_line(done.stdout)
+        raise ProbeFailed(
+            f"{shlex.join(argv)} exited with status {done.returncode}" + (f": {last}" if last else ""),
+            done.stdout,
+            done.returncode,
+        )
+    return done.stdout
+
+
+def last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+_NOT_FOUND = re.compile(r"^\s*(\S+)\s*=>\s*not found", re.MULTILINE)
+_LOADER_ERROR = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+
+
+def missing_libraries(binary: str, output: str = "", timeout_s: float = 10.0) -> list[str]:
+    """Shared libraries *binary* needs and this node lacks.
+
+    ``ldd`` names every one; the dynamic loader's own message in *output* names
+    the first, which is all there is when ldd is absent or the file is a script.
+    """
+    missing: list[str] = []
+    try:
+        done = subprocess.run(
+            ["ldd", binary],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            text=True,
+            errors="replace",
+        )
+        missing = _NOT_FOUND.findall(done.stdout)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for name in _LOADER_ERROR.findall(output):
+        if name not in missing:
+            missing.append(name)
+    return missing
+
+
+def refuse_invalid(adapter: EngineAdapter, spec: ShardSpec) -> None:
+    """Raise ``ValueError`` when validate refuses *spec*'s profile.
+
+    A plan is never built from a profile validate refuses, whoever forgot to
+    ask: a second --port in argv would start an engine nobody can reach.
+    """
+    problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source)
+    if problems:
+        raise ValueError(f"{spec.shard_id}: " + "; ".join(problems))
+
+
+def integer_option(engine: str, flag: str, value: str | None, what: str, least: int) -> tuple[int | None, str | None]:
+    """``(number, None)``, or ``(None, problem)`` saying what *flag* must be."""
+    if value is None:
+        return None, f"{engine} {flag} needs a value: {what}"
+    try:
+        number = int(value)
+    except ValueError:
+        return None, f"{engine} {flag} must be {what}, not {value!r}"
+    if number < least:
+        return None, f"{engine} {flag} must be {what}, not {value}"
+    return number, None
+
+
+def fraction_option(engine: str, flag: str, value: str | None, what: str, *, one: bool) -> str | None:
+    """A problem unless *value* is a fraction above 0 and below 1 (or 1 itself when *one*)."""
+    if value is None:
+        return f"{engine} {flag} needs a value: {what}"
+    try:
+        fraction = float(value)
+    except ValueError:
+        return f"{engine} {flag} must be {what}, not {value!r}"
+    if not (0 < fraction <= 1 if one else 0 < fraction < 1):  # also refuses nan
+        return f"{engine} {flag} must be {what}, not {value}"
+    return None

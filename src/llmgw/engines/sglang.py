@@ -1,0 +1,156 @@
+"""SGLang's server, on one node or across several with torch.distributed.
+
+SGLang is a Python package, not a program: the "binary" is the Python that
+can import it.  Across nodes every rank runs the same command with its own
+``--node-rank``; ranks meet at ``--dist-init-addr`` on rank 0, and only rank 0
+serves HTTP.  Unlike vLLM's, SGLang's tensor parallelism counts the GPUs of
+every node together.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Sequence
+
+from twisted.logger import Logger
+
+from llmgw.engines.base import (
+    EngineAdapter,
+    HealthProbe,
+    LaunchPlan,
+    ProbeFailed,
+    ProbeResult,
+    find_executable,
+    fraction_option,
+    host_port,
+    integer_option,
+    last_line,
+    leader_address,
+    option_values,
+    refuse_invalid,
+    run_probe,
+    visible_devices,
+)
+from llmgw.records import EngineInfo, ShardSpec
+
+log = Logger()
+
+# The port of SGLang's own multi-node examples; a leader written HOST:PORT
+# overrides it.
+DIST_INIT_PORT = 20000
+# Importing sglang imports torch: tens of seconds on a cold cache.
+VERSION_TIMEOUT_S = 60.0
+VERSION_SCRIPT = "import sglang; print(sglang.__version__)"
+
+# --tp works only as argparse's abbreviation of --tp-size, so llmgw writes
+# --tp-size; a profile may use any of the three.
+TENSOR_PARALLEL = ("--tp-size", "--tensor-parallel-size", "--tp")
+PIPELINE_PARALLEL = ("--pp-size", "--pipeline-parallel-size")
+
+_AT_LEAST_ONE = "a whole number, at least 1"
+# 1 would leave nothing for activations: the engine dies at its first batch.
+_MEMORY_FRACTION = "a fraction of each GPU's memory, more than 0 and less than 1"
+_VERSION = re.compile(r"^v?\d+\.\d+\S*$")
+
+
+class SGLang(EngineAdapter):
+    name = "sglang"
+    reserved_args = (
+        "--model-path", "--model",
+        "--host", "--port",
+        "--served-model-name",
+        "--nnodes", "--node-rank", "--dist-init-addr",
+    )  # fmt: skip
+
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
+        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
+        if source is None:
+            problems.append("sglang models need a source: the model directory's path on the nodes or a URL")
+        total = max(gpus, 1) * ranks
+        pipeline, pipeline_flag = 1, PIPELINE_PARALLEL[0]
+        for flag, value in option_values(args, PIPELINE_PARALLEL):
+            number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
+            if problem:
+                problems.append(problem)
+            pipeline, pipeline_flag = number or pipeline, flag
+        if total % pipeline:
+            problems.append(
+                f"sglang {pipeline_flag} {pipeline} does not divide the {total} GPUs "
+                f"of gpus: {gpus} × ranks: {ranks}"
+            )
+            return problems
+        expected = total // pipeline
+        for flag, value in option_values(args, TENSOR_PARALLEL):
+            number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
+            if problem:
+                problems.append(problem)
+            if number is not None and number != expected:
+                problems.append(
+                    f"sglang {flag} {number} does not match gpus: {gpus} × ranks: {ranks}"
+                    + (f" / {pipeline} pipeline stages" if pipeline > 1 else "")
+                    + f": it must be {expected}; leave it out and llmgw sets it"
+                )
+        for flag, value in option_values(args, ("--mem-fraction-static",)):
+            problem = fraction_option(self.name, flag, value, _MEMORY_FRACTION, one=False)
+            if problem:
+                problems.append(problem)
+        return problems
+
+    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
+        refuse_invalid(self, spec)
+        if model_path is None:
+            raise ValueError(f"{spec.shard_id}: sglang needs the model's local path")
+        argv = [
+            binary or sys.executable, "-m", "sglang.launch_server",
+            "--model-path", model_path,
+            "--host", host,
+            "--port", str(port),
+            # /v1/models and the "model" field of requests use the catalog's name.
+            "--served-model-name", spec.model,
+        ]  # fmt: skip
+        if not option_values(spec.args, TENSOR_PARALLEL):
+            argv += ["--tp-size", str(_tensor_parallel(spec))]
+        if spec.ranks > 1:
+            leader, dist_port = leader_address(spec.leader, DIST_INIT_PORT, engine="sglang")
+            argv += [
+                "--nnodes", str(spec.ranks),
+                "--node-rank", str(spec.rank),
+                "--dist-init-addr", host_port(leader, dist_port),
+            ]  # fmt: skip
+        argv += spec.args
+        # Ranks other than 0 run their share of the model and no HTTP server.
+        health = HealthProbe("/health") if spec.rank == 0 else None
+        return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=health)
+
+    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
+        return self.probe_detail(configured_path).info
+
+    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
+        try:
+            python = find_executable(configured_path, "python3") if configured_path else sys.executable
+        except ProbeFailed as e:
+            return ProbeResult(None, str(e))
+        try:
+            output = run_probe([python, "-c", VERSION_SCRIPT], VERSION_TIMEOUT_S)
+        except ProbeFailed as e:
+            reason = str(e)
+            if "No module named 'sglang'" in e.output:
+                reason = f"{python} cannot import sglang; name the Python of SGLang's environment"
+            # The agent's own Python usually has no SGLang; that is no news.
+            if configured_path:
+                log.warn("sglang unavailable: {reason}", reason=reason)
+            return ProbeResult(None, reason)
+        version = last_line(output)
+        if not _VERSION.match(version):
+            return ProbeResult(EngineInfo("sglang", None, python), f"{python}: sglang printed no version")
+        return ProbeResult(EngineInfo("sglang", version.lstrip("v"), python))
+
+
+def _tensor_parallel(spec: ShardSpec) -> int:
+    pipeline = 1
+    for _, value in option_values(spec.args, PIPELINE_PARALLEL):
+        pipeline = int(value or 1)
+    return max(len(spec.gpus), 1) * spec.ranks // pipeline
+
+

@@ -1,0 +1,282 @@
+"""vLLM: argv for one node and for a Ray cluster of several, and what a profile may say.
+
+vLLM is not installed here; its argv are checked exactly, and rank 0's shell
+command is run against stand-ins for ``ray`` and ``vllm`` that record what
+they were asked to do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from llmgw.engines import adapter_for
+from llmgw.engines.base import HealthProbe
+from llmgw.records import EngineInfo
+
+from .helpers import shard
+
+VLLM = adapter_for("vllm")
+BIN = "/opt/vllm/bin/vllm"
+
+
+def plan(spec, binary=BIN, host="10.0.0.5", port=8200, model_path="/cache/qwen"):
+    return VLLM.plan(spec, binary=binary, host=host, port=port, model_path=model_path)
+
+
+# -- one node -----------------------------------------------------------------
+
+
+def test_one_node_is_tensor_parallel_over_its_gpus():
+    p = plan(shard("vllm", gpus=[4, 5, 6, 7], args=["--max-model-len", "8192"]))
+    assert p.argv == [
+        BIN, "serve", "/cache/qwen",
+        "--host", "10.0.0.5",
+        "--port", "8200",
+        "--served-model-name", "qwen",
+        "--tensor-parallel-size", "4",
+        "--max-model-len", "8192",
+    ]  # fmt: skip
+    assert p.env == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert p.health == HealthProbe("/health")
+
+
+def test_a_tensor_parallel_size_the_profile_sets_is_not_repeated():
+    p = plan(shard("vllm", gpus=[0, 1], args=["-tp", "2"]))
+    assert p.argv[-2:] == ["-tp", "2"]
+    assert p.argv.count("--tensor-parallel-size") == 0
+
+
+def test_pipeline_stages_on_one_node_share_its_gpus():
+    p = plan(shard("vllm", gpus=[0, 1, 2, 3], args=["--pipeline-parallel-size", "2"]))
+    assert p.argv[-4:] == ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+
+
+def test_a_cpu_node_is_one_device_and_sees_no_gpus():
+    p = plan(shard("vllm"), binary=None)
+    assert p.argv[0] == "vllm"
+    assert p.argv[-2:] == ["--tensor-parallel-size", "1"]
+    assert p.env == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_a_plan_needs_the_local_model():
+    with pytest.raises(ValueError, match="qwen/0/0: vllm needs the model's local path"):
+        plan(shard("vllm", gpus=[0]), model_path=None)
+
+
+# -- several nodes over Ray ---------------------------------------------------
+
+
+def multi(rank, **fields):
+    fields.setdefault("leader", "10.0.0.1")
+    return shard("vllm", gpus=[0, 1, 2, 3], ranks=2, rank=rank, **fields)
+
+
+def test_rank_0_starts_the_ray_head_then_serves_one_pipeline_stage_per_node():
+    p = plan(multi(0, args=["--max-model-len", "32768"]))
+    assert p.argv[:2] == ["/bin/sh", "-c"]
+    assert len(p.argv) == 3
+    script = p.argv[2].splitlines()
+    assert script[0] == "/opt/vllm/bin/ray start --head --port=6379 --disable-usage-stats --block &"
+    assert "until /opt/vllm/bin/ray health-check --address=127.0.0.1:6379 >/dev/null 2>&1; do" in script
+    assert (
+        "/opt/vllm/bin/vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen "
+        "--tensor-parallel-size 4 --pipeline-parallel-size 2 --distributed-executor-backend ray "
+        "--max-model-len 32768 &"
+    ) in script
+    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert p.health == HealthProbe("/health")
+
+
+def test_workers_join_the_head_and_serve_no_http():
+    p = plan(multi(1))
+    assert p.argv == ["/opt/vllm/bin/ray", "start", "--address", "10.0.0.1:6379", "--block"]
+    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert p.health is None
+
+
+def test_the_ray_port_comes_from_the_leader_address_when_it_has_one():
+    assert plan(multi(1, leader="[fd00::1]:6380")).argv[3] == "[fd00::1]:6380"
+    assert "--port=6380" in plan(multi(0, leader="node01:6380")).argv[2]
+
+
+def test_ray_is_taken_from_vllms_environment_or_path():
+    assert plan(multi(1), binary="vllm").argv[0] == "ray"
+
+
+def test_a_worker_without_the_leaders_address_cannot_be_planned():
+    with pytest.raises(ValueError, match="a multi-node vllm replica needs rank 0's address"):
+        plan(multi(1, leader=None))
+
+
+def test_model_paths_with_spaces_survive_the_shell():
+    p = plan(multi(0), model_path="/cache/my model's dir")
+    assert "serve '/cache/my model'\"'\"'s dir' --host" in p.argv[2]
+
+
+# rank 0's shell command, run for real against stand-ins for ray and vllm
+
+
+@pytest.fixture
+def stand_ins(tmp_path, script):
+    """Fake ray and vllm beside each other; everything they do goes to ``log``."""
+    log = tmp_path / "log"
+
+    def write(*, ray_start="", vllm="echo \"vllm $*\" >> $LOG; exit 3\n"):
+        script("ray", f"""
+LOG={log}
+case "$1" in
+start)
+  {ray_start}
+  echo "ray $*" >> $LOG
+  trap 'echo "ray stopped" >> $LOG; exit 0' TERM
+  touch {tmp_path}/ray-ready
+  while :; do sleep 0.05; done ;;
+health-check)
+  [ -e {tmp_path}/ray-ready ] ;;
+esac
+""")
+        script("vllm", f"LOG={log}\n{vllm}")
+        return os.fspath(tmp_path / "vllm")
+
+    return write, log
+
+
+def wait_for(predicate, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def lines(log):
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_rank_0_serves_once_the_head_answers_and_stops_the_head_when_vllm_ends(stand_ins):
+    write, log = stand_ins
+    p = plan(multi(0), binary=write())
+    done = subprocess.run(p.argv, capture_output=True, text=True, timeout=30)
+    # The engine's exit status is vllm's.
+    assert done.returncode == 3
+    wait_for(lambda: "ray stopped" in lines(log))
+    assert lines(log) == [
+        "ray start --head --port=6379 --disable-usage-stats --block",
+        "vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
+        "--pipeline-parallel-size 2 --distributed-executor-backend ray",
+        "ray stopped",
+    ]
+
+
+def test_rank_0_fails_saying_so_when_the_head_does_not_start(stand_ins):
+    write, log = stand_ins
+    p = plan(multi(0), binary=write(ray_start='echo "ray: port 6379 already in use" >&2; exit 1'))
+    done = subprocess.run(p.argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "llmgw: the Ray head exited before it was ready" in done.stderr
+    assert not any(line.startswith("vllm") for line in lines(log))
+
+
+def test_stopping_rank_0_stops_vllm_and_the_head(stand_ins):
+    write, log = stand_ins
+    vllm = write(vllm="""trap 'echo "vllm stopped" >> $LOG; exit 0' TERM
+echo "vllm $*" >> $LOG
+while :; do sleep 0.05; done
+""")
+    p = plan(multi(0), binary=vllm)
+    engine = subprocess.Popen(p.argv, start_new_session=True)
+    try:
+        wait_for(lambda: any(line.startswith("vllm serve") for line in lines(log)))
+        # Only the shell is signalled: it must pass the stop on.
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=10) == 0
+        wait_for(lambda: "ray stopped" in lines(log))
+        assert "vllm stopped" in lines(log)
+    finally:
+        try:
+            os.killpg(engine.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# -- validation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, gpus, ranks, problems",
+    [
+        (["--tensor-parallel-size", "4", "--gpu-memory-utilization", "1"], 4, 1, []),
+        (["-tp=2", "-pp", "2"], 4, 1, []),
+        (["-tp", "8"], 8, 2, []),
+        (["--tensor-parallel-size", "4"], 2, 1, [
+            "vllm --tensor-parallel-size 4 does not match gpus: 2: it must be 2; leave it out and llmgw sets it",
+        ]),
+        (["-tp", "16"], 8, 2, ["vllm -tp 16 does not match gpus: 8: it must be 8; leave it out and llmgw sets it"]),
+        (["-tp", "4", "-pp", "2"], 4, 1, [
+            "vllm -tp 4 does not match gpus: 4 / 2 pipeline stages: it must be 2; leave it out and llmgw sets it",
+        ]),
+        (["--pipeline-parallel-size", "3"], 4, 1, [
+            "vllm --pipeline-parallel-size 3 does not divide gpus: 4; "
+            "each pipeline stage needs the same number of GPUs",
+        ]),
+        (["-tp", "two"], 2, 1, ["vllm -tp must be a whole number, at least 1, not 'two'"]),
+        (["-tp", "0"], 0, 1, ["vllm -tp must be a whole number, at least 1, not 0"]),
+        (["--tensor-parallel-size"], 2, 1, ["vllm --tensor-parallel-size needs a value: a whole number, at least 1"]),
+        (["--pipeline-parallel-size", "2"], 4, 2, [
+            "vllm profiles with ranks: 2 may not set --pipeline-parallel-size: llmgw runs one pipeline stage "
+            "per node over Ray",
+        ]),
+        (["--distributed-executor-backend", "mp"], 4, 2, [
+            "vllm profiles with ranks: 2 may not set --distributed-executor-backend: llmgw runs one pipeline "
+            "stage per node over Ray",
+        ]),
+        (["--gpu-memory-utilization", "0"], 1, 1, [
+            "vllm --gpu-memory-utilization must be a fraction of each GPU's memory, more than 0 and at most 1 "
+            "(vLLM's default is 0.9), not 0",
+        ]),
+        (["--gpu-memory-utilization=1.2"], 1, 1, [
+            "vllm --gpu-memory-utilization must be a fraction of each GPU's memory, more than 0 and at most 1 "
+            "(vLLM's default is 0.9), not 1.2",
+        ]),
+        (["--gpu-memory-utilization", "90%"], 1, 1, [
+            "vllm --gpu-memory-utilization must be a fraction of each GPU's memory, more than 0 and at most 1 "
+            "(vLLM's default is 0.9), not '90%'",
+        ]),
+    ],
+)
+def test_validation(args, gpus, ranks, problems):
+    assert VLLM.validate(args, gpus=gpus, ranks=ranks, source="/m") == problems
+
+
+def test_a_vllm_model_needs_a_source():
+    assert VLLM.validate([], gpus=1, ranks=1, source=None) == [
+        "vllm models need a source: the model directory's path on the nodes or a URL"
+    ]
+
+
+# -- probing ------------------------------------------------------------------
+
+
+def test_probe_takes_the_version_from_the_last_line(script):
+    path = script("vllm", 'echo "INFO 09-28 12:00:00 [__init__.py:241] Automatically detected platform cuda."\n'
+                          'echo "0.10.1.1"\n')
+    assert VLLM.probe_detail(path).info == EngineInfo("vllm", "0.10.1.1", path)
+
+
+def test_a_vllm_that_cannot_start_is_not_an_engine(script):
+    path = script("vllm", 'echo "ImportError: libcudart.so.12: cannot open shared object file" >&2\nexit 1\n')
+    result = VLLM.probe_detail(path)
+    assert result.info is None
+    assert result.reason == (
+        f"{path} --version exited with status 1: ImportError: libcudart.so.12: cannot open shared object file"
+    )
+
+
+def test_vllm_not_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", os.fspath(tmp_path))
+    assert VLLM.probe() is None
+    assert VLLM.probe_detail().reason == "vllm is not on PATH"
