@@ -1,0 +1,227 @@
+"""Where one replica of a model goes: pure functions over a snapshot of the fleet.
+
+``place(request, nodes)`` runs the filters (placement_filters), scores the nodes
+that are left (placement_scorers), and returns a ``Placement`` naming a node and
+concrete GPU indices for every rank, or an ``Unplaceable`` saying, node by node
+and in the node's own terms, why none would do ("node05: has 8 GB of memory,
+needs 24").  Nothing here does I/O, reads a clock or touches the reactor: the
+reconciler builds the snapshot, calls this, and acts on the answer.
+
+Absent is not zero here either.  A node that did not report its memory or its
+engines is still a candidate, because an agent older than the field says
+nothing and a control plane upgrade must not quietly empty half a fleet.  GPUs
+are the exception, and docs/placement.rst says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmgw.control import placement_filters as filters
+from llmgw.control import placement_scorers as scorers
+from llmgw.records import GPU, Inventory
+
+if TYPE_CHECKING:
+    from llmgw.config.server import Profile
+
+READY = "ready"
+
+
+def _frozenset(value: Iterable) -> frozenset:
+    return frozenset(value)
+
+
+def _non_negative(instance, attribute, value) -> None:
+    if value is not None and not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _at_least_one(instance, attribute, value) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value!r}")
+
+
+@attrs.frozen
+class NodeSnapshot:
+    """One node as placement sees it: what it reported, and what is already on it.
+
+    ``None`` is "not reported", never "none": ``engines=None`` is an agent too
+    old to say, ``engines=[]`` one that looked and has none; ``gpus=None`` a
+    driver that could not count its cards, ``gpus=[]`` a node without any.
+    """
+
+    id: str
+    state: str = READY
+    cordoned: bool = False
+    labels: dict[str, str] = attrs.Factory(dict)
+    memory_total_bytes: int | None = None
+    engines: list[str] | None = None
+    gpus: list[GPU] | None = None
+    # NVML indices held by shards already placed here.
+    gpus_in_use: frozenset[int] = attrs.field(default=frozenset(), converter=_frozenset)
+    # Fabrics of its InfiniBand adapters that have one (from agent.yaml).
+    fabrics: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
+    # model name -> replicas of it already on this node
+    replicas: dict[str, int] = attrs.Factory(dict)
+    # The node's own words when an engine is not (yet) available:
+    # "installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)".
+    engines_reason: str | None = None
+
+    @classmethod
+    def from_inventory(
+        cls,
+        node_id: str,
+        state: str,
+        cordoned: bool,
+        inventory: Inventory,
+        gpus_in_use: Iterable[int] = frozenset(),
+        replicas: Mapping[str, int] | None = None,
+        engines_reason: str | None = None,
+    ) -> NodeSnapshot:
+        engines = None if inventory.engines is None else [e.name for e in inventory.engines]
+        fabrics = frozenset(a.fabric for a in inventory.infiniband or () if a.fabric)
+        return cls(
+            id=node_id,
+            state=state,
+            cordoned=cordoned,
+            labels=dict(inventory.labels),
+            memory_total_bytes=inventory.memory_total_bytes,
+            engines=engines,
+            gpus=None if inventory.gpus is None else list(inventory.gpus),
+            gpus_in_use=frozenset(gpus_in_use),
+            fabrics=fabrics,
+            replicas=dict(replicas or {}),
+            engines_reason=engines_reason,
+        )
+
+    def free_gpus(self) -> list[int]:
+        """Indices of the reported GPUs no placed shard holds, lowest first; [] if unreported."""
+        return sorted({g.index for g in self.gpus or ()} - self.gpus_in_use)
+
+
+@attrs.frozen
+class Request:
+    """What one replica needs: per rank, ``gpus`` GPUs on each of ``ranks`` nodes."""
+
+    model: str
+    engine: str
+    gpus: int = attrs.field(default=0, validator=_non_negative)
+    # None: no memory requirement stated (not "needs zero").
+    min_memory_gb: float | None = attrs.field(default=None, validator=_non_negative)
+    node_selector: dict[str, str] = attrs.Factory(dict)
+    ranks: int = attrs.field(default=1, validator=_at_least_one)
+    # Free memory each handed-out GPU must have; None: no requirement.
+    min_gpu_free_bytes: int | None = attrs.field(default=None, validator=_non_negative)
+
+    @classmethod
+    def from_profile(cls, model_name: str, profile: Profile) -> Request:
+        """The request for one replica of *model_name* run with *profile*."""
+        return cls(
+            model=model_name,
+            engine=profile.engine,
+            gpus=profile.gpus,
+            min_memory_gb=profile.min_memory_gb,
+            node_selector=dict(profile.node_selector),
+            ranks=profile.ranks,
+        )
+
+
+@attrs.frozen
+class RankPlacement:
+    node_id: str
+    gpus: list[int]  # NVML indices, for the shard's CUDA_VISIBLE_DEVICES
+
+
+@attrs.frozen
+class Placement:
+    """Where every rank of one replica goes; ``ranks[0]`` is the leader."""
+
+    ranks: list[RankPlacement]
+    # The fabric all ranks share; None for a single-rank replica.
+    fabric: str | None = None
+
+    def apply_to(self, nodes: Iterable[NodeSnapshot], model: str) -> list[NodeSnapshot]:
+        """*nodes* as they will be once this replica runs: its GPUs held, one more replica of *model*.
+
+        Placing several replicas in one pass is ``place`` then ``apply_to``, again and again.
+        """
+        given = {r.node_id: r.gpus for r in self.ranks}
+        out = []
+        for node in nodes:
+            if node.id in given:
+                replicas = dict(node.replicas)
+                replicas[model] = replicas.get(model, 0) + 1
+                node = attrs.evolve(
+                    node, gpus_in_use=node.gpus_in_use | set(given[node.id]), replicas=replicas
+                )
+            out.append(node)
+        return out
+
+
+@attrs.frozen
+class Unplaceable:
+    """No node can take the replica; ``reasons`` maps every node id to why not."""
+
+    reasons: dict[str, str]
+
+    def lines(self) -> list[str]:
+        """One line per node, by node id: "node05: has 8 GB of memory, needs 24"."""
+        return [f"{node_id}: {self.reasons[node_id]}" for node_id in sorted(self.reasons)]
+
+    def summary(self) -> str:
+        if not self.reasons:
+            return "no node can hold it: there are no nodes"
+        return "no node can hold it: " + "; ".join(self.lines())
+
+
+def place(
+    request: Request, nodes: Iterable[NodeSnapshot], holds: frozenset[str] = frozenset()
+) -> Placement | Unplaceable:
+    """One replica of *request* on *nodes*; *holds* is the ids of nodes that already hold its weights.
+
+    Node ids are unique in a fleet; should *nodes* repeat one, the last snapshot wins.
+    """
+    fleet = list({node.id: node for node in nodes}.values())
+    kept, reasons = filters.run(request, fleet)
+    if not kept:
+        return Unplaceable(reasons)
+    if request.ranks == 1:
+        best = scorers.ranked(request, kept, holds)[0]
+        return Placement([RankPlacement(best.id, _gpus_for(request, best))])
+    return _place_ranks(request, kept, holds, reasons)
+
+
+def _place_ranks(
+    request: Request,
+    kept: Sequence[NodeSnapshot],
+    holds: frozenset[str],
+    reasons: dict[str, str],
+) -> Placement | Unplaceable:
+    """Every rank on its own node, all in the one fabric whose best nodes score highest."""
+    best: tuple[float, str, list[NodeSnapshot]] | None = None
+    for fabric in sorted({f for node in kept for f in node.fabrics}):
+        members = [node for node in kept if fabric in node.fabrics]
+        if len(members) < request.ranks:
+            continue
+        chosen = scorers.ranked(request, members, holds)[: request.ranks]
+        total = sum(scorers.total(request, node, holds) for node in chosen)
+        # Highest total wins; on a tie the fabric first by name, as it came first.
+        if best is None or total > best[0]:
+            best = (total, fabric, chosen)
+    if best is None:
+        # The fabric filter keeps only nodes of a fabric with room for every
+        # rank, so this is unreachable; refuse rather than place half a replica.
+        why = f"no fabric has {request.ranks} nodes that can each take a rank"
+        return Unplaceable({**reasons, **{node.id: why for node in kept}})
+    _, fabric, chosen = best
+    return Placement([RankPlacement(n.id, _gpus_for(request, n)) for n in chosen], fabric=fabric)
+
+
+def _gpus_for(request: Request, node: NodeSnapshot) -> list[int]:
+    """The lowest free indices that qualify: simple, and the same answer every time."""
+    if request.gpus == 0:
+        return []
+    return filters.usable_gpus(request, node)[: request.gpus]

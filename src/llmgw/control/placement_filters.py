@@ -1,0 +1,210 @@
+"""Which nodes could take a replica at all, and in each refused node's terms why not.
+
+Every filter is ``filter(request, nodes) -> (kept, reasons)``: ``reasons`` maps
+the id of each node it refused to a sentence about that node, written to follow
+its id ("node05: " + "has 8 GB of memory, needs 24").  ``run`` applies them in
+the order of ``FILTERS``, so a node is refused for the first thing wrong with
+it, most basic first: nobody needs to read about memory on a node that is down.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmgw.control.placement import NodeSnapshot, Request
+
+Reasons = dict[str, str]
+Filter = Callable[["Request", Sequence["NodeSnapshot"]], tuple[list["NodeSnapshot"], Reasons]]
+
+GB = 1e9  # decimal, as `ctl nodes` shows memory and as min_memory_gb is read
+
+
+def each_node(check: Callable[[Request, NodeSnapshot], str | None]) -> Filter:
+    """A filter from a check of one node that returns why it is refused, or None."""
+
+    def filter(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+        kept, reasons = [], {}
+        for node in nodes:
+            why = check(request, node)
+            if why is None:
+                kept.append(node)
+            else:
+                reasons[node.id] = why
+        return kept, reasons
+
+    filter.__name__ = check.__name__
+    filter.__doc__ = check.__doc__
+    filter.check = check  # type: ignore[attr-defined]
+    return filter
+
+
+@each_node
+def ready(request: Request, node: NodeSnapshot) -> str | None:
+    """Heartbeats arriving, and not cordoned by an operator."""
+    if node.state != "ready":
+        return f"is {node.state}"
+    if node.cordoned:
+        return "is cordoned"
+    return None
+
+
+@each_node
+def labels(request: Request, node: NodeSnapshot) -> str | None:
+    """Every label of the profile's node_selector, with the value it asks for."""
+    for key in sorted(request.node_selector):
+        wanted = request.node_selector[key]
+        if key not in node.labels:
+            return f"label {key}={wanted} wanted, has no label {key}"
+        if node.labels[key] != wanted:
+            return f"label {key}={wanted} wanted, has {key}={node.labels[key]}"
+    return None
+
+
+@each_node
+def engine(request: Request, node: NodeSnapshot) -> str | None:
+    """The engine installed and seen to run; a node too old to say is not refused."""
+    if node.engines is None or request.engine in node.engines:
+        return None
+    return node.engines_reason or f"has no {request.engine} engine"
+
+
+@each_node
+def memory(request: Request, node: NodeSnapshot) -> str | None:
+    """At least min_memory_gb of memory in all; a node that did not say is not refused."""
+    need = request.min_memory_gb
+    has = node.memory_total_bytes
+    if need is None or has is None or has >= need * GB:
+        return None
+    return f"has {gb_short_of(has, need)} GB of memory, needs {number(need)}"
+
+
+@each_node
+def gpus(request: Request, node: NodeSnapshot) -> str | None:
+    """Enough GPUs that no shard holds, each with enough free memory when that is asked for.
+
+    A node that did not report its GPUs is refused a GPU request, unlike one that
+    did not report its memory: a shard needs concrete GPU indices, and handing
+    out cards nobody has seen fails on the node for certain.
+    """
+    need = request.gpus
+    if need == 0:
+        return None
+    if node.gpus is None:
+        return f"did not say how many GPUs it has, needs {need}"
+    if not node.gpus:
+        return f"has no GPUs, needs {need}"
+    free = node.free_gpus()
+    if len(free) < need:
+        return f"has {count(len(free), 'free GPU')}, needs {need}"
+    usable = usable_gpus(request, node)
+    if len(usable) < need:
+        return (
+            f"has {count(len(usable), 'free GPU')} with {gb(request.min_gpu_free_bytes)} GB free,"
+            f" needs {need}"
+        )
+    return None
+
+
+def fabric(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+    """A replica of several ranks needs that many nodes on one InfiniBand fabric.
+
+    Keeps every node of every fabric with enough nodes left after the other
+    filters; ``place`` chooses among those fabrics.  Run it last, since what
+    it counts is the nodes every other filter kept.
+    """
+    ranks = request.ranks
+    if ranks == 1:
+        return list(nodes), {}
+    members: dict[str, int] = {}
+    for node in nodes:
+        for name in node.fabrics:
+            members[name] = members.get(name, 0) + 1
+    kept, reasons = [], {}
+    for node in nodes:
+        if not node.fabrics:
+            reasons[node.id] = f"is on no InfiniBand fabric; a {ranks}-rank replica needs one"
+        elif any(members[name] >= ranks for name in node.fabrics):
+            kept.append(node)
+        else:
+            names = ", ".join(sorted(node.fabrics))
+            most = max(members[name] for name in node.fabrics)
+            reasons[node.id] = (
+                f"is on {names}, where only {count(most, 'node')} can take a rank"
+                f" and a {ranks}-rank replica needs {ranks}"
+            )
+    return kept, reasons
+
+
+FILTERS: tuple[Filter, ...] = (ready, labels, engine, memory, gpus, fabric)
+
+
+def run(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+    """Every filter in turn; a node refused by one is not shown to the next."""
+    kept, reasons = list(nodes), {}
+    for step in FILTERS:
+        kept, refused = step(request, kept)
+        reasons.update(refused)
+    return kept, reasons
+
+
+def usable_gpus(request: Request, node: NodeSnapshot) -> list[int]:
+    """Free GPU indices with at least min_gpu_free_bytes free, lowest first.
+
+    A card that did not report its memory counts as usable, as a node that did
+    not report its memory does.
+    """
+    want = request.min_gpu_free_bytes
+    cards = {}
+    for card in node.gpus or ():
+        cards.setdefault(card.index, card)
+    usable = []
+    for index in node.free_gpus():
+        card = cards[index]
+        total, used = card.memory_total_bytes, card.memory_used_bytes
+        if want is None or total is None or used is None or total - used >= want:
+            usable.append(index)
+    return usable
+
+
+# -- how figures read in a sentence --
+
+
+def count(n: int, noun: str) -> str:
+    if n == 0:
+        return f"no {noun}s"
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def number(value: float) -> str:
+    """A figure an operator wrote, as they would write it: 24, 7.5, 0.25."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def gb(n_bytes: float) -> str:
+    """A measured size in GB, as a person says it: whole within a quarter GB of a
+    whole number (MemTotal of an "8 GB" machine is 8.2 GB), else to a tenth."""
+    value = n_bytes / GB
+    whole = round(value)
+    if abs(value - whole) < 0.25:
+        return str(whole)
+    return f"{value:.1f}"
+
+
+def gb_short_of(n_bytes: float, need_gb: float) -> str:
+    """``gb(n_bytes)``, with more digits where rounding would make it read as
+    enough: 23.9 GB against 24 is "23.9", never "has 24 GB of memory, needs 24"."""
+    text = gb(n_bytes)
+    value = n_bytes / GB
+    digits = 1
+    while float(text) >= need_gb and digits <= 9:
+        scale = 10**digits
+        text = f"{value:.{digits}f}"
+        if float(text) >= need_gb:
+            text = f"{math.floor(value * scale) / scale:.{digits}f}"
+        digits += 1
+    return text
