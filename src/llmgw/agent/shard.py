@@ -1,0 +1,323 @@
+"""One shard on this node: its lifecycle, its engine process, its log and its probes.
+
+``Lifecycle`` is the state machine alone (states, events, the table at the
+bottom). ``Shard`` carries it out: it watches the engine, probes it, signals
+its process group, and reports every change of state through the one
+``report`` callable the supervisor was given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import signal
+from typing import Callable
+
+import attrs
+from twisted.internet import defer, protocol, task
+from twisted.logger import Logger
+
+from llmgw.agent.health import HttpProbe
+from llmgw.agent.logtail import LogFollower, append_line
+from llmgw.agent.procs import Identity, describe_exit, group_alive, is_alive, kill_run, signal_group
+from llmgw.agent.statefiles import Record, StateDir
+from llmgw.records import ShardStatus
+
+log = Logger()
+
+
+class Lifecycle:
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    # Between SIGTERM and the group being gone. Not a state the control plane
+    # knows: it is reported as draining, which is what it means to a router.
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    TERMINAL = frozenset({STOPPED, FAILED})
+
+    def __init__(self, initial: str = STARTING):
+        self.state = initial
+
+    @property
+    def wire_state(self) -> str:
+        return self.DRAINING if self.state == self.STOPPING else self.state
+
+    def fire(self, event: str) -> str | None:
+        """The state *event* leads to, now current; None when this state ignores it."""
+        target = _TABLE.get((self.state, event))
+        if target is not None:
+            self.state = target
+        return target
+
+
+_L = Lifecycle
+_TABLE: dict[tuple[str, str], str] = {
+    (_L.STARTING, "healthy"): _L.READY,
+    (_L.STARTING, "timed_out"): _L.FAILED,
+    (_L.STARTING, "exited"): _L.FAILED,
+    # Draining a shard that is still loading: it never gets traffic, but
+    # stopping it stays the control plane's call.
+    (_L.STARTING, "drain"): _L.DRAINING,
+    (_L.STARTING, "stop"): _L.STOPPING,
+    (_L.READY, "drain"): _L.DRAINING,
+    (_L.READY, "exited"): _L.FAILED,
+    (_L.READY, "stop"): _L.STOPPING,
+    # A drained engine that dies before anyone stops it has still failed.
+    (_L.DRAINING, "exited"): _L.FAILED,
+    (_L.DRAINING, "stop"): _L.STOPPING,
+    # Exiting is what stopping asked for.
+    (_L.STOPPING, "exited"): _L.STOPPED,
+    (_L.STOPPING, "survived_kill"): _L.FAILED,
+}
+
+
+@attrs.define
+class Context:
+    """What every shard shares with its supervisor."""
+
+    clock: object
+    files: StateDir
+    probe: HttpProbe
+    report: Callable[[ShardStatus], None]
+    poll_interval: float
+    health_interval: float
+    stop_grace_s: float
+    kill_wait_s: float
+    failure_tail_lines: int
+
+
+class ChildProtocol(protocol.ProcessProtocol):
+    """The agent's end of an engine it spawned itself: only the exit status,
+    since the engine's output goes to its log file, not to us."""
+
+    def __init__(self):
+        self.shard: Shard | None = None
+        self.ended: str | None = None
+
+    def processEnded(self, reason):
+        value = reason.value
+        self.ended = describe_exit(getattr(value, "exitCode", None), getattr(value, "signal", None))
+        if self.shard is not None:
+            self.shard.leader_exited(self.ended)
+
+
+class Shard:
+    def __init__(self, ctx: Context, record: Record, follower: LogFollower, *,
+                 child: ChildProtocol | None, initial: str = Lifecycle.STARTING):
+        self.ctx = ctx
+        self.record = record
+        self.spec = record.spec
+        self.identity = Identity(record.pid, record.create_time)
+        self.follower = follower
+        self.adopted = child is None
+        self.life = Lifecycle(initial)
+        self.reason: str | None = None
+        self.output_tail: list[str] | None = None
+        self.since = ctx.clock.seconds()
+        self._child = child
+        self._leader_gone = False
+        self._closed = False
+        self._killed = False
+        self._waiters: list[defer.Deferred] = []
+        self._timers: dict[str, object] = {}
+        self._watch = self._loop(self._tick)
+        self._health = self._loop(self._probe) if record.health else None
+        self._stop_watch = self._loop(self._check_stopped)
+
+    # -- what the supervisor asks -------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.life.state in Lifecycle.TERMINAL
+
+    def status(self) -> ShardStatus:
+        return ShardStatus(
+            spec=self.spec,
+            state=self.life.wire_state,
+            pid=self.record.pid,
+            endpoint=self.record.endpoint,
+            reason=self.reason,
+            output_tail=self.output_tail if self.life.state == Lifecycle.FAILED else None,
+            adopted=self.adopted,
+            since=self.since,
+        )
+
+    def begin(self) -> None:
+        self._emit()
+        self._watch.start(self.ctx.poll_interval, now=True)
+        if self._child is not None:
+            self._child.shard = self
+            if self._child.ended is not None:
+                self.leader_exited(self._child.ended)
+                return
+        if self.life.state != Lifecycle.STARTING:
+            return
+        self._later("deadline", self.spec.start_timeout_s, self._timed_out)
+        if self._health is not None:
+            self._health.start(self.ctx.health_interval, now=True)
+        else:
+            self._later("worker", self.ctx.poll_interval, self._worker_ran)
+
+    def drain(self) -> bool:
+        return self._fire("drain")
+
+    def stop(self) -> defer.Deferred:
+        """Fires with the final status once the engine's whole group is gone."""
+        if self.finished:
+            return defer.succeed(self.status())
+        waiter: defer.Deferred = defer.Deferred()
+        self._waiters.append(waiter)
+        if self.life.state == Lifecycle.STOPPING:
+            return waiter
+        self._fire("stop", f"stopping: SIGTERM sent to process group {self.record.pgid}")
+        self.note(f"stopping: SIGTERM to process group {self.record.pgid}")
+        signal_group(self.record.pgid, signal.SIGTERM, leader=self.record.pid)
+        self._later("escalate", self.ctx.stop_grace_s, self._escalate)
+        self._stop_watch.start(min(self.ctx.poll_interval, 0.1), now=True)
+        return waiter
+
+    def close(self) -> None:
+        """Forget the engine without touching it: what an agent that exits does."""
+        self._closed = True
+        self._halt()
+        if self._child is not None:
+            self._child.shard = None
+
+    def note(self, line: str) -> None:
+        append_line(self.follower.path, f"llmgw: {line}")
+        self.follower.poll()
+
+    def leader_exited(self, how: str | None) -> None:
+        if self._closed or self._leader_gone:
+            return
+        self._leader_gone = True
+        self.follower.finish()
+        if self.life.state == Lifecycle.STOPPING:
+            self._check_stopped()
+            return
+        if how is None:
+            how = "exited; its exit status went to the agent that started it, not this one"
+        self._fire("exited", how)
+
+    # -- what the clock drives ------------------------------------------------
+
+    def _tick(self) -> None:
+        self.follower.poll()
+        if self.adopted and not self._leader_gone and not is_alive(self.identity):
+            self.leader_exited(None)
+
+    async def _probe(self) -> None:
+        url = f"{self.record.endpoint}{self.record.health}"
+        if await self.ctx.probe.ok(url) and not self._leader_gone and not self._closed:
+            self._fire("healthy")
+
+    def _worker_ran(self) -> None:
+        alive = not self._leader_gone and (not self.adopted or is_alive(self.identity))
+        if alive:
+            self._fire("healthy")
+
+    def _timed_out(self) -> None:
+        self._fire("timed_out", f"did not become healthy within {self.spec.start_timeout_s:g} s")
+
+    def _escalate(self) -> None:
+        self._killed = True
+        self.note(f"still running {self.ctx.stop_grace_s:g} s after SIGTERM: SIGKILL to process group {self.record.pgid}")
+        signal_group(self.record.pgid, signal.SIGKILL, leader=self.record.pid)
+        self._later("survived", self.ctx.kill_wait_s, self._survived)
+
+    def _survived(self) -> None:
+        self._fire("survived_kill", f"process group {self.record.pgid} still runs {self.ctx.kill_wait_s:g} s after SIGKILL")
+
+    def _check_stopped(self) -> None:
+        if self.life.state != Lifecycle.STOPPING:
+            return
+        if not self._leader_gone and (self._child is not None or is_alive(self.identity)):
+            return
+        if group_alive(self.record.pgid):
+            return
+        self._leader_gone = True
+        self.follower.finish()
+        how = f"stopped; SIGKILL after {self.ctx.stop_grace_s:g} s" if self._killed else "stopped"
+        self._fire("exited", how)
+
+    # -- carrying out a transition -------------------------------------------
+
+    def _fire(self, event: str, reason: str | None = None) -> bool:
+        if self._closed:
+            return False
+        before = self.life.wire_state
+        if self.life.fire(event) is None:
+            return False
+        state = self.life.state
+        self.since = self.ctx.clock.seconds()
+        self.reason = reason
+        if state != Lifecycle.STARTING:
+            self._cancel("deadline", "worker")
+            if self._health is not None and self._health.running:
+                self._health.stop()
+        if state == Lifecycle.FAILED:
+            self.follower.poll()
+            self.output_tail = self.follower.last(self.ctx.failure_tail_lines)
+            # Whatever is left of the group goes too: a worker the engine
+            # forked can hold GPUs after the engine itself has died.
+            signal_group(self.record.pgid, signal.SIGKILL, leader=None if self._leader_gone else self.record.pid)
+            self.note(f"failed: {reason}")
+        elif state == Lifecycle.STOPPED:
+            self.note(reason or "stopped")
+        if state in Lifecycle.TERMINAL:
+            self._halt()
+            # A group that outlived SIGKILL keeps its record, so the next
+            # agent on this node still knows what it is.
+            if event != "survived_kill":
+                for pid in kill_run(self.ctx.files.root, self.record.run):
+                    log.warn("shard {shard}: killed pid {pid}, left of the engine outside its process group",
+                             shard=self.spec.shard_id, pid=pid)
+                self.ctx.files.remove(self.ctx.files.record_path(self.spec.shard_id))
+        if self.life.wire_state != before or state in Lifecycle.TERMINAL:
+            self._emit()
+        if state in Lifecycle.TERMINAL:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                waiter.callback(self.status())
+        return True
+
+    def _emit(self) -> None:
+        try:
+            self.ctx.report(self.status())
+        except Exception:
+            log.failure("reporting shard {shard} failed", shard=self.spec.shard_id)
+
+    # -- timers ---------------------------------------------------------------
+
+    def _loop(self, fn) -> task.LoopingCall:
+        def run():
+            try:
+                result = fn()
+                d = defer.ensureDeferred(result) if inspect.iscoroutine(result) else defer.succeed(None)
+            except Exception:
+                d = defer.fail()
+            # A loop that raised once must keep running: log it and go on.
+            d.addErrback(lambda f: log.failure("shard {shard}: {fn}", f, shard=self.spec.shard_id, fn=fn.__name__))
+            return d
+
+        loop = task.LoopingCall(run)
+        loop.clock = self.ctx.clock
+        return loop
+
+    def _later(self, name: str, delay: float, fn) -> None:
+        self._cancel(name)
+        self._timers[name] = self.ctx.clock.callLater(delay, fn)
+
+    def _cancel(self, *names: str) -> None:
+        for name in names:
+            call = self._timers.pop(name, None)
+            if call is not None and call.active():
+                call.cancel()
+
+    def _halt(self) -> None:
+        self._cancel(*list(self._timers))
+        for loop in (self._watch, self._health, self._stop_watch):
+            if loop is not None and loop.running:
+                loop.stop()

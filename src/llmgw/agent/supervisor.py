@@ -1,0 +1,323 @@
+"""Engine supervision: start, watch, drain, stop and adopt the shards of one node.
+
+The supervisor launches each engine in a process group of its own with its
+output going straight to a log file, and writes the full ShardSpec beside
+the engine's pid, so that engines outlive their agent and a restarted agent
+adopts them instead of orphaning them. See docs/supervision.rst.
+
+It knows nothing about engines: the agent injects ``planner(spec, port) ->
+LaunchPlan`` (normally a call to ``llmgw.engines.adapter_for(...).plan``).
+It knows nothing about the link either: every transition goes to
+``report(ShardStatus)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import secrets
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import attrs
+import psutil
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from llmgw.agent.health import HttpProbe
+from llmgw.agent.logtail import LogFollower, append_line
+from llmgw.agent.procs import (Identity, free_port, identify, is_alive, launcher_argv, marked_processes,
+                               marker_env, signal_group)
+from llmgw.agent.shard import ChildProtocol, Context, Lifecycle, Shard
+from llmgw.agent.statefiles import Record, RecordError, StateDir
+from llmgw.engines.base import LaunchPlan
+from llmgw.records import ShardSpec, ShardStatus
+
+log = Logger()
+
+# A log bigger than this when its shard starts again is moved to <name>.log.1,
+# so restarts do not grow one file forever. Within one run, rotate with
+# logrotate's copytruncate: the engine holds the file open.
+ROTATE_BYTES = 64 << 20
+# Finished shards kept for their tails, most recent last.
+KEEP_FINISHED = 32
+
+Planner = Callable[[ShardSpec, int], LaunchPlan]
+
+
+class UnknownShard(LookupError):
+    """This node runs no shard of that id; ask the control plane which node does."""
+
+
+class Supervisor:
+    def __init__(self, reactor, state_dir: Path, planner: Planner, report: Callable[[ShardStatus], None],
+                 host: str = "127.0.0.1", clock=None, poll_interval: float = 1.0, health_interval: float = 1.0,
+                 tail_lines: int = 300, stop_grace_s: float = 10, *, probe_timeout_s: float = 2.0,
+                 failure_tail_lines: int = 50, kill_wait_s: float = 5.0):
+        self._reactor = reactor
+        self._clock = clock if clock is not None else reactor
+        self._files = StateDir(state_dir)
+        self._planner = planner
+        self._host = host
+        self._tail_lines = tail_lines
+        self._ctx = Context(
+            clock=self._clock,
+            files=self._files,
+            probe=HttpProbe(reactor, self._clock, probe_timeout_s),
+            report=report,
+            poll_interval=poll_interval,
+            health_interval=health_interval,
+            stop_grace_s=stop_grace_s,
+            kill_wait_s=kill_wait_s,
+            failure_tail_lines=failure_tail_lines,
+        )
+        self._shards: dict[str, Shard] = {}
+
+    @property
+    def state_dir(self) -> Path:
+        return self._files.root
+
+    # -- commands -------------------------------------------------------------
+
+    def start(self, spec: ShardSpec) -> ShardStatus:
+        """Launch *spec*'s engine, or return the status of the one already running.
+
+        A shard being stopped is not started again until it has stopped: its
+        current status (draining) comes back and the control plane asks again.
+        """
+        current = self._shards.get(spec.shard_id)
+        if current is not None and not current.finished:
+            return current.status()
+        try:
+            port = spec.port if spec.port is not None else free_port(self._host)
+            plan = self._planner(spec, port)
+            if not plan.argv:
+                raise ValueError("the plan has no command to run")
+        except Exception as e:
+            return self._refuse(spec, f"could not plan its launch: {e}")
+
+        log_path = self._files.log_path(spec.shard_id)
+        if LogFollower.size(log_path) > ROTATE_BYTES:
+            try:
+                os.replace(log_path, log_path.with_name(log_path.name + ".1"))
+            except OSError as e:
+                log.warn("shard {shard}: could not rotate {path}: {e}", shard=spec.shard_id, path=str(log_path), e=e)
+        offset = LogFollower.size(log_path)
+        append_line(log_path, f"llmgw: {_iso(time.time())} starting {spec.shard_id} on port {port}: "
+                              f"{shlex.join(plan.argv)}")
+        child = ChildProtocol()
+        run = secrets.token_hex(8)
+        try:
+            transport = self._spawn(child, spec, plan, log_path, run)
+        except (OSError, TypeError, ValueError) as e:
+            return self._refuse(spec, f"could not launch {plan.argv[0]}: {e}")
+
+        pid = transport.pid
+        identity = identify(pid) or Identity(pid, 0.0)
+        record = Record(
+            pid=pid, pgid=pid, create_time=identity.create_time, spec=spec, endpoint=_endpoint(self._host, port),
+            host=self._host, port=port, health=plan.health.path if plan.health is not None else None,
+            started_at=self._clock.seconds(), log=log_path.name, log_offset=offset, run=run,
+        )
+        try:
+            self._files.write(record)
+        except OSError as e:
+            signal_group(pid, signal.SIGKILL, leader=pid)
+            return self._refuse(spec, f"could not write its record ({e}); engine killed, since an agent "
+                                      "restart could not have described it")
+
+        follower = LogFollower(log_path, keep=self._tail_lines, offset=offset)
+        shard = Shard(self._ctx, record, follower, child=child)
+        self._keep(shard)
+        shard.begin()
+        return shard.status()
+
+    def stop(self, shard_id: str) -> defer.Deferred:
+        """SIGTERM to the engine's group, SIGKILL after the grace period; fires
+        with the final status, or None for a shard this node does not run."""
+        shard = self._shards.get(shard_id)
+        if shard is None:
+            return defer.succeed(None)
+        return shard.stop()
+
+    def drain(self, shard_id: str) -> ShardStatus:
+        """Mark the shard draining: the router sends it nothing new. Stopping
+        it remains the control plane's decision."""
+        shard = self._live(shard_id)
+        if shard.drain():
+            try:
+                shard.record = attrs.evolve(shard.record, draining=True)
+                self._files.write(shard.record)
+            except OSError as e:
+                log.warn("shard {shard}: could not record that it drains: {e}", shard=shard_id, e=e)
+        return shard.status()
+
+    def adopt_all(self) -> list[ShardStatus]:
+        """Take over the engines a previous agent on this state directory left running.
+
+        A record whose engine is gone is removed. A live engine that cannot be
+        described — its record unreadable, or no record at all for a group this
+        state directory's agent started — is killed.
+        """
+        adopted = []
+        for path in self._files.records():
+            try:
+                record = self._files.read(path)
+            except RecordError as e:
+                self._unreadable(path, e)
+                continue
+            shard_id = record.spec.shard_id
+            if not is_alive(Identity(record.pid, record.create_time)):
+                log.info("shard {shard}: its engine (pid {pid}) is gone; record removed", shard=shard_id, pid=record.pid)
+                self._files.remove(path)
+                continue
+            current = self._shards.get(shard_id)
+            if current is not None and not current.finished:
+                continue  # already ours
+            if _pgid(record.pid) != record.pgid or record.pgid == os.getpgrp():
+                self._unreadable(path, RecordError(f"pid {record.pid} does not lead a process group of its own",
+                                                   record.pid, record.create_time))
+                continue
+            adopted.append(self._adopt(record))
+        live = [s.record for s in self._shards.values() if not s.finished]
+        claimed_groups, claimed_runs = {r.pgid for r in live}, {r.run for r in live}
+        groups = collections.defaultdict(list)
+        for proc in marked_processes(self._files.root):
+            # A worker that left its engine's group is still that engine's.
+            if proc.pgid not in claimed_groups and proc.run not in claimed_runs:
+                groups[proc.pgid].append(proc)
+        for pgid, procs in groups.items():
+            named = procs[0].shard_id or "no shard"
+            self._kill_undescribed(pgid, procs[0].pid, procs[0].cmdline,
+                                   f"it was started for {named} by an agent on this state directory, "
+                                   "but no record describes it")
+        return adopted
+
+    def close(self) -> None:
+        """Stop watching, leave every engine running: what an agent that exits does."""
+        for shard in self._shards.values():
+            shard.close()
+
+    # -- queries --------------------------------------------------------------
+
+    def statuses(self) -> list[ShardStatus]:
+        """Every shard this node is running or adopted (for register)."""
+        return [s.status() for s in self._shards.values() if not s.finished]
+
+    def tail(self, shard_id: str, n: int | None = None) -> list[str]:
+        shard = self._shards.get(shard_id)
+        if shard is None:
+            raise UnknownShard(f"no shard {shard_id} on this node; sources are: {', '.join(self.sources()) or 'none'}")
+        if not shard.finished:
+            shard.follower.poll()
+        return shard.follower.last(self._tail_lines if n is None else n)
+
+    def sources(self) -> list[str]:
+        """Shard ids whose output this node holds, finished ones included."""
+        return list(self._shards)
+
+    # -- the rest -------------------------------------------------------------
+
+    def _spawn(self, child: ChildProtocol, spec: ShardSpec, plan: LaunchPlan, log_path: Path, run: str):
+        env = {**os.environ, **plan.env, **marker_env(self._files.root, spec.shard_id, run)}
+        out = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            try:
+                # stdout and stderr are the log file itself, not pipes to
+                # this process: the engine must outlive its agent.
+                return self._reactor.spawnProcess(child, sys.executable, launcher_argv(list(plan.argv)), env=env,
+                                                  childFDs={0: null, 1: out, 2: out})
+            finally:
+                os.close(null)
+        finally:
+            os.close(out)
+
+    def _adopt(self, record: Record) -> ShardStatus:
+        log_path = self._files.shards / record.log
+        follower = LogFollower(log_path, keep=self._tail_lines, offset=record.log_offset)
+        if not follower.read_back(max_bytes=self._tail_lines * 1024):
+            follower.lines.append(f"llmgw: this engine's earlier output is gone: {log_path} is missing")
+        initial = Lifecycle.DRAINING if record.draining else Lifecycle.STARTING
+        shard = Shard(self._ctx, record, follower, child=None, initial=initial)
+        shard.note(f"{_iso(time.time())} adopted by a restarted agent (pid {record.pid}); "
+                   "output above this line was read back from the log file")
+        log.info("shard {shard}: adopted its running engine, pid {pid}", shard=record.spec.shard_id, pid=record.pid)
+        self._keep(shard)
+        shard.begin()
+        return shard.status()
+
+    def _unreadable(self, path: Path, error: RecordError) -> None:
+        if error.pid is not None and is_alive(Identity(error.pid, error.create_time)):
+            self._kill_undescribed(None, error.pid, _cmdline(error.pid), f"its record {path.name} is unusable: {error}")
+        else:
+            log.warn("{path}: unusable shard record ({e}); no live engine matches it. Set aside as {aside}",
+                     path=str(path), e=error, aside=path.name + ".unreadable")
+        try:
+            self._files.set_aside(path)
+        except OSError:
+            self._files.remove(path)
+
+    def _kill_undescribed(self, pgid: int | None, pid: int, cmdline: str, why: str) -> None:
+        try:
+            pgid = os.getpgid(pid) if pgid is None else pgid
+            if pid == os.getpid() or pgid == os.getpgrp():
+                # Every engine leads a group of its own; one in ours is not an
+                # engine, whatever a damaged record says.
+                raise ValueError("it is in this agent's own process group")
+            signal_group(pgid, signal.SIGKILL, leader=pid)
+        except (OSError, ValueError) as e:
+            log.error("could not kill process group {pgid} ({cmdline}): {e}", pgid=pgid, cmdline=cmdline, e=e)
+            return
+        log.warn("killed process group {pgid} ({cmdline}): {why}. A process holding GPUs that nothing can "
+                 "describe is worse than none, because placement hands those GPUs out again.",
+                 pgid=pgid, cmdline=cmdline, why=why)
+
+    def _live(self, shard_id: str) -> Shard:
+        shard = self._shards.get(shard_id)
+        if shard is None or shard.finished:
+            raise UnknownShard(f"no running shard {shard_id} on this node")
+        return shard
+
+    def _keep(self, shard: Shard) -> None:
+        self._shards.pop(shard.spec.shard_id, None)
+        self._shards[shard.spec.shard_id] = shard
+        finished = [sid for sid, s in self._shards.items() if s.finished]
+        for sid in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+            del self._shards[sid]
+
+    def _refuse(self, spec: ShardSpec, reason: str) -> ShardStatus:
+        log.error("shard {shard}: {reason}", shard=spec.shard_id, reason=reason)
+        status = ShardStatus(spec=spec, state=Lifecycle.FAILED, reason=reason, output_tail=[],
+                             adopted=False, since=self._clock.seconds())
+        try:
+            self._ctx.report(status)
+        except Exception:
+            log.failure("reporting shard {shard} failed", shard=spec.shard_id)
+        return status
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:200]
+    except psutil.Error:
+        return f"pid {pid}"
