@@ -45,7 +45,7 @@ SERVER_CASES = [
     (
         "unknown-key-nothing-close",
         SERVER + "fleet: {zzz: 1}\n",
-        "server.yaml:4: fleet.zzz: unknown key; allowed here: unreachable_after_s, lost_after_s",
+        "server.yaml:4: fleet.zzz: unknown key; allowed here: unreachable_after_s, lost_after_s, settle_s",
     ),
     (
         "unknown-key-in-a-list-item",

@@ -64,6 +64,10 @@ class Fleet:
 
     unreachable_after_s: float = 15.0
     lost_after_s: float = 120.0
+    # After the control plane starts, it only listens this long before it
+    # places anything: agents are coming back with engines still running, and
+    # a slot that looks empty for a second must not be started twice.
+    settle_s: float = 15.0
 
 
 @attrs.frozen
@@ -163,6 +167,7 @@ SCHEMA = Section(
             {
                 "unreachable_after_s": Number(min=0, exclusive=True),
                 "lost_after_s": Number(min=0, exclusive=True),
+                "settle_s": Number(min=0),
             },
         ),
         "engines": MapOf(

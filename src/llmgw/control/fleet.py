@@ -39,7 +39,9 @@ class Node:
     def view(self, now: float) -> dict[str, Any]:
         """The node as ctl, the TUI and events show it: flat, absent stays None."""
         facts = to_wire(self.inventory)
-        facts.pop("node_id")
+        # The record's own id and cordon are the truth; shards have their own view.
+        for key in ("node_id", "cordoned", "shards"):
+            facts.pop(key)
         return {
             "id": self.id,
             "state": self.state,
@@ -86,7 +88,9 @@ class Fleet:
         self.unreachable_after = unreachable_after
         self.lost_after = lost_after
         self.nodes: dict[str, Node] = {}
-        self.shards: dict[str, Shard] = {}
+        # Keyed by (node, shard id): after a lost node comes back, the same
+        # slot can run on two nodes, and both copies must be seen to stop one.
+        self.shards: dict[tuple[str, str], Shard] = {}
 
     def _update(self, new: Node, change: str) -> None:
         self.nodes[new.id] = new
@@ -95,11 +99,11 @@ class Fleet:
     def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None) -> None:
         """The one way shards change: store (or forget, when ``status`` is None) and emit."""
         if status is None:
-            gone = self.shards.pop(shard_id, None)
+            gone = self.shards.pop((node_id, shard_id), None)
             if gone is not None:
                 self._emit("shard", shard_id, {"change": "removed", "node_id": node_id, "shard": to_wire(gone.status)})
             return
-        self.shards[shard_id] = Shard(node_id, status)
+        self.shards[(node_id, shard_id)] = Shard(node_id, status)
         self._emit("shard", shard_id, {"change": "status", "node_id": node_id, "shard": to_wire(status)})
 
     # -- what agents say --
@@ -141,16 +145,10 @@ class Fleet:
         if node_id not in self.nodes:
             raise NotRegistered(node_id)
         shard_id = status.spec.shard_id
-        held = self.shards.get(shard_id)
-        if held is not None and held.node_id != node_id and status.state != "stopped":
-            log.warn("shard {id} reported by {new} but held by {old}; the newer report wins",
-                     id=shard_id, new=node_id, old=held.node_id)
         self._update_shard(node_id, shard_id, None if status.state == "stopped" else status)
 
-    def forget_shard(self, shard_id: str) -> None:
-        shard = self.shards.get(shard_id)
-        if shard is not None:
-            self._update_shard(shard.node_id, shard_id, None)
+    def forget_shard(self, node_id: str, shard_id: str) -> None:
+        self._update_shard(node_id, shard_id, None)
 
     def set_cordoned(self, node_id: str, cordoned: bool) -> None:
         node = self.nodes.get(node_id)

@@ -1,0 +1,105 @@
+"""The catalog: what server.yaml asks the fleet to serve, and each entry's fingerprint.
+
+A fingerprint is a short hash of everything that changes how a model's engine
+runs — the source and its checksum, the engine and its version, the profile's
+arguments, GPUs and ranks.  It travels with every start and comes back in
+every status, so a replica started before the catalog was edited shows as
+stale, even across a restart of the control plane.  What only decides *where*
+a replica may run (memory, node selector) is left out: a replica already
+running is not wrong because a new one would be placed elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import attrs
+
+from llmgw.config.server import Model, Profile, ServerConfig
+from llmgw.errors import ConfigError
+
+
+@attrs.frozen
+class Entry:
+    """One model as the reconciler sees it."""
+
+    model: Model
+    profile: Profile
+    fingerprint: str
+    engine_version: str | None = None
+
+
+def fingerprint(model: Model, profile: Profile, engine_version: str | None) -> str:
+    facts = {
+        "source": model.source,
+        "sha256": model.sha256,
+        "engine": profile.engine,
+        "engine_version": engine_version,
+        "args": list(profile.args),
+        "gpus": profile.gpus,
+        "ranks": profile.ranks,
+    }
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    return digest[:12]
+
+
+def entries(config: ServerConfig) -> dict[str, Entry]:
+    out = {}
+    for name, model in config.models.items():
+        profile = config.profiles[model.profile]
+        engine = config.engines.get(profile.engine)
+        version = engine.version if engine is not None else None
+        out[name] = Entry(model, profile, fingerprint(model, profile, version), version)
+    return out
+
+
+def check_profiles(config: ServerConfig) -> None:
+    """Refuse profiles their engine would refuse — now, not after minutes of loading."""
+    from llmgw.engines import validate_profile
+
+    problems = []
+    for name, profile in sorted(config.profiles.items()):
+        sources = [m.source for m in config.models.values() if m.profile == name]
+        if not sources:
+            # No model uses it yet: check its arguments, not a source it cannot have.
+            sources = ["(no model uses this profile)"]
+        for source in sorted(set(sources), key=str):
+            for problem in validate_profile(profile.engine, profile.args, gpus=profile.gpus,
+                                            ranks=profile.ranks, source=source):
+                line = f"{config.path}: profiles.{name}: {problem}"
+                if line not in problems:
+                    problems.append(line)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+class Catalog:
+    """The server's configuration as it now stands; a failed reload keeps the old one."""
+
+    def __init__(self, config: ServerConfig):
+        check_profiles(config)
+        self.config = config
+        self.entries = entries(config)
+
+    def reload(self) -> list[str]:
+        """Read the file again; return what changed, or raise ConfigError keeping the old catalog."""
+        from llmgw.config.server import load_server_config
+
+        new = load_server_config(self.config.path)
+        check_profiles(new)
+        changes = []
+        if (new.listen, new.tls) != (self.config.listen, self.config.tls):
+            changes.append("listen/tls changed: they take effect when the server restarts")
+        old = self.entries
+        fresh = entries(new)
+        for name in sorted(set(old) | set(fresh)):
+            if name not in fresh:
+                changes.append(f"model {name} removed")
+            elif name not in old:
+                changes.append(f"model {name} added")
+            elif old[name] != fresh[name]:
+                changes.append(f"model {name} changed")
+        self.config = new
+        self.entries = fresh
+        return changes

@@ -1,0 +1,354 @@
+"""The reconciler: converge what the fleet runs to what the catalog asks for.
+
+Each model has ``replicas`` slots, ``<model>/0`` … ``<model>/N-1``; a slot
+holds at most one replica, whose shards are ``<slot>/<rank>``.  Slot names
+make a restarted control plane's job simple: what the agents report fills
+slots, and only empty slots are placed — nothing is started twice.
+
+Each ``tick``:
+- shards of a model that left the catalog, or of a slot above ``replicas``,
+  are stopped;
+- a replica with a failed shard is stopped whole and retried after a backoff
+  (1 s, doubling to 5 min; reset once it is ready) — this is also how a
+  crashed engine is restarted;
+- shards on a ``lost`` node count as gone and their slot is placed again
+  (an ``unreachable`` node's engines are left alone: its agent may be
+  restarting while they keep serving);
+- an empty slot is placed, and its shards started on their nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from llmgw.control import placement
+from llmgw.control.catalog import Entry
+from llmgw.control.fleet import LOST, Fleet, Shard
+from llmgw.records import ShardSpec
+
+log = Logger()
+
+ALIVE = ("starting", "ready", "draining")
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 300.0
+RESTOP_AFTER_S = 30.0
+
+
+@attrs.define
+class Slot:
+    failures: int = 0
+    retry_at: float | None = None
+    reason: str | None = None
+    launching: bool = False
+    counted: set = attrs.Factory(set)  # (shard id, since) of failures already counted
+
+
+class Reconciler:
+    def __init__(
+        self,
+        clock,
+        fleet: Fleet,
+        catalog: Callable[[], dict[str, Entry]],
+        start_shard: Callable[[str, ShardSpec], Awaitable],
+        stop_shard: Callable[[str, str], Awaitable],
+        settle_s: float = 0.0,
+    ):
+        self._clock = clock
+        self._settled_at = clock.seconds() + settle_s
+        self.fleet = fleet
+        self._catalog = catalog
+        self._start = start_shard
+        self._stop = stop_shard
+        self.slots: dict[str, Slot] = {}
+        self._stopping: dict[tuple[str, str], float] = {}  # (node, shard id) -> when stop was asked
+        # Placements whose starts are in flight: not yet in the fleet, but
+        # their GPUs and their spread must count for the next placement.
+        self._inflight: dict[str, tuple[str, placement.Placement]] = {}
+        self._snapshots: list[placement.NodeSnapshot] | None = None
+
+    # -- one pass --
+
+    def tick(self) -> None:
+        self._snapshots = None
+        now = self._clock.seconds()
+        # A stop asked of a shard that has since gone is done; a new shard with
+        # the same id must be stoppable at once.
+        present = {(s.node_id, s.id) for s in self.fleet.shards.values()}
+        self._stopping = {k: t for k, t in self._stopping.items() if k in present}
+        catalog = self._catalog()
+        observed = self.fleet.replicas()
+        for replica_id, shards in observed.items():
+            model, slot = _split(replica_id)
+            entry = catalog.get(model)
+            if entry is None:
+                self._stop_all(shards, now, "its model left the catalog")
+            elif slot is None or slot >= entry.model.replicas:
+                self._stop_all(shards, now, "the model was scaled down")
+        for name, entry in catalog.items():
+            for index in range(entry.model.replicas):
+                shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
+                self._converge_slot(f"{name}/{index}", entry, shards, now)
+        for slot_id in [s for s in self.slots if _split(s)[0] not in catalog]:
+            del self.slots[slot_id]
+
+    def _converge_slot(self, replica_id: str, entry: Entry, shards: list[Shard], now: float) -> None:
+        slot = self.slots.setdefault(replica_id, Slot())
+        if slot.launching:
+            return
+        live = [s for s in shards if s.status.state in ALIVE and self._node_usable(s.node_id)]
+        failed = [s for s in shards if s.status.state == "failed"]
+        for shard in failed:
+            key = (shard.id, shard.status.since)
+            if key not in slot.counted:
+                slot.counted.add(key)
+                self._failed(slot, replica_id, f"{shard.node_id}: {shard.status.reason or 'failed'}", now)
+        if failed and live:
+            # One failed rank makes the whole replica useless: stop the rest.
+            self._stop_all(live, now, "another rank of its replica failed")
+            return
+        ranks = entry.profile.ranks
+        if live:
+            if len({s.status.spec.rank for s in live}) < ranks and all(s.status.state != "starting" for s in live):
+                self._stop_all(live, now, "its replica lost a rank")
+            elif all(s.status.state == "ready" for s in live):
+                slot.failures, slot.retry_at, slot.reason = 0, None, None
+            return
+        if slot.retry_at is not None and now < slot.retry_at:
+            return
+        if now < self._settled_at:
+            slot.reason = f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)"
+            return
+        self._launch(replica_id, entry, slot, now)
+
+    def _one_per_rank(self, shards: list[Shard], now: float) -> list[Shard]:
+        """Keep one live shard per rank; stop the rest.
+
+        Two can exist when a lost node comes back after its slot was placed
+        elsewhere.  The ready one wins, then the older one.
+        """
+        by_rank: dict[int, list[Shard]] = {}
+        for shard in shards:
+            if shard.status.state in ALIVE and self._node_usable(shard.node_id):
+                by_rank.setdefault(shard.status.spec.rank, []).append(shard)
+        extra = []
+        for same in by_rank.values():
+            same.sort(key=lambda s: (s.status.state != "ready", s.status.since or 0.0, s.node_id))
+            extra.extend(same[1:])
+        if extra:
+            self._stop_all(extra, now, "its slot is already served by another copy")
+        return [s for s in shards if s not in extra]
+
+    def _node_usable(self, node_id: str) -> bool:
+        node = self.fleet.nodes.get(node_id)
+        return node is not None and node.state != LOST
+
+    def _failed(self, slot: Slot, replica_id: str, why: str, now: float) -> None:
+        slot.failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (slot.failures - 1))
+        slot.retry_at = now + delay
+        slot.reason = f"failed: {why} (attempt {slot.failures})"
+        log.warn("replica {id} {reason}; next try in {delay:.0f} s", id=replica_id, reason=slot.reason, delay=delay)
+
+    def _stop_all(self, shards: list[Shard], now: float, why: str) -> None:
+        for shard in shards:
+            if shard.status.state == "failed":
+                self.fleet.forget_shard(shard.node_id, shard.id)
+                continue
+            asked = self._stopping.get((shard.node_id, shard.id))
+            if asked is not None and now - asked < RESTOP_AFTER_S:
+                continue
+            self._stopping[(shard.node_id, shard.id)] = now
+            log.info("stopping {id} on {node}: {why}", id=shard.id, node=shard.node_id, why=why)
+            d = defer.ensureDeferred(self._stop(shard.node_id, shard.id))
+            d.addErrback(lambda f, s=shard: log.warn("stopping {id} on {node} failed: {e}",
+                                                     id=s.id, node=s.node_id, e=f.getErrorMessage()))
+
+    # -- placing and starting --
+
+    def snapshots(self) -> list[placement.NodeSnapshot]:
+        """The fleet as placement sees it, with in-flight starts counted."""
+        nodes = self._fleet_snapshots()
+        for model, chosen in self._inflight.values():
+            nodes = chosen.apply_to(nodes, model)
+        return nodes
+
+    def _fleet_snapshots(self) -> list[placement.NodeSnapshot]:
+        in_use: dict[str, set[int]] = {}
+        replicas: dict[str, dict[str, int]] = {}
+        for shard in self.fleet.shards.values():
+            if shard.status.state in ALIVE:
+                in_use.setdefault(shard.node_id, set()).update(shard.status.spec.gpus)
+                per_node = replicas.setdefault(shard.node_id, {})
+                per_node[shard.status.spec.model] = per_node.get(shard.status.spec.model, 0) + 1
+        return [
+            placement.NodeSnapshot.from_inventory(
+                node.id, node.state, node.cordoned, node.inventory,
+                gpus_in_use=frozenset(in_use.get(node.id, ())), replicas=replicas.get(node.id, {}),
+            )
+            for node in self.fleet.nodes.values()
+        ]
+
+    def _launch(self, replica_id: str, entry: Entry, slot: Slot, now: float) -> None:
+        request = placement.Request.from_profile(entry.model.name, entry.profile)
+        if self._snapshots is None:
+            self._snapshots = self.snapshots()
+        chosen = placement.place(request, self._snapshots)
+        if isinstance(chosen, placement.Unplaceable):
+            reason = chosen.summary()
+            if slot.reason != reason and not (slot.reason or "").startswith("failed"):
+                log.info("replica {id} cannot be placed: {reason}", id=replica_id, reason=reason)
+            if not (slot.reason or "").startswith("failed") or slot.retry_at is None or now >= slot.retry_at:
+                slot.reason = reason
+            return
+        leader = self.fleet.nodes[chosen.ranks[0].node_id].inventory.address
+        specs = [
+            (
+                rank.node_id,
+                ShardSpec(
+                    shard_id=f"{replica_id}/{index}",
+                    replica_id=replica_id,
+                    model=entry.model.name,
+                    engine=entry.profile.engine,
+                    fingerprint=entry.fingerprint,
+                    source=entry.model.source,
+                    args=list(entry.profile.args),
+                    gpus=list(rank.gpus),
+                    rank=index,
+                    ranks=len(chosen.ranks),
+                    leader=leader if len(chosen.ranks) > 1 else None,
+                ),
+            )
+            for index, rank in enumerate(chosen.ranks)
+        ]
+        slot.launching = True
+        slot.reason = None
+        self._inflight[replica_id] = (entry.model.name, chosen)
+        self._snapshots = chosen.apply_to(self._snapshots, entry.model.name)
+        log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
+        d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
+        d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
+
+    async def _launch_all(self, replica_id: str, slot: Slot, specs: list[tuple[str, ShardSpec]]) -> None:
+        try:
+            results = await defer.DeferredList(
+                [defer.ensureDeferred(self._start(node_id, spec)) for node_id, spec in specs],
+                consumeErrors=True,
+            )
+            refusals = [
+                f"{node_id}: {_words(result)}" for (ok, result), (node_id, _) in zip(results, specs) if not ok
+            ]
+            if refusals:
+                self._failed(slot, replica_id, "; ".join(refusals), self._clock.seconds())
+                for (ok, _), (node_id, spec) in zip(results, specs):
+                    if ok:
+                        defer.ensureDeferred(self._stop(node_id, spec.shard_id)).addErrback(lambda f: None)
+        finally:
+            slot.launching = False
+            self._inflight.pop(replica_id, None)
+
+    # -- what ctl shows --
+
+    def views(self) -> list[dict]:
+        now = self._clock.seconds()
+        catalog = self._catalog()
+        observed = self.fleet.replicas()
+        out = []
+        for name, entry in sorted(catalog.items()):
+            for index in range(entry.model.replicas):
+                replica_id = f"{name}/{index}"
+                out.append(self._view(replica_id, name, entry, observed.pop(replica_id, []), now))
+        for replica_id, shards in sorted(observed.items()):
+            model, _ = _split(replica_id)
+            view = self._view(replica_id, model, catalog.get(model), shards, now)
+            view["reason"] = view["reason"] or (
+                "its model left the catalog" if model not in catalog else "the model was scaled down"
+            )
+            out.append(view)
+        return out
+
+    def _view(self, replica_id: str, model: str, entry: Entry | None, shards: list[Shard], now: float) -> dict:
+        slot = self.slots.get(replica_id, Slot())
+        shards = sorted(shards, key=lambda s: s.status.spec.rank)
+        usable = [s for s in shards if self._node_usable(s.node_id)]
+        waiting = slot.retry_at is not None and slot.retry_at > now
+        if usable:
+            state = _replica_state([s.status.state for s in usable])
+        elif slot.launching:
+            state = "starting"
+        else:
+            # A start a node refused is a failure too, not a replica nobody tried.
+            state = "failed" if waiting and (slot.reason or "").startswith("failed") else "pending"
+        reason = None
+        if state == "failed":
+            reason = next((f"{s.node_id}: {s.status.reason}" for s in usable if s.status.state == "failed"),
+                          slot.reason)
+            if waiting:
+                reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
+        elif state == "pending":
+            reason = slot.reason or "waiting for the reconciler"
+        leader = usable[0].status if usable and usable[0].status.spec.rank == 0 else None
+        fingerprints = {s.status.spec.fingerprint for s in usable}
+        if entry is None or not usable:
+            stale = None
+        elif None in fingerprints:
+            stale = None  # an agent too old to report it: unknown, not matching
+        else:
+            stale = fingerprints != {entry.fingerprint}
+        since = [s.status.since for s in usable if s.status.since is not None]
+        return {
+            "model": model,
+            "replica": replica_id,
+            "state": state,
+            "nodes": [s.node_id for s in usable],
+            "endpoint": leader.endpoint if leader is not None and state in ("ready", "draining") else None,
+            "age_s": round(now - min(since), 1) if since else None,
+            "stale": stale,
+            "fingerprint": entry.fingerprint if entry is not None else None,
+            "reason": reason,
+            "shards": [{"shard": s.id, "node": s.node_id, "state": s.status.state, "pid": s.status.pid,
+                        "endpoint": s.status.endpoint, "reason": s.status.reason} for s in shards],
+        }
+
+    def status(self) -> list[dict]:
+        """Per model: desired against ready."""
+        views = self.views()
+        out = []
+        for name, entry in sorted(self._catalog().items()):
+            mine = [v for v in views if v["model"] == name]
+            out.append({
+                "model": name,
+                "profile": entry.profile.name,
+                "engine": entry.profile.engine,
+                "desired": entry.model.replicas,
+                "ready": sum(1 for v in mine if v["state"] == "ready"),
+                "states": {state: sum(1 for v in mine if v["state"] == state) for state in sorted({v["state"] for v in mine})},
+                "stale": sum(1 for v in mine if v["stale"]),
+            })
+        return out
+
+
+def _replica_state(states: list[str]) -> str:
+    for state in ("failed", "draining", "starting"):
+        if state in states:
+            return state
+    return "ready" if states and all(s == "ready" for s in states) else "starting"
+
+
+def _split(replica_id: str) -> tuple[str, int | None]:
+    model, _, index = replica_id.rpartition("/")
+    try:
+        return model, int(index)
+    except ValueError:
+        return replica_id, None
+
+
+def _words(failure) -> str:
+    value = getattr(failure, "value", failure)
+    args = getattr(value, "args", ())
+    if getattr(value, "error", None) and args:
+        return str(args[0])
+    return str(value) or type(value).__name__
