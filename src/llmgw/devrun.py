@@ -52,7 +52,14 @@ listen:
   api: "tcp:8080:interface=127.0.0.1"
   admin: "tcp:9090:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/{SERVER_NAME}.crt, key: pki/{SERVER_NAME}.key}}
-fleet: {{unreachable_after_s: 15, lost_after_s: 120}}
+# One local agent: it is back within seconds of a restart.
+fleet: {{unreachable_after_s: 15, lost_after_s: 120, settle_s: 3}}
+profiles:
+  sim-fast: {{engine: sim, args: ["--ttft-ms", "20", "--tokens-per-s", "200"]}}
+models:
+  # llmgw's own engine simulator: no weights, no GPU.  Add a real model with
+  # a llama.cpp profile (see docs/engines.rst) and `llmgw ctl reload`.
+  echo: {{profile: sim-fast, replicas: 1}}
 """,
     )
     agent_yaml = _write_once(
@@ -90,6 +97,23 @@ def twistd(plugin: str, config: Path, log: Path) -> subprocess.Popen:
     )
 
 
+def _wait_and_show(command: list[str], server, agent, what: str, timeout: float = 60) -> str | None:
+    """Poll *command* until it shows something ready, print it; None if a process died."""
+    deadline = time.monotonic() + timeout
+    out = None
+    while time.monotonic() < deadline:
+        out = subprocess.run(command, capture_output=True, text=True)
+        if out.returncode == 0 and " ready " in out.stdout + " ":
+            print(out.stdout, flush=True)
+            return out.stdout
+        if server.poll() is not None or agent.poll() is not None:
+            return None
+        time.sleep(0.5)
+    print(f"{what} is not ready after {timeout:g} s; this is what ctl says:\n{out.stdout if out else ''}{out.stderr if out else ''}",
+          flush=True)
+    return ""
+
+
 def main() -> int:
     run = Path(os.environ.get("LLMGW_RUN_DIR", "run")).resolve()
     link_port = int(os.environ.get("LLMGW_LINK_PORT", "7443"))
@@ -111,16 +135,16 @@ Ctrl-C stops both.
         flush=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            out = subprocess.run(ctl + ["nodes"], capture_output=True, text=True)
-            if out.returncode == 0 and "ready" in out.stdout:
-                print(out.stdout, flush=True)
-                break
-            if server.poll() is not None or agent.poll() is not None:
-                print("a process exited early; see the logs above", file=sys.stderr)
+        for what, verb in (("the node", "nodes"), ("the model", "replicas")):
+            shown = _wait_and_show(ctl + [verb], server, agent, what)
+            if shown is None:
+                print(f"a process exited early; see the logs in {logs}", file=sys.stderr)
                 return 1
-            time.sleep(0.5)
+        print(
+            "Try it:  curl -s http://<ENDPOINT above>/v1/chat/completions -H 'content-type: application/json' "
+            """-d '{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}'""",
+            flush=True,
+        )
         while server.poll() is None and agent.poll() is None:
             time.sleep(0.5)
         return 1

@@ -51,3 +51,27 @@ def test_a_node_that_is_not_ready_says_why():
     table = render.nodes_table([node(state="lost", reason="no heartbeat for 130 s", seen_ago_s=130)])
     assert "2m ago" in table
     assert "node05: lost: no heartbeat for 130 s" in table
+
+
+def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
+    table = render.replicas_table([
+        {"model": "echo", "replica": "echo/0", "state": "ready", "nodes": ["node01"],
+         "endpoint": "http://10.0.0.1:4000", "age_s": 190, "stale": True, "reason": None},
+        {"model": "big", "replica": "big/0", "state": "pending", "nodes": [], "endpoint": None,
+         "age_s": None, "stale": None, "reason": "no node can hold it: node05: has 8 GB of memory, needs 24"},
+        {"model": "old", "replica": "old/0", "state": "ready", "nodes": ["node02"], "endpoint": "http://x:1",
+         "age_s": 5, "stale": None, "reason": None},
+    ])
+    lines = table.splitlines()
+    assert lines[1].split() == ["echo", "echo/0", "ready", "node01", "http://10.0.0.1:4000", "3m", "stale"]
+    assert lines[2].split()[:4] == ["big", "big/0", "pending", "-"]
+    assert lines[3] == "    no node can hold it: node05: has 8 GB of memory, needs 24"
+    assert lines[4].split()[-1] == "?"  # an agent too old to report a fingerprint: unknown, not matching
+
+
+def test_status_counts_ready_against_desired():
+    text = render.status_text({"models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,
+                                           "states": {"ready": 1, "pending": 1}, "stale": 0}],
+                               "nodes": {"ready": 2, "lost": 1}})
+    assert text.splitlines()[1].split()[:4] == ["echo", "sim", "1", "2"]
+    assert text.splitlines()[-1] == "nodes: 1 lost, 2 ready"

@@ -114,7 +114,7 @@ class Cluster:
   api: "tcp:{free_port()}:interface=127.0.0.1"
   admin: "tcp:{free_port()}:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
-fleet: {{unreachable_after_s: 3, lost_after_s: 6}}
+fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
 {extra}"""
         )
         return path

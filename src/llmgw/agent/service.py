@@ -7,12 +7,15 @@ otherwise and the reason would be on the server, not here.
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
+import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
-from twisted.application import service
-from twisted.internet import task, threads
+from twisted.application import internet, service
+from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 from twisted.python import usage
 
@@ -21,7 +24,10 @@ from llmgw.errors import ConfigError, LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import HubAddress, client_service, parse_hub_url
 from llmgw.link.tls import TLSFiles, certificate_common_name
-from llmgw.wire import to_wire
+from llmgw.records import EngineInfo, ShardSpec, ShardStatus
+from llmgw.wire import WireError, from_wire, to_wire
+
+ENGINE_PROBE_INTERVAL_S = 60.0
 
 log = Logger()
 
@@ -34,11 +40,94 @@ class Agent:
     """What the agent knows and does, apart from any one link session."""
 
     def __init__(self, reactor, config, node_id: str, hub: HubAddress):
+        from llmgw.agent.discovery.host import route_address
+        from llmgw.agent.supervisor import Supervisor
+
         self.reactor = reactor
         self.config = config
         self.node_id = node_id
         self.hub = hub
         self.registered_once = False
+        self.session: AgentSession | None = None
+        self.state_dir = Path(config.state_dir)
+        # Engines listen on the address this node reaches the hub from: the
+        # router, beside the hub, reaches them the same way.
+        self.host = route_address(hub.host, hub.port) or "127.0.0.1"
+        self.engines: list[EngineInfo] | None = None
+        self.engine_reasons: dict[str, str] = {}
+        self._engines_sent: list[EngineInfo] | None = None
+        self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
+
+    # -- engines --
+
+    async def probe_engines(self) -> bool:
+        """Probe every engine (in a thread); True when what the node has changed."""
+        from llmgw.engines import ADAPTERS
+
+        def probe_all():
+            return {name: adapter.probe_detail() for name, adapter in ADAPTERS.items()}
+
+        results = await threads.deferToThread(probe_all)
+        found = [r.info for r in results.values() if r.info is not None]
+        self.engine_reasons = {name: r.reason for name, r in results.items() if r.info is None and r.reason}
+        changed = found != self.engines
+        if changed:
+            log.info("engines on this node: {engines}", engines=", ".join(
+                f"{e.name} {e.version or ''}".strip() for e in found) or "none")
+            for name, reason in sorted(self.engine_reasons.items()):
+                log.info("no {name} here: {reason}", name=name, reason=reason)
+        self.engines = found
+        return changed
+
+    def plan(self, spec: ShardSpec, port: int):
+        """The launch plan for *spec*, or an exception in this node's own words."""
+        from llmgw.engines import adapter_for
+
+        adapter = adapter_for(spec.engine)
+        problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source)
+        if problems:
+            raise ValueError("; ".join(problems))
+        info = next((e for e in self.engines or [] if e.name == spec.engine), None)
+        if info is None:
+            why = self.engine_reasons.get(spec.engine, "not found")
+            raise ValueError(f"{self.node_id} has no {spec.engine} engine: {why}")
+        if spec.source is not None and spec.engine != "sim" and not os.path.exists(spec.source):
+            raise ValueError(f"the model file {spec.source} does not exist on {self.node_id}")
+        return adapter.plan(spec, binary=info.path, host=self.host, port=port, model_path=spec.source)
+
+    def report(self, status: ShardStatus) -> None:
+        """A shard changed state: tell the control plane now if we can, else at the next register."""
+        session = self.session
+        if session is None or not session.is_attached():
+            return
+        d = session.call(uris.AGENT_SHARD_STATUS, to_wire(status))
+        d.addErrback(lambda f: log.warn("could not report {shard} {state}: {e}", shard=status.spec.shard_id,
+                                        state=status.state, e=f.getErrorMessage()))
+
+    # -- cordon, kept here because the control plane keeps no database --
+
+    @property
+    def _cordon_file(self) -> Path:
+        return self.state_dir / "cordoned"
+
+    @property
+    def cordoned(self) -> bool:
+        return self._cordon_file.exists()
+
+    def set_cordoned(self, cordoned: bool) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if cordoned:
+            self._cordon_file.write_text("cordoned by the control plane\n")
+        else:
+            self._cordon_file.unlink(missing_ok=True)
+        log.info("this node is now {what}", what="cordoned" if cordoned else "uncordoned")
+
+    def engines_to_send(self) -> list[EngineInfo] | None:
+        """The engine list for a heartbeat: only when it changed since last sent."""
+        if self.engines is None or self.engines == self._engines_sent:
+            return None
+        self._engines_sent = self.engines
+        return self.engines
 
     def discover(self):
         from llmgw.agent.discovery import discover
@@ -72,7 +161,12 @@ class AgentSession(ApplicationSession):
 
     async def onJoin(self, details):
         node = self.agent.node_id
+        self.agent.session = self
         await self.register(lambda: {"node_id": node, "version": __version__}, uris.node_uri(node, uris.NODE_PING))
+        await self.register(self.start_shard, uris.node_uri(node, uris.NODE_START_SHARD))
+        await self.register(self.stop_shard, uris.node_uri(node, uris.NODE_STOP_SHARD))
+        await self.register(self.drain_shard, uris.node_uri(node, uris.NODE_DRAIN_SHARD))
+        await self.register(self.cordon, uris.node_uri(node, uris.NODE_CORDON))
         await self._register()
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
@@ -81,9 +175,18 @@ class AgentSession(ApplicationSession):
         )
 
     async def _register(self):
+        if self.agent.engines is None:
+            await self.agent.probe_engines()
         inventory = await self.agent.discover()
         for warning in inventory.warnings:
             log.warn("{warning}", warning=warning)
+        inventory = attrs.evolve(
+            inventory,
+            engines=self.agent.engines,
+            shards=self.agent.supervisor.statuses(),
+            cordoned=self.agent.cordoned,
+        )
+        self.agent._engines_sent = self.agent.engines
         await self.call(uris.AGENT_REGISTER, to_wire(inventory))
         verb = "registered again" if self.agent.registered_once else "registered"
         self.agent.registered_once = True
@@ -92,6 +195,7 @@ class AgentSession(ApplicationSession):
     async def _heartbeat(self):
         try:
             beat = await self.agent.sample()
+            beat = attrs.evolve(beat, engines=self.agent.engines_to_send())
             await self.call(uris.AGENT_HEARTBEAT, to_wire(beat))
         except ApplicationError as e:
             if e.error == uris.ERROR_NOT_REGISTERED:
@@ -103,7 +207,38 @@ class AgentSession(ApplicationSession):
             if self.is_attached():
                 log.warn("heartbeat failed: {e}", e=e)
 
+    # -- what the control plane asks of this node --
+
+    def start_shard(self, spec):
+        try:
+            decoded = from_wire(ShardSpec, spec)
+        except WireError as e:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, str(e)) from None
+        return to_wire(self.agent.supervisor.start(decoded))
+
+    async def stop_shard(self, shard_id):
+        if not isinstance(shard_id, str):
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "stop_shard takes a shard id")
+        status = await self.agent.supervisor.stop(shard_id)
+        return to_wire(status) if status is not None else None
+
+    def drain_shard(self, shard_id):
+        from llmgw.agent.supervisor import UnknownShard
+
+        try:
+            return to_wire(self.agent.supervisor.drain(shard_id))
+        except UnknownShard as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+
+    def cordon(self, cordoned):
+        if not isinstance(cordoned, bool):
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "cordon takes true or false")
+        self.agent.set_cordoned(cordoned)
+        return cordoned
+
     def onLeave(self, details):
+        if self.agent.session is self:
+            self.agent.session = None
         if self._beat is not None and self._beat.running:
             self._beat.stop()
         if details.reason not in ("wamp.close.normal", "wamp.close.goodbye_and_out"):
@@ -125,15 +260,40 @@ def node_id_for(config) -> str:
     return node_id
 
 
+class _LeaveEnginesRunning(service.Service):
+    """On shutdown, stop watching the engines and leave them serving for the next agent."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def stopService(self):
+        super().stopService()
+        self.agent.supervisor.close()
+
+
 def build(reactor, config) -> service.MultiService:
     hub = parse_hub_url(config.hub)
     node_id = node_id_for(config)
     agent = Agent(reactor, config, node_id, hub)
     tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
     top = service.MultiService()
+    for status in agent.supervisor.adopt_all():
+        log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
     client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
+    internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
+    _LeaveEnginesRunning(agent).setServiceParent(top)
     top.agent = agent
     return top
+
+
+def _reprobe(agent: Agent):
+    if agent.engines is None:
+        return None  # the first probe belongs to the first register
+    # A node given vLLM, or one whose llama-server lost a library to an
+    # unrelated upgrade, changes what it can run without anyone restarting it.
+    return defer.ensureDeferred(agent.probe_engines()).addErrback(
+        lambda f: log.warn("probing engines failed: {e}", e=f.getErrorMessage())
+    )
 
 
 def makeService(options) -> service.MultiService:

@@ -10,23 +10,35 @@ from __future__ import annotations
 import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import RegisterOptions, SubscribeOptions
+from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 from twisted.logger import Logger
 
 from llmgw.control.fleet import Fleet, NotRegistered
+from llmgw.control.reconciler import Reconciler
+from llmgw.errors import ConfigError
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
-from llmgw.records import Heartbeat, Inventory
-from llmgw.wire import WireError, from_wire
+from llmgw.records import Heartbeat, Inventory, ShardSpec, ShardStatus
+from llmgw.wire import WireError, from_wire, to_wire
+
+# How long a node may take to accept a start or stop before the call fails.
+COMMAND_TIMEOUT_MS = 30_000
 
 log = Logger()
 
 
 class ControlSession(ApplicationSession):
-    def __init__(self, config, fleet_factory):
+    def __init__(self, config, fleet_factory, catalog=None, clock=None):
         super().__init__(config)
         # The fleet emits through this session, so it is built once we can publish.
         self.fleet: Fleet = fleet_factory(self._emit)
+        self.catalog = catalog
+        self.reconciler = Reconciler(
+            clock if clock is not None else self.fleet._clock, self.fleet,
+            lambda: self.catalog.entries if self.catalog is not None else {},
+            self.start_shard, self.stop_shard,
+            settle_s=catalog.config.fleet.settle_s if catalog is not None else 0.0,
+        )
 
     def onConnect(self):
         self.join(self.config.realm)
@@ -35,7 +47,14 @@ class ControlSession(ApplicationSession):
         with_details = RegisterOptions(details_arg="details")
         await self.register(self.agent_register, uris.AGENT_REGISTER, with_details)
         await self.register(self.agent_heartbeat, uris.AGENT_HEARTBEAT, with_details)
+        await self.register(self.agent_shard_status, uris.AGENT_SHARD_STATUS, with_details)
         await self.register(self.nodes, uris.CP_NODES)
+        await self.register(self.replicas, uris.CP_REPLICAS)
+        await self.register(self.status, uris.CP_STATUS)
+        await self.register(self.drain, uris.CP_DRAIN)
+        await self.register(self.cordon, uris.CP_CORDON)
+        await self.register(self.uncordon, uris.CP_UNCORDON)
+        await self.register(self.reload, uris.CP_RELOAD)
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")
 
@@ -75,8 +94,84 @@ class ControlSession(ApplicationSession):
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
 
+    def agent_shard_status(self, status, details=None):
+        node_id = self._node_caller(details)
+        decoded = self._decode(ShardStatus, status)
+        try:
+            self.fleet.shard_status(node_id, decoded)
+        except NotRegistered:
+            raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
+
+    # -- operators --
+
     def nodes(self):
         return self.fleet.views()
+
+    def replicas(self):
+        return self.reconciler.views()
+
+    def status(self):
+        return {"models": self.reconciler.status(), "nodes": {
+            state: sum(1 for n in self.fleet.nodes.values() if n.state == state)
+            for state in sorted({n.state for n in self.fleet.nodes.values()})
+        }}
+
+    def _known(self, node_id):
+        if node_id not in self.fleet.nodes:
+            known = ", ".join(sorted(self.fleet.nodes)) or "none have registered"
+            raise ApplicationError(uris.ERROR_NO_SUCH_NODE, f"no node {node_id!r} (known: {known})")
+
+    async def cordon(self, node_id, cordoned=True):
+        self._known(node_id)
+        # The agent keeps the cordon in its state directory, so it outlives
+        # this process, which keeps no database.
+        await self.call(uris.node_uri(node_id, uris.NODE_CORDON), bool(cordoned),
+                        options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        self.fleet.set_cordoned(node_id, bool(cordoned))
+        return {"node": node_id, "cordoned": bool(cordoned)}
+
+    async def uncordon(self, node_id):
+        return await self.cordon(node_id, False)
+
+    async def drain(self, node_id):
+        """Cordon a node and stop its shards; the reconciler places them elsewhere."""
+        await self.cordon(node_id, True)
+        shards = [s for s in self.fleet.shards.values() if s.node_id == node_id and s.status.state != "failed"]
+        for shard in shards:
+            await self.call(uris.node_uri(node_id, uris.NODE_DRAIN_SHARD), shard.id,
+                            options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        for shard in shards:
+            await self.stop_shard(node_id, shard.id)
+        return {"node": node_id, "cordoned": True, "stopped": [s.id for s in shards]}
+
+    def reload(self):
+        if self.catalog is None:
+            raise ApplicationError(uris.ERROR_CONFIG, "this control plane has no catalog to reload")
+        try:
+            changes = self.catalog.reload()
+        except ConfigError as e:
+            log.error("reload refused, the old catalog stays: {e}", e=str(e))
+            raise ApplicationError(uris.ERROR_CONFIG, f"reload refused, the old catalog stays: {e}") from None
+        log.info("catalog reloaded: {changes}", changes="; ".join(changes) or "no changes")
+        self.reconciler.tick()
+        return {"changes": changes}
+
+    # -- commands to agents --
+
+    async def start_shard(self, node_id: str, spec: ShardSpec):
+        result = await self.call(uris.node_uri(node_id, uris.NODE_START_SHARD), to_wire(spec),
+                                 options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        status = self._decode(ShardStatus, result)
+        self.fleet.shard_status(node_id, status)
+        return status
+
+    async def stop_shard(self, node_id: str, shard_id: str):
+        result = await self.call(uris.node_uri(node_id, uris.NODE_STOP_SHARD), shard_id,
+                                 options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        if result is not None:
+            self.fleet.shard_status(node_id, self._decode(ShardStatus, result))
+        else:
+            self.fleet.forget_shard(node_id, shard_id)
 
     def _session_left(self, info):
         if info.get("authrole") == uris.ROLE_NODE:

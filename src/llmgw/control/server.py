@@ -24,10 +24,10 @@ class Options(usage.Options):
 class _AttachControlPlane(service.Service):
     """Attaches the control plane to the hub once the reactor runs."""
 
-    def __init__(self, reactor, hub: Hub, config):
+    def __init__(self, reactor, hub: Hub, catalog):
         self._reactor = reactor
         self._hub = hub
-        self._config = config
+        self.catalog = catalog
         self.session = None
 
     def startService(self):
@@ -35,7 +35,7 @@ class _AttachControlPlane(service.Service):
         from llmgw.control.fleet import Fleet
         from llmgw.control.plane import ControlSession
 
-        fleet_config = self._config.fleet
+        fleet_config = self.catalog.config.fleet
 
         def fleet_factory(emit):
             return Fleet(
@@ -44,8 +44,23 @@ class _AttachControlPlane(service.Service):
                 lost_after=fleet_config.lost_after_s,
             )
 
-        self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory)
+        self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
         self._hub.attach_local(self.session)
+
+    def tick(self):
+        """Once a second: notice silent nodes, then converge the fleet to the catalog."""
+        if self.session is None or not self.session.is_attached():
+            return
+        self.session.fleet.check()
+        self.session.reconciler.tick()
+
+    def reload(self):
+        """SIGHUP: read server.yaml again; a broken file keeps the old catalog running."""
+        if self.session is not None and self.session.is_attached():
+            try:
+                self.session.reload()
+            except Exception:
+                pass  # already logged with the reason
 
 
 def link_endpoint(reactor, description: str):
@@ -61,9 +76,11 @@ def build(reactor, config) -> service.MultiService:
     tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
     factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
     internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
-    attach = _AttachControlPlane(reactor, hub, config)
+    from llmgw.control.catalog import Catalog
+
+    attach = _AttachControlPlane(reactor, hub, Catalog(config))
     attach.setServiceParent(top)
-    internet.TimerService(1.0, lambda: attach.session and attach.session.fleet.check()).setServiceParent(top)
+    internet.TimerService(1.0, attach.tick).setServiceParent(top)
     top.hub = hub
     top.control = attach
     return top
@@ -79,5 +96,8 @@ def makeService(options) -> service.MultiService:
         svc = build(reactor, config)
     except LlmgwError as e:
         raise SystemExit(f"llmgw-server: {e}")
+    import signal
+
+    signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(svc.control.reload))
     log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
     return svc

@@ -12,6 +12,7 @@ import json
 import sys
 
 from llmgw.ctl import render
+from llmgw.link import uris
 
 
 def add_parser(subparsers) -> None:
@@ -27,6 +28,28 @@ def add_parser(subparsers) -> None:
     nodes = sub.add_parser("nodes", help="list the nodes and what they reported")
     nodes.add_argument("--json", action="store_true", help="print a JSON list of objects")
     nodes.set_defaults(func=_run(cmd_nodes))
+
+    replicas = sub.add_parser("replicas", help="list replicas: state, nodes, endpoint, stale flag, reason")
+    replicas.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    replicas.set_defaults(func=_run(cmd_replicas))
+
+    status = sub.add_parser("status", help="per model: desired against ready")
+    status.add_argument("--json", action="store_true", help="print a JSON object")
+    status.set_defaults(func=_run(cmd_status))
+
+    for verb, help_text in (
+        ("drain", "cordon a node and stop its replicas, which are placed elsewhere"),
+        ("cordon", "place nothing new on a node (what runs there stays)"),
+        ("uncordon", "let placement use a node again"),
+    ):
+        command = sub.add_parser(verb, help=help_text)
+        command.add_argument("node", metavar="NODE")
+        command.add_argument("--json", action="store_true", help="print the result as JSON")
+        command.set_defaults(func=_run(_node_verb(verb)))
+
+    reload = sub.add_parser("reload", help="read server.yaml again (as SIGHUP does); a broken file changes nothing")
+    reload.add_argument("--json", action="store_true", help="print the result as JSON")
+    reload.set_defaults(func=_run(cmd_reload))
 
 
 def _run(command):
@@ -84,13 +107,35 @@ def _react(main) -> int:
     return result or 0
 
 
-async def cmd_nodes(session, args) -> int:
-    from llmgw.link import uris
-
-    nodes = await session.call(uris.CP_NODES)
+def _print(args, result, text) -> int:
     if args.json:
-        json.dump(nodes, sys.stdout, indent=2)
+        json.dump(result, sys.stdout, indent=2)
         print()
     else:
-        print(render.nodes_table(nodes))
+        print(text(result))
     return 0
+
+
+async def cmd_nodes(session, args) -> int:
+    return _print(args, await session.call(uris.CP_NODES), render.nodes_table)
+
+
+async def cmd_replicas(session, args) -> int:
+    return _print(args, await session.call(uris.CP_REPLICAS), render.replicas_table)
+
+
+async def cmd_status(session, args) -> int:
+    return _print(args, await session.call(uris.CP_STATUS), render.status_text)
+
+
+def _node_verb(verb: str):
+    async def command(session, args) -> int:
+        result = await session.call(uris.CP + verb, args.node)
+        return _print(args, result, render.node_verb_text)
+
+    return command
+
+
+async def cmd_reload(session, args) -> int:
+    result = await session.call(uris.CP_RELOAD)
+    return _print(args, result, lambda r: "reloaded: " + ("; ".join(r["changes"]) or "no changes"))

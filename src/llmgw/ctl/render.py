@@ -121,3 +121,61 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     return "\n".join(lines)
+
+
+def replicas_table(replicas: list[dict[str, Any]]) -> str:
+    """One row per replica; the reason (or a download's progress) on a line under it."""
+    if not replicas:
+        return "the catalog asks for no replicas"
+    header = ("MODEL", "REPLICA", "STATE", "NODES", "ENDPOINT", "AGE", "STALE")
+    rows, notes = [], {}
+    for r in replicas:
+        stale = {True: "stale", False: "", None: "?" if r.get("nodes") else ""}[r.get("stale")]
+        rows.append((
+            r["model"], r["replica"], r["state"], ",".join(r.get("nodes") or []) or DASH,
+            r.get("endpoint") or DASH, age(r.get("age_s")), stale,
+        ))
+        if r.get("reason"):
+            notes[len(rows) - 1] = f"    {r['reason']}"
+    lines = table(header, rows).splitlines()
+    out = [lines[0]]
+    for index, line in enumerate(lines[1:]):
+        out.append(line)
+        if index in notes:
+            out.append(notes[index])
+    return "\n".join(out)
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def status_text(status: dict[str, Any]) -> str:
+    models = status.get("models") or []
+    nodes = status.get("nodes") or {}
+    header = ("MODEL", "ENGINE", "READY", "DESIRED", "STATES", "STALE")
+    rows = [
+        (m["model"], m["engine"], str(m["ready"]), str(m["desired"]),
+         ", ".join(f"{n} {state}" for state, n in sorted(m["states"].items())) or DASH,
+         str(m["stale"]) if m["stale"] else "")
+        for m in models
+    ]
+    fleet = ", ".join(f"{n} {state}" for state, n in sorted(nodes.items())) or "no nodes"
+    body = table(header, rows) if rows else "the catalog has no models"
+    return f"{body}\nnodes: {fleet}"
+
+
+def node_verb_text(result: dict[str, Any]) -> str:
+    text = f"{result['node']}: {'cordoned' if result.get('cordoned') else 'uncordoned'}"
+    stopped = result.get("stopped")
+    if stopped is not None:
+        text += f"; asked to stop {len(stopped)} shard(s)" + (f": {', '.join(stopped)}" if stopped else "")
+    return text

@@ -68,8 +68,13 @@ def _endpoint(reactor, hub: HubAddress, tls: TLSFiles, timeout: float):
     return endpoints.wrapClientTLS(client_options(tls, hub.host), tcp)
 
 
-def jittered_backoff(initial: float = 1.0, maximum: float = 60.0, factor: float = 2.0) -> Callable[[int], float]:
-    """Exponential backoff with wide jitter, so a fleet does not reconnect in lockstep."""
+def jittered_backoff(initial: float = 1.0, maximum: float = 10.0, factor: float = 2.0) -> Callable[[int], float]:
+    """Exponential backoff with wide jitter, so a fleet does not reconnect in lockstep.
+
+    The ceiling is short because a restarted control plane waits only
+    ``fleet.settle_s`` for the fleet before it places; a handshake every ten
+    seconds per node is nothing to the hub.
+    """
 
     def delay(attempt: int) -> float:
         ceiling = min(maximum, initial * factor ** min(attempt, 32))

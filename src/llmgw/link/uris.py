@@ -21,10 +21,17 @@ ROLE_CONTROL = "control"
 CP_AGENT = "llmgw.cp.agent."
 AGENT_REGISTER = CP_AGENT + "register"
 AGENT_HEARTBEAT = CP_AGENT + "heartbeat"
+AGENT_SHARD_STATUS = CP_AGENT + "shard_status"
 
 # operator -> control plane
 CP = "llmgw.cp."
 CP_NODES = CP + "nodes"
+CP_REPLICAS = CP + "replicas"
+CP_STATUS = CP + "status"
+CP_DRAIN = CP + "drain"
+CP_CORDON = CP + "cordon"
+CP_UNCORDON = CP + "uncordon"
+CP_RELOAD = CP + "reload"
 
 # control plane -> agent: llmgw.node.<id>.<verb>
 NODE_PREFIX = "llmgw.node."
@@ -35,13 +42,20 @@ def node_uri(node_id: str, verb: str) -> str:
 
 
 NODE_PING = "ping"
+NODE_START_SHARD = "start_shard"
+NODE_STOP_SHARD = "stop_shard"
+NODE_DRAIN_SHARD = "drain_shard"
+NODE_CORDON = "cordon"
 
 # events
 EVENT_PREFIX = "llmgw.event."
 EVENT_NODE = EVENT_PREFIX + "node"
+EVENT_SHARD = EVENT_PREFIX + "shard"
 
 # application errors
 ERROR_NOT_AUTHORIZED = "wamp.error.not_authorized"
 ERROR_INVALID_ARGUMENT = "wamp.error.invalid_argument"
 ERROR_NO_SUCH_NODE = "llmgw.error.no_such_node"
 ERROR_NOT_REGISTERED = "llmgw.error.not_registered"
+ERROR_REFUSED = "llmgw.error.refused"  # a node or the control plane said no, in its own words
+ERROR_CONFIG = "llmgw.error.config"
