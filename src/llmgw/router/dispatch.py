@@ -1,0 +1,443 @@
+"""The router's decisions for one request: may it come in, where does it go, and what then.
+
+``Dispatcher`` holds the endpoint table (fed by the control plane or a static
+list) and answers ``admit(model, request)`` with a ``Lease`` on one endpoint,
+in this order, each step refusing with the error the HTTP path turns into a
+status:
+
+1. keys (when ``router.keys`` has any): 401 no or wrong key, 403 a model the
+   key may not use, 429 over the key's requests or tokens per minute;
+2. the model: 404 if nothing by that name is served or known;
+3. its endpoints: 503 when none is ready, with the control plane's reason
+   (``set_unavailable``) or the endpoints' failures;
+4. admission (``admission.py``): a free slot, or a place in the queue, or 429;
+5. scoring (``scoring.py``) picks the endpoint among those with a free slot.
+
+The HTTP path then calls ``lease.release(outcome)`` exactly once it is done
+(more calls are ignored), ``lease.usage(...)`` when the engine reported
+tokens, and ``lease.retry()`` when the request failed before its first byte
+reached the client.
+
+Health: an endpoint whose requests fail upstream twice in a row is taken out
+of rotation for a cool-down of 5 s, doubling (to at most 60 s) each time it
+fails again straight after; then it gets requests again, and one answer
+(``ok`` or ``error``) restores it fully.  A new endpoint table keeps the
+state of every endpoint whose id and address did not change; one at a new
+address is a new engine and starts healthy.
+
+Pure and clock-driven: no sockets, no global reactor; tests drive it with
+``twisted.internet.task.Clock``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Protocol
+from urllib.parse import urlsplit
+
+import attrs
+from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from llmgw.config.server import APIKey, Router
+from llmgw.router import errors
+from llmgw.router.admission import ModelQueue, capacity, free
+from llmgw.router.keys import KeyRing
+from llmgw.router.scoring import (
+    DEFAULT_LOAD_FACTOR,
+    DEFAULT_PREFIX_CHARS,
+    DEFAULT_VNODES,
+    Endpoint,
+    make_policy,
+)
+
+__all__ = [
+    "COOLDOWN_S",
+    "Dispatcher",
+    "Endpoint",
+    "EndpointSpec",
+    "FAILURES_BEFORE_UNHEALTHY",
+    "Lease",
+    "MAX_COOLDOWN_S",
+    "OUTCOMES",
+    "RequestInfo",
+]
+
+FAILURES_BEFORE_UNHEALTHY = 2
+COOLDOWN_S = 5.0
+MAX_COOLDOWN_S = 60.0
+OUTCOMES = ("ok", "error", "client_gone", "upstream_failed")
+
+
+@attrs.frozen
+class EndpointSpec:
+    """One ready replica as the control plane (or a static list) announces it."""
+
+    id: str
+    model: str
+    url: str
+    node_id: str | None = None
+
+
+class Request(Protocol):
+    """What admission needs to know of an HTTP request."""
+
+    api_key: str | None
+    prefix: str
+    stream: bool
+    path: str
+
+
+@attrs.frozen
+class RequestInfo:
+    """A plain ``Request``, for callers and tests that have no request object of their own."""
+
+    api_key: str | None = None
+    prefix: str = ""
+    stream: bool = False
+    path: str = "/v1/chat/completions"
+
+
+def _address(spec: EndpointSpec) -> tuple[str, int]:
+    parts = urlsplit(spec.url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme != "http" or not parts.hostname or (port is not None and port < 0):
+        raise ValueError(f"endpoint {spec.id}: {spec.url!r} is not an http://host:port URL")
+    return parts.hostname, port if port is not None else 80
+
+
+class _Attempt:
+    """One client request across its tries: which endpoints it has used already."""
+
+    __slots__ = ("model", "request", "key", "tried", "queued_at")
+
+    def __init__(self, model: str, request: Request, key: APIKey | None):
+        self.model = model
+        self.request = request
+        self.key = key
+        self.tried: set[str] = set()
+        # When it started waiting for a slot; None while it is not waiting.
+        self.queued_at: float | None = None
+
+
+class Lease:
+    """A slot on ``endpoint`` held for one request; ``release`` gives it back."""
+
+    __slots__ = ("endpoint", "started_at", "queued_s", "released", "_dispatcher", "_attempt")
+
+    def __init__(self, dispatcher: Dispatcher, attempt: _Attempt, endpoint: Endpoint, now: float, queued_s: float):
+        self.endpoint = endpoint
+        self.started_at = now
+        # How long the request waited in the queue for this slot (0.0: not at all).
+        self.queued_s = queued_s
+        self.released = False
+        self._dispatcher = dispatcher
+        self._attempt = attempt
+
+    @property
+    def model(self) -> str:
+        return self._attempt.model
+
+    @property
+    def key(self) -> APIKey | None:
+        """The API key the request came with; ``None`` on an open API."""
+        return self._attempt.key
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first endpoint this request was sent to, 2 for its first retry, and so on."""
+        return len(self._attempt.tried)
+
+    def release(self, outcome: str = "ok") -> None:
+        """Give the slot back: ``ok``, ``error`` (the engine answered with an error),
+        ``client_gone`` or ``upstream_failed`` (no answer: refused, reset, timed out)."""
+        if self.released:
+            return
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        self.released = True
+        self._dispatcher._released(self, outcome)
+
+    def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """Charge the tokens the engine reported to the key's tokens per minute (unknown counts are not charged)."""
+        self._dispatcher._keys.charge_tokens(self._attempt.key, (prompt_tokens or 0) + (completion_tokens or 0))
+
+    def retry(self) -> defer.Deferred[Lease] | None:
+        """A lease on an endpoint this request has not tried yet, or ``None`` if there is none.
+
+        Releases this lease as ``upstream_failed`` first, unless it was released
+        already.  The Deferred may wait for a slot (ahead of new requests) and
+        fails with ``QueueTimeout`` like any waiter.
+        """
+        self.release("upstream_failed")
+        return self._dispatcher._retry(self._attempt)
+
+
+class Dispatcher:
+    """Admission, scoring, keys and endpoint health for every model the router serves."""
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        config: Router,
+        metrics=None,
+        *,
+        prefix_chars: int = DEFAULT_PREFIX_CHARS,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+        vnodes: int = DEFAULT_VNODES,
+    ):
+        self._clock = clock
+        self._metrics = metrics
+        # Queue figures go to metrics that can take them (RouterMetrics does).
+        self._queue_depth = getattr(metrics, "queue_depth", None)
+        self._queue_wait = getattr(metrics, "queue_wait", None)
+        self._policy_options = {"prefix_chars": prefix_chars, "load_factor": load_factor, "vnodes": vnodes}
+        self._table: dict[str, Endpoint] = {}
+        self._by_model: dict[str, list[Endpoint]] = {}
+        self._queues: dict[str, ModelQueue[_Attempt]] = {}
+        self._unavailable: dict[str, str] = {}
+        self._revivals: dict[str, IDelayedCall] = {}
+        self._keys = KeyRing((), clock)
+        self._config = config
+        self._policy = make_policy(config.scoring, **self._policy_options)
+        self.reconfigure(config)
+
+    # -- configuration and the endpoint table ---------------------------------
+
+    def reconfigure(self, config: Router) -> None:
+        """Take a reloaded ``router:`` section; rate-limit state survives for unchanged keys."""
+        keys = KeyRing(config.keys, self._clock)
+        keys.carry_over(self._keys)
+        self._keys = keys
+        if config.scoring != self._config.scoring:
+            self._policy = make_policy(config.scoring, **self._policy_options)
+        self._config = config
+        self._limit = config.admission.max_inflight_per_endpoint
+        for queue in self._queues.values():
+            queue.limits = config.admission
+        self._pump_all()
+
+    @property
+    def config(self) -> Router:
+        return self._config
+
+    @property
+    def open_api(self) -> bool:
+        """No keys are configured: anyone who reaches the listener may call it."""
+        return not self._config.keys
+
+    def set_endpoints(self, specs: Iterable[EndpointSpec], unavailable: Mapping[str, str] | None = None) -> None:
+        """Replace the endpoint table; *unavailable*, if given, replaces every model's 503 reason.
+
+        An endpoint whose id, model and address are unchanged keeps its state
+        (requests in flight, failures, cool-down).  Waiters of a model left with
+        no endpoint at all fail with ``NoReadyEndpoint`` now rather than at
+        their timeout.
+        """
+        table: dict[str, Endpoint] = {}
+        kept: list[tuple[Endpoint, str | None]] = []
+        for spec in specs:
+            if spec.id in table:
+                raise ValueError(f"endpoint id {spec.id!r} appears twice in the table")
+            host, port = _address(spec)
+            old = self._table.get(spec.id)
+            if old is not None and (old.model, old.host, old.port) == (spec.model, host, port):
+                kept.append((old, spec.node_id))
+                table[spec.id] = old
+            else:
+                table[spec.id] = Endpoint(spec.id, spec.model, host, port, spec.node_id)
+        # Nothing changes until the whole table has been read: a bad one is refused whole.
+        for endpoint, node_id in kept:
+            endpoint.node_id = node_id
+        for ident in [i for i in self._revivals if table.get(i) is not self._table.get(i)]:
+            call = self._revivals.pop(ident)
+            if call.active():
+                call.cancel()
+        by_model: dict[str, list[Endpoint]] = {}
+        for endpoint in sorted(table.values(), key=lambda e: e.id):
+            by_model.setdefault(endpoint.model, []).append(endpoint)
+        self._table = table
+        self._by_model = by_model
+        if unavailable is not None:
+            self._unavailable = dict(unavailable)
+        for model, queue in self._queues.items():
+            if model not in by_model and len(queue):
+                queue.fail_all(lambda: self._not_ready(model))
+        self._pump_all()
+
+    def set_unavailable(self, model: str, reason: str | None) -> None:
+        """Why *model* has no ready replica (placement's words), shown in its 503; ``None`` forgets it."""
+        if reason is None:
+            self._unavailable.pop(model, None)
+        else:
+            self._unavailable[model] = reason
+
+    def models(self) -> list[str]:
+        """Models with at least one healthy endpoint, sorted: what ``GET /v1/models`` lists."""
+        return sorted(m for m, eps in self._by_model.items() if any(e.healthy for e in eps))
+
+    def endpoints(self, model: str | None = None) -> list[Endpoint]:
+        """The table (or one model's part of it), sorted by id; read these, do not change them."""
+        if model is not None:
+            return list(self._by_model.get(model, ()))
+        return [e for eps in self._by_model.values() for e in eps]
+
+    def queue_depth(self, model: str) -> int:
+        """Requests of *model* waiting for a slot, retries included."""
+        queue = self._queues.get(model)
+        return 0 if queue is None else len(queue)
+
+    # -- admitting a request --------------------------------------------------
+
+    def admit(self, model: str, request: Request) -> defer.Deferred[Lease]:
+        """A lease on an endpoint of *model* for *request*, or a failure the HTTP path maps to a status."""
+        try:
+            key = None
+            if self._config.keys:
+                keys = self._keys
+                key = keys.authenticate(request.api_key)
+                keys.check_model(key, model)
+                keys.charge_request(key)
+            self._serving(model)
+            attempt = _Attempt(model, request, key)
+            queue = self._queue(model)
+            if not queue.depth:
+                lease = self._grant(attempt, frozenset())
+                if lease is not None:
+                    return defer.succeed(lease)
+            attempt.queued_at = self._clock.seconds()
+            return queue.wait(attempt)
+        except Exception:
+            return defer.fail()
+
+    def _serving(self, model: str) -> list[Endpoint]:
+        endpoints = self._by_model.get(model)
+        if not endpoints:
+            if model in self._unavailable:
+                raise self._not_ready(model)
+            served = ", ".join(self.models()) or "none yet"
+            raise errors.UnknownModel(
+                f"no model named {model!r} is served here; served: {served} (GET /v1/models lists them)"
+            )
+        for endpoint in endpoints:
+            if endpoint.healthy:
+                return endpoints
+        raise self._not_ready(model)
+
+    def _not_ready(self, model: str) -> Exception:
+        endpoints = self._by_model.get(model)
+        if endpoints:
+            now = self._clock.seconds()
+            soonest = min(e.unhealthy_until if e.unhealthy_until is not None else now for e in endpoints)
+            ids = ", ".join(e.id for e in endpoints)
+            why = (
+                f"every endpoint is failing ({ids}); the next is tried again in "
+                f"{max(0.0, soonest - now):.0f} s"
+            )
+        else:
+            why = self._unavailable.get(model) or "no replica is running"
+        return errors.NoReadyEndpoint(f"model {model!r} has no ready replica: {why}")
+
+    def _queue(self, model: str) -> ModelQueue[_Attempt]:
+        queue = self._queues.get(model)
+        if queue is None:
+            queue = self._queues[model] = ModelQueue(self._clock, model, self._config.admission)
+            queue.slots = lambda: capacity(self._by_model.get(model, ()), self._limit)
+            if self._queue_depth is not None:
+                report = self._queue_depth
+                queue.changed = lambda n: report(model, n)
+        return queue
+
+    def _grant(self, attempt: _Attempt, exclude: frozenset[str]) -> Lease | None:
+        """A lease on the endpoint scoring picks among the free ones, or ``None`` if none is free."""
+        model = attempt.model
+        endpoints = self._by_model.get(model)
+        if not endpoints:
+            return None
+        candidates = free(endpoints, self._limit, exclude)
+        if not candidates:
+            return None
+        endpoint, decision = self._policy.pick(model, endpoints, candidates, attempt.request.prefix)
+        now = self._clock.seconds()
+        queued_s = 0.0
+        if attempt.queued_at is not None:
+            queued_s = now - attempt.queued_at
+            attempt.queued_at = None
+            if self._queue_wait is not None:
+                self._queue_wait(model, queued_s)
+        if self._metrics is not None:
+            self._metrics.scored(model, decision)
+        endpoint.inflight += 1
+        attempt.tried.add(endpoint.id)
+        return Lease(self, attempt, endpoint, now, queued_s)
+
+    def _retry(self, attempt: _Attempt) -> defer.Deferred[Lease] | None:
+        untried = [e for e in self._by_model.get(attempt.model, ()) if e.healthy and e.id not in attempt.tried]
+        if not untried:
+            return None
+        exclude = frozenset(attempt.tried)
+        lease = self._grant(attempt, exclude)
+        if lease is not None:
+            return defer.succeed(lease)
+        attempt.queued_at = self._clock.seconds()
+        return self._queue(attempt.model).wait(attempt, exclude, retry=True)
+
+    def _pump(self, model: str) -> None:
+        queue = self._queues.get(model)
+        if queue is None or not len(queue):
+            return
+        endpoints = self._by_model.get(model, ())
+        limit = self._limit
+        queue.serve(
+            lambda: any(e.healthy and e.inflight < limit for e in endpoints),
+            self._grant,
+        )
+
+    def _pump_all(self) -> None:
+        for model in list(self._queues):
+            self._pump(model)
+
+    # -- outcomes and health --------------------------------------------------
+
+    def _released(self, lease: Lease, outcome: str) -> None:
+        endpoint = lease.endpoint
+        endpoint.inflight -= 1
+        now = self._clock.seconds()
+        if outcome == "upstream_failed":
+            self._failed(endpoint, now)
+        elif outcome != "client_gone":
+            endpoint.consecutive_failures = 0
+            endpoint.cooldown_s = 0.0
+            if not endpoint.healthy:
+                self._revive(endpoint)
+        queue = self._queues.get(lease.model)
+        if queue is not None:
+            queue.observe(now - lease.started_at)
+        self._pump(lease.model)
+
+    def _failed(self, endpoint: Endpoint, now: float) -> None:
+        endpoint.consecutive_failures += 1
+        if not endpoint.healthy or endpoint.consecutive_failures < FAILURES_BEFORE_UNHEALTHY:
+            return
+        endpoint.healthy = False
+        # Failing again straight after a cool-down doubles the next one; an
+        # answer in between (cooldown_s back to 0) starts over at COOLDOWN_S.
+        endpoint.cooldown_s = min(MAX_COOLDOWN_S, endpoint.cooldown_s * 2) if endpoint.cooldown_s else COOLDOWN_S
+        endpoint.unhealthy_until = now + endpoint.cooldown_s
+        if self._table.get(endpoint.id) is endpoint:
+            self._revivals[endpoint.id] = self._clock.callLater(endpoint.cooldown_s, self._revive, endpoint)
+
+    def _revive(self, endpoint: Endpoint) -> None:
+        call = self._revivals.pop(endpoint.id, None)
+        if call is not None and call.active():
+            call.cancel()
+        if endpoint.healthy or self._table.get(endpoint.id) is not endpoint:
+            return
+        endpoint.healthy = True
+        endpoint.unhealthy_until = None
+        if endpoint.cooldown_s:
+            # On probation: one more failure takes it out again, for longer.
+            endpoint.consecutive_failures = FAILURES_BEFORE_UNHEALTHY - 1
+        self._pump(endpoint.model)
