@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from llmgw.sim.connection import HTTPConnection
 from llmgw.sim.engine import Sim
-from llmgw.sim.http import DateHeader, BadRequest, Request, RequestParser
+from llmgw.http11 import DateHeader, BadRequest, Request, RequestParser
 from llmgw.sim.options import SimOptions
 
 ERROR_STATUSES = {400, 413, 431, 501, 505}

@@ -16,7 +16,7 @@ import sys
 import traceback
 from typing import Any, Coroutine, Protocol
 
-from llmgw.sim.http import (
+from llmgw.http11 import (
     JSON,
     LAST_CHUNK,
     BadRequest,

@@ -22,7 +22,7 @@ from typing import Callable, Coroutine, TextIO
 from llmgw.sim import api
 from llmgw.sim.api import CHAT, COMPLETION, EMBEDDING, ApiError
 from llmgw.sim.connection import HTTPConnection
-from llmgw.sim.http import EVENT_STREAM, BadRequest, Request
+from llmgw.http11 import EVENT_STREAM, BadRequest, Request
 from llmgw.sim.metrics import CONTENT_TYPE as METRICS_TYPE
 from llmgw.sim.metrics import SimMetrics
 from llmgw.sim.options import SimOptions

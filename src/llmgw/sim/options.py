@@ -7,7 +7,7 @@ from typing import Sequence
 
 import attrs
 
-from llmgw.sim.http import MAX_BODY_BYTES
+from llmgw.http11 import MAX_BODY_BYTES
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@ from typing import Sequence, TextIO
 
 from llmgw.sim.connection import HTTPConnection
 from llmgw.sim.engine import Sim
-from llmgw.sim.http import DateHeader
+from llmgw.http11 import DateHeader
 from llmgw.sim.options import SimOptions, parse
 
 

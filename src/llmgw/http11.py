@@ -1,11 +1,12 @@
-"""HTTP/1.1 for the simulator: an incremental request parser and response bytes.
+"""HTTP/1.1 servers' half, shared by the simulator and the router: a request parser and response bytes.
 
 The parser is a plain object with no I/O, fed whatever arrived on a socket.
 ``next_request()`` answers one of three things: a complete ``Request``, ``None``
 (more bytes are needed), or a ``BadRequest`` carrying the status to answer
 before closing the connection.  It never raises on any input: the simulator
 sits behind routers under test, and a router bug must show up as a 400, not as
-a dead simulator.
+a dead simulator; the router sits in front of every client, and a client's
+mistake must show up as a 400, not as a broken connection.
 
 It is strict where leniency lets one request be read two ways (request
 smuggling): lines end in CRLF only, no folded headers, no whitespace before a
@@ -35,17 +36,47 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _CHUNK_EXT = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _TRAILER = re.compile(rb"" + _TOKEN.encode() + rb":[\t\x20-\x7e\x80-\xff]*")
 
+
+
+def header_fields(head: str, start: int) -> list[tuple[str, str]] | None:
+    """The (name, value) fields of a latin-1 ``head`` from ``start`` (each line ending in CRLF), or None when one is malformed.
+
+    Names keep their case and values their inner spaces; trailing spaces and tabs are dropped.
+    """
+    if _FIELDS.fullmatch(head, start) is None:
+        return None
+    return [(name, value.rstrip(" \t")) for name, value in _FIELD.findall(head, start)]
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size a chunk-size line (without its CRLF) announces, or None when it is malformed."""
+    size, _, ext = line.partition(b";")
+    size = size.rstrip(b" \t")
+    if _CHUNK_SIZE.fullmatch(size) is None or _CHUNK_EXT.fullmatch(ext) is None:
+        return None
+    return int(size, 16)
+
+
+def is_trailer_field(line: bytes) -> bool:
+    return _TRAILER.fullmatch(line) is not None
+
+
 STATUS_REASONS = {
     100: "Continue",
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
+    502: "Bad Gateway",
     503: "Service Unavailable",
+    504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
 }
 

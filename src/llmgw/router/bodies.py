@@ -1,0 +1,89 @@
+"""What the router reads in OpenAI bodies without decoding them twice: the prompt's prefix and the token usage.
+
+``prompt_prefix`` reads the request body the router decoded anyway (for the
+model and the stream flag).  ``read_usage`` reads the *end* of an engine's
+response as bytes: an OpenAI response, and a stream's last event before
+``[DONE]``, end with ``"usage": {...}``, so finding the last ``"usage"`` and
+decoding just that object costs microseconds where decoding a whole
+completion (or a megabyte of embeddings) would cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PREFIX_CHARS = 2048
+
+
+def _text(value: Any) -> str:
+    """The text of a content, prompt or input: a string, text parts, strings, or token ids (spelled in decimal)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        return ""
+    parts = []
+    size = 0
+    for item in value:
+        if isinstance(item, str):
+            text = item
+        elif isinstance(item, dict):
+            text = item.get("text")
+            if not isinstance(text, str):
+                continue
+        elif isinstance(item, int):
+            text = "%d " % item
+        elif isinstance(item, list):
+            text = _text(item)
+        else:
+            continue
+        parts.append(text)
+        size += len(text)
+        if size >= PREFIX_CHARS:
+            break
+    return "".join(parts)
+
+
+def prompt_prefix(path: str, body: dict) -> str:
+    """The prompt's leading text, at most PREFIX_CHARS characters (what affinity hashes)."""
+    if path == "/v1/chat/completions":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return ""
+        out: list[str] = []
+        size = 0
+        for message in messages:
+            if isinstance(message, dict):
+                text = _text(message.get("content"))
+                out.append(text)
+                size += len(text)
+                if size >= PREFIX_CHARS:
+                    break
+        return "".join(out)[:PREFIX_CHARS]
+    return _text(body.get("prompt" if path == "/v1/completions" else "input"))[:PREFIX_CHARS]
+
+
+_decoder = json.JSONDecoder()
+
+
+def read_usage(tail: bytes) -> tuple[int | None, int | None]:
+    """(prompt_tokens, completion_tokens) from the last ``"usage": {...}`` in ``tail``, None for what is not there."""
+    i = tail.rfind(b'"usage"')
+    while i >= 0:
+        if i == 0 or tail[i - 1] != 0x5C:  # not an escaped quote inside a string
+            text = tail[i + 7 : i + 7 + 2048].decode("utf-8", "replace").lstrip()
+            if text.startswith(":"):
+                text = text[1:].lstrip()
+                if text.startswith("{"):
+                    try:
+                        usage, _ = _decoder.raw_decode(text)
+                    except ValueError:
+                        return None, None
+                    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+            return None, None
+        i = tail.rfind(b'"usage"', 0, i)
+    return None, None
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None

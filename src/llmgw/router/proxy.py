@@ -1,0 +1,441 @@
+"""One request's trip through the router: admission, an engine, the relay, the release.
+
+The request path is written on Twisted's raw ``Protocol``/transport API rather
+than twisted.web: twisted.web's server and its client ``Agent`` build a request
+object, header objects, a producer chain and several Deferreds per request, and
+re-frame every body they relay; together that is a few hundred microseconds of
+CPU per request, over the router's whole budget (0.25 ms).  Here a request is
+parsed once (``llmgw.http11``), its JSON body decoded once to read the model,
+the stream flag and the prompt's prefix, and the original bytes go to the
+engine unchanged; the engine's response goes back as the bytes it arrived in,
+chunked framing included, unless the client needs another framing (HTTP/1.0,
+``Connection: close``).  Callbacks rather than coroutines on this path for the
+same reason: a coroutine and its Deferred cost more than the work they wrap.
+
+The contract with the rest of the router is ``Dispatcher.admit`` →
+``Lease``, ``Lease.usage``/``Lease.release``/``Lease.retry`` and the ``Metrics``
+hooks, all below.  A request is retried on another engine only while nothing of
+its answer has gone to the client: a connection refused or timed out, one
+closed before a whole response head arrived, a response head that cannot be
+read, or an engine answering 502 or 503.  Once a byte went out, a failure
+truncates the client's response (the connection closes) instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from llmgw.router import errors
+from llmgw.router.bodies import read_usage
+from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
+from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
+
+if TYPE_CHECKING:
+    from llmgw.http11 import Request
+    from llmgw.router.server import RouterProtocol
+
+log = Logger()
+
+# The last bytes of a response kept to find its "usage" in: an OpenAI body or
+# stream ends with it (before "[DONE]" in a stream).
+USAGE_TAIL_BYTES = 4096
+MAX_ATTEMPTS = 3
+
+
+@attrs.frozen
+class RequestInfo:
+    """What the dispatcher may look at to admit and place a request."""
+
+    path: str
+    model: str
+    stream: bool
+    body: dict
+    api_key: str | None
+    # The prompt's leading text (chat: the messages' contents in order;
+    # completions: the prompt; embeddings: the input), at most 2,048 characters.
+    prefix: str
+
+
+class Endpoint(Protocol):
+    id: str
+    host: str
+    port: int
+
+
+class Lease(Protocol):
+    """A place for one request on one engine, held until ``release``."""
+
+    endpoint: Endpoint
+
+    def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """The tokens the engine said the request took (None: it did not say); called before ``release``."""
+
+    def release(self, outcome: str) -> None:
+        """The request is done with this engine, once per lease.
+
+        ``ok``: the engine's answer, whatever its status below 500, reached the client.
+        ``error``: the engine answered 5xx and that reached the client.
+        ``client_gone``: the client left before the answer was complete.
+        ``upstream_failed``: the engine could not be reached, broke off its answer, or
+        answered 502/503 before any byte reached the client.
+        """
+
+    def retry(self) -> defer.Deferred[Lease] | None:
+        """After ``release("upstream_failed")`` and before any byte reached the client: a lease on another engine, or None."""
+
+
+class Dispatcher(Protocol):
+    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[Lease]:
+        """A lease once the request may go to an engine; fails with a ``llmgw.router.errors`` error when it may not."""
+
+    def models(self) -> list[str] | defer.Deferred[list[str]]:
+        """The ids of the models a client may ask for now."""
+
+
+class Metrics(Protocol):
+    def request_done(self, model: str, path: str, status: int, seconds: float, ttft_seconds: float | None,
+                     prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """A response went to the client in full (the router's own errors included); ``ttft_seconds`` for streams."""
+
+    def client_gone(self, model: str) -> None:
+        """A client left before its response was complete."""
+
+    def upstream_error(self, model: str, endpoint_id: str, kind: str) -> None:
+        """An engine failed a request; ``kind``: refused, timeout, failed (connecting), reset, malformed, unavailable (502/503)."""
+
+    def retried(self, model: str) -> None:
+        """A request went to another engine after one failed it."""
+
+
+class NullMetrics:
+    def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens) -> None:
+        pass
+
+    def client_gone(self, model) -> None:
+        pass
+
+    def upstream_error(self, model, endpoint_id, kind) -> None:
+        pass
+
+    def retried(self, model) -> None:
+        pass
+
+
+class Exchange:
+    """A request from admission until its response is relayed (or it fails)."""
+
+    __slots__ = (
+        "router", "factory", "info", "started", "payload", "close_after", "version11",
+        "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
+        "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
+    )
+
+    def __init__(self, router: RouterProtocol, request: Request, info: RequestInfo, started: float):
+        self.router = router
+        self.factory = router.factory
+        self.info = info
+        self.started = started
+        # The request line and fields for the engine; Host is added per engine.
+        self.payload = b"POST %s HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % (
+            request.target.encode("latin-1"), len(request.body)), request.body
+        self.close_after = not request.keep_alive or request.version < (1, 1)
+        self.version11 = request.version >= (1, 1)
+        self.lease: Lease | None = None
+        # The engine of the latest attempt; it outlives the lease when an
+        # engine's 502/503 is relayed after the lease was released.
+        self.endpoint: Endpoint | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.head = None
+        self.passthrough = False
+        self.dechunk = False
+        self.registered = False
+        self.committed = False
+        self.finished = False
+        self.attempts = 0
+        self.fresh_only = False
+        self.admitting: defer.Deferred | None = None
+        self.ttft: float | None = None
+        self.tail: list[bytes] = []
+        self.tail_len = 0
+        self.status = 0
+        # The client left after the stream's last event: the rest is read and dropped.
+        self.client_left = False
+
+    # Admission ----------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            d = self.factory.dispatcher.admit(self.info.model, self.info)
+        except Exception:
+            d = defer.fail()
+        self._wait_for(d)
+
+    def _wait_for(self, d: defer.Deferred) -> None:
+        self.admitting = d
+        d.addCallbacks(self._admitted, self._refused)
+        d.addErrback(self._internal_error)
+
+    def _admitted(self, lease: Lease) -> None:
+        self.admitting = None
+        if self.finished:
+            lease.release("client_gone")
+            return
+        self.lease = lease
+        endpoint = self.endpoint = lease.endpoint
+        conn = None if self.fresh_only else self.factory.pool.take(endpoint.host, endpoint.port)
+        if conn is not None:
+            self._send(conn)
+        else:
+            d = self.factory.pool.connect(endpoint.host, endpoint.port)
+            d.addCallbacks(self._connected, self._connect_failed, errbackArgs=(lease,))
+            d.addErrback(self._internal_error)
+
+    def _refused(self, failure) -> None:
+        self.admitting = None
+        if self.finished:
+            return
+        error = failure.value
+        if isinstance(error, errors.RouterError):
+            self.router.answer_error(self, error)
+        else:
+            self._internal_error(failure)
+
+    def _internal_error(self, failure) -> None:
+        log.failure("the request path failed on {path} for model {model}", failure, path=self.info.path, model=self.info.model)
+        if self.finished:
+            return
+        if self.lease is not None:
+            lease, self.lease = self.lease, None
+            lease.release("error")
+        if self.upstream is not None:
+            self.upstream.abort()
+            self.upstream = None
+        self._unregister()
+        if self.committed:
+            self.finished = True
+            self.router.exchange_broken(self)
+        else:
+            self.router.answer_error(self, errors.RouterError("the router failed to answer: %s" % failure.getErrorMessage()))
+
+    # The engine ---------------------------------------------------------------
+
+    def _connected(self, conn: UpstreamConnection) -> None:
+        if self.finished or self.lease is None:
+            # The client left while this connection was being made: keep it.
+            self.factory.pool.give_back(conn)
+            return
+        self._send(conn)
+
+    def _connect_failed(self, failure, lease: Lease) -> None:
+        if self.finished or lease is not self.lease:
+            return
+        self._failed(failure_kind(failure), "%s: %s" % (lease.endpoint.id, failure.getErrorMessage()))
+
+    def _send(self, conn: UpstreamConnection) -> None:
+        self.upstream = conn
+        self.head = None
+        endpoint = self.endpoint
+        head, body = self.payload
+        host = endpoint.host.encode()
+        if b":" in host:
+            host = b"[" + host + b"]"
+        conn.send(self, b"%bHost: %b:%d\r\n\r\n%b" % (head, host, endpoint.port, body))
+
+    def upstream_data(self, data: bytes) -> None:
+        conn = self.upstream
+        parser = conn.parser
+        head = self.head
+        if head is None:
+            head = parser.head(data)
+            if head is None:
+                return
+            if head.__class__ is ParseError:
+                conn.abort()
+                self._failed("malformed", "%s answered something that is not HTTP/1.1: %s" % (self.endpoint.id, head.message))
+                return
+            self.head = head
+            self.status = head.status
+            if (head.status == 502 or head.status == 503) and self._retry_unavailable():
+                return
+            data = parser.raw
+            start = parser.body_start
+            transport = self.router.transport
+            self.passthrough = head.clean and self.version11 and not self.close_after
+            if not self.passthrough:
+                if head.framing == UNTIL_CLOSE:
+                    self.close_after = True
+                self.dechunk = head.framing == CHUNKED and not self.version11
+                transport.write(relay_head(head, close=self.close_after, dechunk=self.dechunk))
+            self.committed = True
+        else:
+            start = 0
+            transport = self.router.transport
+        self._keep_tail(data)
+        out: list[bytes] | None = [] if self.dechunk else None
+        end = parser.body(data, start, out)
+        if end == ERROR:
+            self._broken("malformed", parser.error)
+            return
+        if end == NEED_MORE and not self.registered and not self.client_left:
+            # Before writing: a first write over the transport's buffer size
+            # pauses the engine at once.
+            self.registered = True
+            transport.registerProducer(conn, True)
+        if out is not None:
+            piece = b"".join(out)
+        elif self.passthrough and start:
+            # The head goes as it came, together with the body in this read.
+            piece = data if end == NEED_MORE or end == len(data) else data[:end]
+        elif end == NEED_MORE:
+            piece = data if not start else data[start:]
+        else:
+            piece = data[start:end]
+        if piece:
+            if self.ttft is None and self.info.stream and (end == NEED_MORE and len(data) > start or end > start):
+                self.ttft = self.factory.clock.seconds() - self.started
+            write_now(transport, piece)
+        if end == NEED_MORE:
+            return
+        self._complete(reusable=end == len(data) and self.head.keep_alive)
+
+    def _keep_tail(self, data: bytes) -> None:
+        tail = self.tail
+        tail.append(data)
+        self.tail_len += len(data)
+        while len(tail) > 1 and self.tail_len - len(tail[0]) >= USAGE_TAIL_BYTES:
+            self.tail_len -= len(tail.pop(0))
+
+    def upstream_lost(self, conn: UpstreamConnection, reason) -> None:
+        if self.finished or conn is not self.upstream:
+            return
+        if not self.committed:
+            if self.head is None and conn.requests > 1 and conn.parser.buffered == 0 and not self.fresh_only:
+                # A reused connection the engine closed as the request went out:
+                # the engine never read it; send it again, on a new connection.
+                self.upstream = None
+                self.fresh_only = True
+                lease, self.lease = self.lease, None
+                self._admitted(lease)
+                return
+            self._failed("reset", "%s closed the connection before answering" % self.endpoint.id)
+            return
+        if self.head is not None and conn.parser.eof():
+            # A body that runs until the engine closes has ended.
+            self._complete(reusable=False)
+            return
+        self._broken("reset", "the engine closed the connection in the middle of its answer")
+
+    # Endings --------------------------------------------------------------------
+
+    def _unregister(self) -> None:
+        # Before the client's transport may close: one that still has a paused
+        # producer resumes it when its buffer drains instead of closing.
+        if self.registered:
+            self.registered = False
+            self.router.transport.unregisterProducer()
+
+    def _complete(self, reusable: bool) -> None:
+        conn, self.upstream = self.upstream, None
+        self._unregister()
+        if reusable:
+            self.factory.pool.give_back(conn)
+        else:
+            conn.abort()
+        self.finished = True
+        tail = self.tail
+        blob = tail[0] if len(tail) == 1 else b"".join(tail)
+        prompt, completion = read_usage(blob if len(blob) <= USAGE_TAIL_BYTES else blob[-USAGE_TAIL_BYTES:])
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.usage(prompt, completion)
+            lease.release("error" if self.status >= 500 else "ok")
+        self.factory.metrics.request_done(self.info.model, self.info.path, self.status,
+                                          self.factory.clock.seconds() - self.started, self.ttft, prompt, completion)
+        self.router.exchange_done(self, self.close_after)
+
+    def _retry_unavailable(self) -> bool:
+        """An engine answered 502/503 before anything reached the client: go elsewhere if the dispatcher has somewhere."""
+        lease = self.lease
+        self.factory.metrics.upstream_error(self.info.model, self.endpoint.id, "unavailable")
+        self.lease = None
+        lease.release("upstream_failed")
+        d = self._next(lease)
+        if d is None:
+            # Nowhere else: the client gets this engine's answer as it is.
+            return False
+        conn, self.upstream = self.upstream, None
+        conn.abort()
+        self._wait_for(d)
+        return True
+
+    def _failed(self, kind: str, message: str) -> None:
+        """The engine failed before anything reached the client: retry elsewhere, or answer 502."""
+        conn, self.upstream = self.upstream, None
+        if conn is not None:
+            conn.abort()
+        lease, self.lease = self.lease, None
+        self.factory.metrics.upstream_error(self.info.model, self.endpoint.id, kind)
+        lease.release("upstream_failed")
+        d = self._next(lease)
+        if d is None:
+            self.router.answer_error(self, errors.UpstreamFailed(
+                "no engine serving %s answered; the last one tried, %s" % (self.info.model, message)))
+        else:
+            self._wait_for(d)
+
+    def _next(self, lease: Lease) -> defer.Deferred | None:
+        self.attempts += 1
+        if self.attempts >= self.factory.max_attempts:
+            return None
+        d = lease.retry()
+        if d is not None:
+            self.fresh_only = False
+            self.factory.metrics.retried(self.info.model)
+        return d
+
+    def _broken(self, kind: str, message: str) -> None:
+        """The engine failed after part of its answer went to the client: cut the client off too."""
+        conn, self.upstream = self.upstream, None
+        if conn is not None:
+            conn.abort()
+        self._unregister()
+        lease, self.lease = self.lease, None
+        self.finished = True
+        endpoint_id = self.endpoint.id
+        log.warn("{endpoint} broke off its answer for {model}: {message}", endpoint=endpoint_id, model=self.info.model, message=message)
+        self.factory.metrics.upstream_error(self.info.model, endpoint_id, kind)
+        if lease is not None:
+            lease.release("upstream_failed")
+        self.router.exchange_broken(self)
+
+    def client_gone(self) -> None:
+        """The client's connection closed before its response was complete."""
+        if self.finished or self.client_left:
+            return
+        conn = self.upstream
+        if conn is not None and self.info.stream and self.tail and self.tail[-1].rstrip().endswith(b"data: [DONE]"):
+            # It had the whole stream and left before the final empty chunk
+            # (the openai client stops at [DONE]): the engine's answer is not
+            # cut short, so read its end, reuse the connection, count it done.
+            self.client_left = True
+            self.registered = False
+            conn.resumeProducing()
+            return
+        self.finished = True
+        self.factory.metrics.client_gone(self.info.model)
+        self.upstream = None
+        if conn is not None:
+            conn.abort()
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            tail = self.tail
+            if tail:
+                lease.usage(*read_usage(b"".join(tail)[-USAGE_TAIL_BYTES:]))
+            lease.release("client_gone")
+        elif self.admitting is not None:
+            # Still queued: give the place up (admission's errback sees `finished`).
+            self.admitting.cancel()

@@ -1,0 +1,248 @@
+"""The router's HTTP/1.1 server: OpenAI's routes on a raw Twisted ``Protocol``.
+
+Why not twisted.web: see ``llmgw.router.proxy``.  A connection serves one
+request at a time, in order: requests a client pipelines wait in the parser's
+buffer (reading pauses past ``PIPELINE_LIMIT``) and are answered after the one
+in progress.  HTTP/1.0 clients are answered and the connection closed.  A
+request that cannot be read is answered 400/413/431/501/505 in OpenAI's error
+shape and the connection closed, after reading and dropping what the client
+still sends for ``LINGER_S`` (closing with unread bytes makes the kernel reset
+the connection, which can destroy the answer before the client reads it).
+
+Every answer the router makes itself is an OpenAI error,
+``{"error": {"message", "type", "param", "code"}}``; ``answer_error`` is the one
+place that turns a ``RouterError`` into a response.
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+
+from llmgw.http11 import BadRequest, DateHeader, Request, RequestParser, response_bytes
+from llmgw.router import errors
+from llmgw.router.bodies import prompt_prefix
+from llmgw.router.proxy import MAX_ATTEMPTS, Dispatcher, Exchange, Metrics, NullMetrics, RequestInfo
+from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
+
+log = Logger()
+
+PROXIED = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/embeddings"))
+PIPELINE_LIMIT = 256 * 1024
+LINGER_S = 2.0
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CLOSE = b"Connection: close\r\n"
+
+
+class RouterProtocol(Protocol):
+    """One client connection."""
+
+    def __init__(self, factory: RouterFactory):
+        self.factory = factory
+        self.parser = RequestParser(max_body_bytes=factory.max_body_bytes)
+        self.exchange: Exchange | None = None
+        self.lost = False
+        self._serving = False
+        self._close_after = False
+        self._reading_paused = False
+        self._linger = None
+
+    # Protocol
+
+    def connectionMade(self) -> None:
+        self.transport.setTcpNoDelay(True)
+        self.transport.bufferSize = RELAY_BUFFER_BYTES
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._linger is not None:
+            return
+        parser = self.parser
+        parser.feed(data)
+        if self.exchange is None:
+            self._serve()
+        elif not self._reading_paused and parser.buffered > PIPELINE_LIMIT:
+            self._reading_paused = True
+            self.transport.pauseProducing()
+
+    def connectionLost(self, reason=None) -> None:
+        self.lost = True
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.client_gone()
+
+    # Requests
+
+    def _serve(self) -> None:
+        if self._serving:
+            return
+        self._serving = True
+        parser = self.parser
+        try:
+            while self.exchange is None and not self._close_after and not self.lost:
+                item = parser.next_request()
+                if item is None:
+                    if parser.continue_wanted:
+                        parser.continue_wanted = False
+                        self.transport.write(_CONTINUE)
+                    break
+                if item.__class__ is BadRequest:
+                    self._refuse(item)
+                    return
+                self._handle(item)
+        finally:
+            self._serving = False
+        if self.exchange is None and not self.lost:
+            if self._close_after:
+                self.transport.loseConnection()
+            elif self._reading_paused:
+                self._reading_paused = False
+                self.transport.resumeProducing()
+
+    def _handle(self, request: Request) -> None:
+        factory = self.factory
+        started = factory.clock.seconds()
+        path = request.path
+        close = not request.keep_alive or request.version < (1, 1)
+        if path in PROXIED and request.method == "POST":
+            info = self._read(request, path, started, close)
+            if info is not None:
+                exchange = self.exchange = Exchange(self, request, info, started)
+                exchange.start()
+        elif path == "/v1/models" and request.method == "GET":
+            created = factory.created
+            data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in factory.dispatcher.models()]
+            self._answer(200, json.dumps({"object": "list", "data": data}).encode(), close, "", path, started)
+        elif path.startswith("/v1/models/") and request.method == "GET":
+            model = path[len("/v1/models/"):]
+            if model in factory.dispatcher.models():
+                body = json.dumps({"id": model, "object": "model", "created": factory.created, "owned_by": "llmgw"}).encode()
+                self._answer(200, body, close, model, path, started)
+            else:
+                self._error(errors.UnknownModel("no model %r is served here: GET /v1/models lists those that are" % model),
+                            close, model, path, started)
+        else:
+            self._error(errors.NotFound("Invalid URL (%s %s): the router serves POST /v1/chat/completions, "
+                                        "/v1/completions, /v1/embeddings and GET /v1/models" % (request.method, path)),
+                        close, "", path, started)
+
+    def _read(self, request: Request, path: str, started: float, close: bool) -> RequestInfo | None:
+        """The request's RequestInfo, or None after answering why it cannot have one."""
+        try:
+            body = json.loads(request.body)
+        except (ValueError, RecursionError) as e:
+            self._error(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
+            return None
+        if body.__class__ is not dict:
+            self._error(errors.InvalidRequest("the request body must be a JSON object"), close, "", path, started)
+            return None
+        model = body.get("model")
+        if model.__class__ is not str or not model:
+            self._error(errors.InvalidRequest('the request names no model: add "model": "NAME" (GET /v1/models lists them)',
+                                              param="model"), close, "", path, started)
+            return None
+        stream = body.get("stream")
+        if stream is None:
+            stream = False
+        elif stream.__class__ is not bool:
+            self._error(errors.InvalidRequest('"stream" must be true or false', param="stream"), close, model, path, started)
+            return None
+        auth = request.headers.get("authorization")
+        api_key = None
+        if auth is not None and auth[:7].lower() == "bearer ":
+            api_key = auth[7:].strip() or None
+        return RequestInfo(path, model, stream, body, api_key, prompt_prefix(path, body))
+
+    def _refuse(self, bad: BadRequest) -> None:
+        """A request that cannot be read: answer, then drop what still comes for LINGER_S, then close."""
+        self._close_after = True
+        error = errors.BodyTooLarge(bad.message) if bad.status == 413 else errors.InvalidRequest(bad.message)
+        body = errors.error_body(error.type, bad.message, None, error.code)
+        self.transport.write(response_bytes(bad.status, body, self.factory.date(), connection=_CLOSE))
+        self.factory.metrics.request_done("", "", bad.status, 0.0, None, None, None)
+        self.transport.loseWriteConnection()
+        self._linger = self.factory.clock.callLater(LINGER_S, self.transport.loseConnection)
+
+    # Answers
+
+    def _answer(self, status: int, body: bytes, close: bool, model: str, path: str, started: float, extra: bytes = b"") -> None:
+        if close:
+            self._close_after = True
+        self.transport.write(response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra))
+        self.factory.metrics.request_done(model, path, status, self.factory.clock.seconds() - started, None, None, None)
+
+    def _error(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
+        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
+        self._answer(error.status, errors.render(error), close, model, path, started, extra)
+
+    def answer_error(self, exchange: Exchange, error: errors.RouterError) -> None:
+        """The answer to ``exchange`` is ``error`` (nothing of another answer has been sent)."""
+        exchange.finished = True
+        info = exchange.info
+        self._error(error, exchange.close_after, info.model, info.path, exchange.started)
+        self.exchange_done(exchange, exchange.close_after)
+
+    def exchange_done(self, exchange: Exchange, close: bool) -> None:
+        """The response to ``exchange`` went out in full: on to the next request."""
+        if self.exchange is exchange:
+            self.exchange = None
+        if close:
+            self._close_after = True
+        if not self.lost and not self._serving:
+            self._serve()
+
+    def exchange_broken(self, exchange: Exchange) -> None:
+        """The response to ``exchange`` cannot be completed: close, so the client sees it cut short."""
+        if self.exchange is exchange:
+            self.exchange = None
+        self._close_after = True
+        if not self.lost:
+            self.transport.loseConnection()
+
+
+class RouterFactory(Factory):
+    """The router's listener: ``endpoint.listen(RouterFactory(dispatcher, reactor, max_body_bytes=...))``.
+
+    ``clock`` gives time (``seconds``, ``callLater``); ``reactor`` (default: ``clock``)
+    makes connections to the engines.  Call ``close()`` on shutdown to close the
+    idle engine connections.
+    """
+
+    noisy = False
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        clock,
+        *,
+        max_body_bytes: int,
+        metrics: Metrics | None = None,
+        reactor=None,
+        pool: UpstreamPool | None = None,
+        max_attempts: int = MAX_ATTEMPTS,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        max_idle_per_endpoint: int = MAX_IDLE_PER_ENDPOINT,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics if metrics is not None else NullMetrics()
+        self.max_attempts = max_attempts
+        self.pool = pool if pool is not None else UpstreamPool(
+            reactor if reactor is not None else clock,
+            max_idle_per_endpoint=max_idle_per_endpoint,
+            idle_timeout_s=idle_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+        )
+        self.date = DateHeader(clock.seconds)
+        self.created = int(clock.seconds())
+
+    def buildProtocol(self, addr) -> RouterProtocol:
+        return RouterProtocol(self)
+
+    def close(self) -> None:
+        self.pool.close()

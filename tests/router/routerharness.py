@@ -1,0 +1,215 @@
+"""A router listening in the test's reactor, in front of real sim processes, and a tiny dispatcher for it.
+
+``StaticDispatcher`` admits every request at once onto a fixed list of
+endpoints, round robin, and records what the request path told it (every
+lease's usage, outcome and retries), so tests can see the contract being kept.
+``bench/router_hotpath.py`` uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import attrs
+from twisted.internet import defer, reactor, task
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+
+from simharness import MODEL, SimProcess, connect, read_response, sse_events  # noqa: E402,F401
+
+from llmgw.router import errors  # noqa: E402
+from llmgw.router.server import RouterFactory  # noqa: E402
+
+
+
+@attrs.frozen
+class StaticEndpoint:
+    id: str
+    host: str
+    port: int
+
+
+class StaticLease:
+    def __init__(self, dispatcher: StaticDispatcher, endpoint: StaticEndpoint, model: str, tried: list[StaticEndpoint]):
+        self.dispatcher = dispatcher
+        self.endpoint = endpoint
+        self.model = model
+        self.tried = tried
+        self.tokens: tuple[int | None, int | None] | None = None
+        self.outcome: str | None = None
+
+    def usage(self, prompt_tokens, completion_tokens) -> None:
+        assert self.outcome is None, "usage after release"
+        self.tokens = (prompt_tokens, completion_tokens)
+
+    def release(self, outcome: str) -> None:
+        assert self.outcome is None, f"released twice: {self.outcome} then {outcome}"
+        assert outcome in ("ok", "error", "client_gone", "upstream_failed"), outcome
+        self.outcome = outcome
+        self.dispatcher.inflight -= 1
+        self.dispatcher.events.append(("release", self.endpoint.id, outcome))
+
+    def retry(self):
+        assert self.outcome == "upstream_failed", "retry before release('upstream_failed')"
+        tried = [*self.tried, self.endpoint]
+        left = [e for e in self.dispatcher.endpoints if e not in tried]
+        self.dispatcher.events.append(("retry", self.endpoint.id, left[0].id if left else None))
+        if not left:
+            return None
+        return defer.succeed(self.dispatcher._lease(left[0], self.model, tried))
+
+
+class StaticDispatcher:
+    """Every request admitted at once, endpoints taken in turn; ``refuse[model]`` fails admission with that error."""
+
+    def __init__(self, endpoints: list[StaticEndpoint], models: tuple[str, ...] = (MODEL,)):
+        self.endpoints = endpoints
+        self._models = list(models)
+        self.refuse: dict[str, Exception] = {}
+        self.holding = False  # when set, admission waits for let_in()
+        self.held: list[tuple] = []
+        self.requests = []
+        self.leases: list[StaticLease] = []
+        self.events: list[tuple] = []
+        self.inflight = 0
+        self.cancelled = 0
+        self._next = 0
+
+    def models(self) -> list[str]:
+        return list(self._models)
+
+    def admit(self, model, request):
+        self.requests.append(request)
+        if model in self.refuse:
+            return defer.fail(self.refuse[model])
+        if model not in self._models:
+            return defer.fail(errors.UnknownModel(f"no model {model!r} is served here"))
+        endpoint = self.endpoints[self._next % len(self.endpoints)]
+        self._next += 1
+        if self.holding:
+            waiting = defer.Deferred(lambda d: self._cancelled())
+            self.held.append((waiting, endpoint, model))
+            return waiting
+        return defer.succeed(self._lease(endpoint, model, []))
+
+    def let_in(self) -> None:
+        """Admit every request held since ``holding`` was set, and hold no more."""
+        self.holding = False
+        held, self.held = self.held, []
+        for waiting, endpoint, model in held:
+            if not waiting.called:
+                waiting.callback(self._lease(endpoint, model, []))
+
+    def _cancelled(self) -> None:
+        self.cancelled += 1
+
+    def _lease(self, endpoint, model, tried) -> StaticLease:
+        lease = StaticLease(self, endpoint, model, tried)
+        self.leases.append(lease)
+        self.inflight += 1
+        self.events.append(("admit", endpoint.id))
+        return lease
+
+
+def endpoint_of(sim: SimProcess, name: str | None = None) -> StaticEndpoint:
+    return StaticEndpoint(name or f"sim:{sim.port}", "127.0.0.1", sim.port)
+
+
+def dead_endpoint(name: str = "dead") -> StaticEndpoint:
+    """An endpoint on a port nobody listens on (bound, then closed)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return StaticEndpoint(name, "127.0.0.1", port)
+
+
+class RecordingMetrics:
+    def __init__(self):
+        self.done: list[tuple] = []
+        self.gone: list[str] = []
+        self.upstream_errors: list[tuple] = []
+        self.retries: list[str] = []
+
+    def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens):
+        self.done.append((model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens))
+
+    def client_gone(self, model):
+        self.gone.append(model)
+
+    def upstream_error(self, model, endpoint_id, kind):
+        self.upstream_errors.append((model, endpoint_id, kind))
+
+    def retried(self, model):
+        self.retries.append(model)
+
+
+class Router:
+    """A RouterFactory listening on 127.0.0.1 in this reactor."""
+
+    def __init__(self, dispatcher: StaticDispatcher, *, max_body_bytes: int = 1 << 20, **kw):
+        self.dispatcher = dispatcher
+        self.metrics = RecordingMetrics()
+        self.factory = RouterFactory(dispatcher, reactor, max_body_bytes=max_body_bytes, metrics=self.metrics, **kw)
+        # Every client connection's protocol, for tests that look at its transport.
+        self.protocols = []
+        build = self.factory.buildProtocol
+
+        def build_and_keep(addr):
+            p = build(addr)
+            self.protocols.append(p)
+            return p
+
+        self.factory.buildProtocol = build_and_keep
+        self.port = reactor.listenTCP(0, self.factory, interface="127.0.0.1")
+        self.address = self.port.getHost().port
+        self.base_url = f"http://127.0.0.1:{self.address}"
+
+    async def stop(self) -> None:
+        await self.port.stopListening()
+        self.factory.close()
+
+
+async def sleep(seconds: float) -> None:
+    await task.deferLater(reactor, seconds, lambda: None)
+
+
+async def until(predicate, what: str, timeout: float = 10.0, interval: float = 0.01):
+    """Wait, with the reactor running, for ``predicate()`` to be true; fail saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"within {timeout:g} s: {what} (last: {value!r})")
+        await sleep(interval)
+
+
+def exchange(port: int, raw: bytes, responses: int = 1, *, then_closed: bool = False):
+    """Blocking (run it in a thread): send ``raw`` on a new connection, read ``responses`` responses.
+
+    With ``then_closed``, also check that the router closed the connection after them.
+    """
+    with connect(port) as s:
+        s.sendall(raw)
+        f = s.makefile("rb")
+        out = [read_response(f) for _ in range(responses)]
+        if then_closed:
+            assert f.read(1) == b"", "the router kept the connection open"
+        return out if responses > 1 else out[0]
+
+
+def post(path: str, body: bytes | dict, headers: dict[str, str] | None = None, version: str = "1.1") -> bytes:
+    if isinstance(body, dict):
+        body = json.dumps(body).encode()
+    fields = {"Host": "router", "Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
+    return (f"POST {path} HTTP/{version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n").encode() + body
+
+
+def chat(content: str = "hello there", **extra) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": content}], **extra}
