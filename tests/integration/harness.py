@@ -101,7 +101,11 @@ class Cluster:
         self.pki = base / "pki"
         shutil.copytree(pki, self.pki)
         self.link_port = free_port()
+        self.api_port = free_port()
+        self.admin_port = free_port()
         self.hub = f"wss://127.0.0.1:{self.link_port}/"
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.admin = f"http://127.0.0.1:{self.admin_port}"
         self.server: Process | None = None
         self.agents: dict[str, Process] = {}
         self.processes: list[Process] = []
@@ -111,8 +115,8 @@ class Cluster:
         path.write_text(
             f"""listen:
   link: "ssl:{self.link_port}:interface=127.0.0.1"
-  api: "tcp:{free_port()}:interface=127.0.0.1"
-  admin: "tcp:{free_port()}:interface=127.0.0.1"
+  api: "tcp:{self.api_port}:interface=127.0.0.1"
+  admin: "tcp:{self.admin_port}:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
 fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
 {extra}"""
@@ -159,11 +163,14 @@ heartbeat_interval_s: 1
         self.processes.append(proc)
         return proc
 
-    def ctl(self, *args: str, cert: str = "alice", timeout: float = 30, hub: str | None = None) -> subprocess.CompletedProcess:
-        argv = [
+    def ctl_argv(self, cert: str = "alice", hub: str | None = None) -> list[str]:
+        return [
             sys.executable, "-m", "llmgw", "ctl", "--hub", hub or self.hub, "--ca", str(self.pki / "ca.crt"),
-            "--cert", str(self.pki / f"{cert}.crt"), "--key", str(self.pki / f"{cert}.key"), *args,
+            "--cert", str(self.pki / f"{cert}.crt"), "--key", str(self.pki / f"{cert}.key"),
         ]
+
+    def ctl(self, *args: str, cert: str = "alice", timeout: float = 30, hub: str | None = None) -> subprocess.CompletedProcess:
+        argv = [*self.ctl_argv(cert, hub), *args]
         return subprocess.run(argv, capture_output=True, text=True, env=environment(), timeout=timeout)
 
     def nodes(self) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""twistd plugins: `twistd llmgw-server` and `twistd llmgw-agent`."""
+"""twistd plugins: `twistd llmgw-server`, `twistd llmgw-agent` and `twistd llmgw-router`."""
 
 from twisted.application.service import ServiceMaker
 
@@ -13,4 +13,10 @@ llmgw_agent = ServiceMaker(
     "llmgw.agent.service",
     "The llmgw node agent: discovery, engines, weights, logs.",
     "llmgw-agent",
+)
+llmgw_router = ServiceMaker(
+    "llmgw router",
+    "llmgw.router.process",
+    "The llmgw OpenAI router alone, following the hub's endpoint table or a static list.",
+    "llmgw-router",
 )

@@ -126,12 +126,35 @@ class APIKey:
 
 
 @attrs.frozen
+class StaticEndpoint:
+    """An engine the router serves without a control plane: a model at a URL."""
+
+    model: str
+    url: str
+
+
+def _check_engine_url(text: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"not a URL ({e}); write it like 'http://10.0.0.5:8000'") from None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError("an engine URL is http://HOST:PORT (the router adds /v1/...)")
+
+
+@attrs.frozen
 class Router:
     admission: Admission = attrs.Factory(Admission)
     scoring: str = "least-outstanding"
     allow_anonymous: bool = False
     max_body_bytes: int = 4 * MiB
     keys: tuple[APIKey, ...] = ()
+    # Engines to serve without a control plane; the control plane's ready
+    # replicas are added to these.
+    endpoints: tuple[StaticEndpoint, ...] = ()
 
 
 @attrs.frozen
@@ -149,6 +172,43 @@ class ServerConfig:
 
 
 _LABEL_VALUE = Str(what="a string (a label value)")
+
+ROUTER_FIELDS = {
+    "admission": Section(
+        Admission,
+        {
+            "max_inflight_per_endpoint": Int(min=1),
+            "queue": Int(min=0),
+            "queue_timeout_s": Number(min=0, exclusive=True),
+        },
+    ),
+    "scoring": Enum(SCORING_POLICIES, noun="scoring policy"),
+    "allow_anonymous": Bool(),
+    "max_body_bytes": Int(min=1),
+    "keys": ListOf(
+        Section(
+            APIKey,
+            {
+                "name": NAME_STR,
+                "sha256": SHA256,
+                "models": Nullable(ListOf(Str(what="the name of one of models:"))),
+                "requests_per_minute": Nullable(Int(min=1)),
+                "tokens_per_minute": Nullable(Int(min=1)),
+            },
+        )
+    ),
+    "endpoints": ListOf(
+        Section(
+            StaticEndpoint,
+            {
+                "model": NAME_STR,
+                "url": Str(what="an engine URL like http://HOST:PORT", check=_check_engine_url),
+            },
+        )
+    ),
+}
+ROUTER_SECTION = Section(Router, ROUTER_FIELDS)
+
 
 SCHEMA = Section(
     ServerConfig,
@@ -198,36 +258,10 @@ SCHEMA = Section(
                 },
             )
         ),
-        "router": Section(
-            Router,
-            {
-                "admission": Section(
-                    Admission,
-                    {
-                        "max_inflight_per_endpoint": Int(min=1),
-                        "queue": Int(min=0),
-                        "queue_timeout_s": Number(min=0, exclusive=True),
-                    },
-                ),
-                "scoring": Enum(SCORING_POLICIES, noun="scoring policy"),
-                "allow_anonymous": Bool(),
-                "max_body_bytes": Int(min=1),
-                "keys": ListOf(
-                    Section(
-                        APIKey,
-                        {
-                            "name": NAME_STR,
-                            "sha256": SHA256,
-                            "models": Nullable(ListOf(Str(what="the name of one of models:"))),
-                            "requests_per_minute": Nullable(Int(min=1)),
-                            "tokens_per_minute": Nullable(Int(min=1)),
-                        },
-                    )
-                ),
-            },
-        ),
+        "router": ROUTER_SECTION,
     },
 )
+
 
 
 def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:

@@ -33,6 +33,11 @@ class ControlSession(ApplicationSession):
         # The fleet emits through this session, so it is built once we can publish.
         self.fleet: Fleet = fleet_factory(self._emit)
         self.catalog = catalog
+        self._table: dict | None = None
+        # In-process consumers of the endpoint table and of reloaded
+        # configuration (the server's own router).
+        self.table_listeners: list = []
+        self.reload_listeners: list = []
         self.reconciler = Reconciler(
             clock if clock is not None else self.fleet._clock, self.fleet,
             lambda: self.catalog.entries if self.catalog is not None else {},
@@ -55,6 +60,7 @@ class ControlSession(ApplicationSession):
         await self.register(self.cordon, uris.CP_CORDON)
         await self.register(self.uncordon, uris.CP_UNCORDON)
         await self.register(self.reload, uris.CP_RELOAD)
+        await self.register(self.endpoint_table, uris.ROUTER_ENDPOINTS)
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")
 
@@ -153,8 +159,45 @@ class ControlSession(ApplicationSession):
             log.error("reload refused, the old catalog stays: {e}", e=str(e))
             raise ApplicationError(uris.ERROR_CONFIG, f"reload refused, the old catalog stays: {e}") from None
         log.info("catalog reloaded: {changes}", changes="; ".join(changes) or "no changes")
+        for listener in self.reload_listeners:
+            listener(self.catalog.config)
         self.reconciler.tick()
         return {"changes": changes}
+
+    # -- the routers' endpoint table --
+
+    def endpoint_table(self) -> dict:
+        """Ready replicas the routers may send to, and why the other models have none."""
+        views = self.reconciler.views()
+        catalog = self.catalog.entries if self.catalog is not None else {}
+        endpoints = [
+            {"id": v["replica"], "model": v["model"], "url": v["endpoint"], "node_id": v["nodes"][0]}
+            for v in views
+            if v["state"] == "ready" and v["endpoint"] and v["model"] in catalog
+        ]
+        served = {e["model"] for e in endpoints}
+        unavailable: dict[str, str] = {}
+        for v in views:
+            if v["model"] in catalog and v["model"] not in served and v["model"] not in unavailable:
+                unavailable[v["model"]] = v["reason"] or f"its replica is {v['state']}"
+        for name in catalog:
+            if name not in served and name not in unavailable:
+                unavailable[name] = "the catalog asks for no replicas of it"
+        return {"endpoints": endpoints, "unavailable": unavailable}
+
+    def publish_endpoints(self) -> None:
+        """Tell routers the table when it changes (each tick calls this)."""
+        table = self.endpoint_table()
+        if table == self._table:
+            return
+        self._table = table
+        for listener in self.table_listeners:
+            try:
+                listener(table)
+            except Exception:
+                log.failure("an endpoint table listener failed")
+        if self.is_attached():
+            self.publish(uris.EVENT_ENDPOINTS, table)
 
     # -- commands to agents --
 

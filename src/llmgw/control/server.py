@@ -24,10 +24,12 @@ class Options(usage.Options):
 class _AttachControlPlane(service.Service):
     """Attaches the control plane to the hub once the reactor runs."""
 
-    def __init__(self, reactor, hub: Hub, catalog):
+    def __init__(self, reactor, hub: Hub, catalog, registry, router=None):
         self._reactor = reactor
         self._hub = hub
         self.catalog = catalog
+        self.registry = registry
+        self.router = router
         self.session = None
 
     def startService(self):
@@ -44,8 +46,14 @@ class _AttachControlPlane(service.Service):
                 lost_after=fleet_config.lost_after_s,
             )
 
+        from llmgw.control.collector import FleetCollector
+
         self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
         self._hub.attach_local(self.session)
+        self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
+        if self.router is not None:
+            self.session.table_listeners.append(self.router.apply_table)
+            self.session.reload_listeners.append(lambda config: self.router.reconfigure(config.router))
 
     def tick(self):
         """Once a second: notice silent nodes, then converge the fleet to the catalog."""
@@ -53,6 +61,7 @@ class _AttachControlPlane(service.Service):
             return
         self.session.fleet.check()
         self.session.reconciler.tick()
+        self.session.publish_endpoints()
 
     def reload(self):
         """SIGHUP: read server.yaml again; a broken file keeps the old catalog running."""
@@ -76,11 +85,35 @@ def build(reactor, config) -> service.MultiService:
     tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
     factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
     internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
+    from prometheus_client import CollectorRegistry
+
     from llmgw.control.catalog import Catalog
 
-    attach = _AttachControlPlane(reactor, hub, Catalog(config))
+    from llmgw.router.metrics import RouterMetrics
+    from llmgw.router.service import Router, check_open_api
+
+    registry = CollectorRegistry()
+    catalog = Catalog(config)
+    router = None
+    if config.listen.api:
+        check_open_api(config.router, config.listen.api, config.path)
+        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
+        router.setServiceParent(top)
+    attach = _AttachControlPlane(reactor, hub, catalog, registry, router)
     attach.setServiceParent(top)
     internet.TimerService(1.0, attach.tick).setServiceParent(top)
+    if config.listen.admin:
+        from twisted.web.server import Site
+
+        from llmgw.control.admin import admin_resource
+
+        site = Site(admin_resource(registry))
+        site.noisy = False
+        internet.StreamServerEndpointService(
+            endpoints.serverFromString(reactor, config.listen.admin), site
+        ).setServiceParent(top)
+    top.registry = registry
+    top.router = router
     top.hub = hub
     top.control = attach
     return top

@@ -39,7 +39,9 @@ def refusal(role: str, authid: str, action: str, uri: str) -> str | None:
     if role == uris.ROLE_ROUTER:
         if action == SUBSCRIBE and uri.startswith(uris.EVENT_PREFIX):
             return None
-        return f"router {authid} may only subscribe to {uris.EVENT_PREFIX}*; not {action} {uri}"
+        if action == CALL and uri.startswith(uris.CP_ROUTER):
+            return None
+        return f"router {authid} may subscribe to {uris.EVENT_PREFIX}* and call {uris.CP_ROUTER}*; not {action} {uri}"
     return f"role {role!r} may not {action} {uri}"
 
 

@@ -33,6 +33,10 @@ CP_CORDON = CP + "cordon"
 CP_UNCORDON = CP + "uncordon"
 CP_RELOAD = CP + "reload"
 
+# router workers -> control plane
+CP_ROUTER = CP + "router."
+ROUTER_ENDPOINTS = CP_ROUTER + "endpoints"
+
 # control plane -> agent: llmgw.node.<id>.<verb>
 NODE_PREFIX = "llmgw.node."
 
@@ -51,6 +55,8 @@ NODE_CORDON = "cordon"
 EVENT_PREFIX = "llmgw.event."
 EVENT_NODE = EVENT_PREFIX + "node"
 EVENT_SHARD = EVENT_PREFIX + "shard"
+# The whole endpoint table, published whenever it changes.
+EVENT_ENDPOINTS = EVENT_PREFIX + "endpoints"
 
 # application errors
 ERROR_NOT_AUTHORIZED = "wamp.error.not_authorized"

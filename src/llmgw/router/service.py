@@ -1,0 +1,106 @@
+"""The router as a service: its listener, its endpoint table, and where the table comes from.
+
+The same pieces serve the router inside ``llmgw-server`` (fed the table by
+the control plane in process) and ``twistd llmgw-router`` (fed it over the
+hub, or from ``router.endpoints`` with no control plane at all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application import internet, service
+from twisted.internet import defer, endpoints
+from twisted.logger import Logger
+
+from llmgw.config.endpoints import parse_server_endpoint
+from llmgw.config.server import Router
+from llmgw.errors import ConfigError
+from llmgw.router.dispatch import Dispatcher, EndpointSpec
+from llmgw.router.enginemetrics import EnginePoller
+
+log = Logger()
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def check_open_api(config: Router, listen_api: str, where: str) -> None:
+    """An API without keys is served only on loopback, or when allow_anonymous says so."""
+    if config.keys:
+        return
+    interface = parse_server_endpoint(listen_api).interface
+    loopback = interface is not None and (interface in LOOPBACK or interface.startswith("127."))
+    if loopback:
+        log.warn("the OpenAI API on {api} has no keys: anyone on this machine may use it", api=listen_api)
+    elif config.allow_anonymous:
+        log.warn("the OpenAI API on {api} has no keys and router.allow_anonymous is true: anyone who can "
+                 "reach it may use it", api=listen_api)
+    else:
+        raise ConfigError(
+            f"{where}: router.keys is empty and listen.api ({listen_api}) is not on a loopback interface: "
+            "add router.keys, listen on 127.0.0.1, or set router.allow_anonymous: true"
+        )
+
+
+class Router(service.MultiService):
+    """Dispatcher, engine-load poller and API listener, with the table kept current."""
+
+    def __init__(self, reactor, config, listen_api: str, metrics=None):
+        super().__init__()
+        self._reactor = reactor
+        self.config = config
+        self.metrics = metrics
+        self.dispatcher = Dispatcher(reactor, config, metrics=metrics)
+        self._table: dict[str, Any] = {"endpoints": [], "unavailable": {}}
+        self._agent = None
+        self._poller = EnginePoller(reactor, self._fetch_metrics)
+        from llmgw.router.server import RouterFactory
+
+        factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics)
+        internet.StreamServerEndpointService(
+            endpoints.serverFromString(reactor, listen_api), factory
+        ).setServiceParent(self)
+        self._apply()
+
+    def startService(self):
+        super().startService()
+        self._poller.start(lambda: self.dispatcher.endpoints())
+
+    def stopService(self):
+        self._poller.stop()
+        return super().stopService()
+
+    def reconfigure(self, config) -> None:
+        """A reloaded router: section (keys, admission, static endpoints)."""
+        self.config = config
+        self.dispatcher.reconfigure(config)
+        self._apply()
+
+    def apply_table(self, table: dict[str, Any]) -> None:
+        """The control plane's table: ready replicas, and why other models have none."""
+        self._table = table
+        self._apply()
+
+    def _apply(self) -> None:
+        specs = [EndpointSpec(e["id"], e["model"], e["url"], e.get("node_id")) for e in self._table["endpoints"]]
+        specs += [
+            EndpointSpec(f"static:{e.model}:{e.url}", e.model, e.url, None) for e in self.config.endpoints
+        ]
+        served = {s.model for s in specs}
+        unavailable = {m: why for m, why in self._table.get("unavailable", {}).items() if m not in served}
+        try:
+            self.dispatcher.set_endpoints(specs, unavailable)
+        except ValueError as e:
+            log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
+
+    def _fetch_metrics(self, url: str) -> defer.Deferred:
+        """GET an engine's /metrics (the poller gives the whole URL); off the hot path."""
+        if self._agent is None:
+            from twisted.web.client import Agent, HTTPConnectionPool
+
+            pool = HTTPConnectionPool(self._reactor, persistent=True)
+            pool.retryAutomatically = False
+            self._agent = Agent(self._reactor, connectTimeout=2, pool=pool)
+        from twisted.web.client import readBody
+
+        return self._agent.request(b"GET", url.encode()).addCallback(readBody)

@@ -1,0 +1,396 @@
+"""The OpenAI router in the server, in front of sim engines started by real agents.
+
+Everything is a real process on 127.0.0.1, and every client is the official
+openai package (or raw HTTP where the point is the status line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from harness import wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "sk-llmgw-test-token"
+OTHER = "sk-llmgw-other-token"
+
+
+def sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+CATALOG = """
+profiles:
+  sim-fast: {engine: sim, args: ["--ttft-ms", "0", "--output-tokens", "8"]}
+  sim-slow: {engine: sim, args: ["--ttft-ms", "0", "--tokens-per-s", "20", "--output-tokens", "200"]}
+models:
+  echo: {profile: sim-fast, replicas: 2}
+  slow: {profile: sim-slow, replicas: 1}
+"""
+
+
+def start(cluster, catalog: str = CATALOG, router: str = "", replicas: dict | None = None):
+    cluster.write_server_config("")
+    cluster.start_server()
+    cluster.start_agent("node01")
+    cluster.start_agent("node02")
+    cluster.wait_node("node01", "ready")
+    cluster.wait_node("node02", "ready")
+    cluster.write_server_config(catalog + router)
+    out = cluster.ctl("reload")
+    assert out.returncode == 0, out.stderr
+    want = replicas or {"echo": 2, "slow": 1}
+
+    def ready():
+        views = json.loads(cluster.ctl("replicas", "--json").stdout)
+        counts = {m: sum(1 for v in views if v["model"] == m and v["state"] == "ready") for m in want}
+        return counts == want and views
+
+    views = wait_for(ready, 60, f"replicas {want}", interval=0.3)
+    # The router learns the table within a tick of the replicas being ready.
+    wait_for(lambda: set(want) <= set(models(cluster)), 10, "the router to serve every model")
+    return views
+
+
+def client(cluster, key: str | None = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=cluster.api + "/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def models(cluster) -> list[str]:
+    try:
+        with urllib.request.urlopen(cluster.api + "/v1/models", timeout=5) as r:
+            return [m["id"] for m in json.load(r)["data"]]
+    except (OSError, ValueError):
+        return []
+
+
+def raw(cluster, path: str, body: dict | bytes, headers: dict | None = None) -> tuple[int, dict, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(cluster.api + path, data=data, method="POST",
+                                     headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, dict(r.headers), json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"{}")
+
+
+def engine_metric(endpoint: str, name: str) -> float:
+    with urllib.request.urlopen(endpoint + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                total += sample.value
+    return total
+
+
+def chat(model: str = "echo", content: str = "hello there") -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+
+def test_the_openai_client_sync_async_and_streaming_through_the_router(cluster):
+    start(cluster)
+    sync = client(cluster)
+    assert sorted(m.id for m in sync.models.list().data) == ["echo", "slow"]
+    reply = sync.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hello router"}])
+    assert reply.choices[0].message.content
+    assert reply.usage.completion_tokens == 8
+    stream = sync.chat.completions.create(model="echo", messages=[{"role": "user", "content": "stream me"}],
+                                          stream=True)
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert len(pieces) >= 8 and "".join(pieces)
+    completion = sync.completions.create(model="echo", prompt="once upon a time")
+    assert completion.choices[0].text
+    vectors = sync.embeddings.create(model="echo", input=["a", "b"])
+    assert len(vectors.data) == 2
+
+    async def concurrently():
+        async_client = openai.AsyncOpenAI(base_url=cluster.api + "/v1", api_key="unused", max_retries=0)
+        replies = await asyncio.gather(*[
+            async_client.chat.completions.create(model="echo", messages=[{"role": "user", "content": f"n{i}"}])
+            for i in range(20)
+        ])
+        await async_client.close()
+        return replies
+
+    replies = asyncio.run(concurrently())
+    assert all(r.choices[0].message.content for r in replies)
+    # both replicas answered: the sim names its port in system_fingerprint
+    assert len({r.system_fingerprint for r in replies}) == 2
+
+
+def test_errors_come_in_openai_format_with_the_right_status(cluster):
+    start(cluster)
+    status, _, body = raw(cluster, "/v1/chat/completions", b"{not json")
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    status, _, body = raw(cluster, "/v1/chat/completions", chat(model="no-such-model"))
+    assert status == 404 and "no-such-model" in body["error"]["message"]
+    status, _, body = raw(cluster, "/v1/chat/completions", {"model": "echo", "messages": [
+        {"role": "user", "content": "x" * (5 * 1024 * 1024)}]})
+    assert status == 413
+    with pytest.raises(openai.NotFoundError):
+        client(cluster).chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_model_with_no_ready_replica_is_503_naming_why(cluster):
+    catalog = CATALOG + "  big: {profile: huge, replicas: 1}\n"
+    catalog = catalog.replace("profiles:\n", "profiles:\n  huge: {engine: sim, min_memory_gb: 100000}\n")
+    start(cluster, catalog)
+    status, _, body = raw(cluster, "/v1/chat/completions", chat(model="big"))
+    assert status == 503
+    assert "needs 100000" in body["error"]["message"]
+
+
+def test_a_client_that_hangs_up_mid_stream_aborts_the_engines_request(cluster):
+    views = start(cluster)
+    (slow,) = [v for v in views if v["model"] == "slow"]
+    before = engine_metric(slow["endpoint"], "llmgw_sim_aborted_total")
+    stream = client(cluster).chat.completions.create(
+        model="slow", messages=[{"role": "user", "content": "tell me a long story"}], stream=True)
+    got = 0
+    for chunk in stream:
+        got += 1
+        if got == 3:
+            break
+    stream.response.close()
+    wait_for(lambda: engine_metric(slow["endpoint"], "llmgw_sim_aborted_total") > before, 10,
+             "the engine to see the abort")
+
+
+def test_an_overflowing_queue_is_429_with_retry_after(cluster):
+    router = """
+router:
+  admission: {max_inflight_per_endpoint: 1, queue: 1, queue_timeout_s: 30}
+"""
+    start(cluster, router=router)
+    # The one slow endpoint works on one request (a long stream); the queue holds one more.
+    busy = urllib.request.urlopen(urllib.request.Request(
+        cluster.api + "/v1/chat/completions", method="POST",
+        data=json.dumps({**chat("slow", "long"), "stream": True}).encode(),
+        headers={"content-type": "application/json"}), timeout=30)
+    waiting = threading.Thread(target=raw, args=(cluster, "/v1/chat/completions", chat("slow", "queued")))
+    try:
+        waiting.start()
+        wait_for(lambda: _metric(cluster, "llmgw_router_queue_depth", model="slow") >= 1, 10, "a queued request")
+        status, headers, body = raw(cluster, "/v1/chat/completions", chat("slow", "overflow"))
+        assert status == 429
+        assert int(headers["Retry-After"]) >= 1
+        assert body["error"]["message"]
+    finally:
+        busy.close()
+        waiting.join(timeout=60)
+
+
+def _metric(cluster, name: str, **labels) -> float:
+    with urllib.request.urlopen(cluster.admin + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def test_a_killed_engine_under_load_costs_no_client_an_error(cluster):
+    views = start(cluster)
+    echo = [v for v in views if v["model"] == "echo"]
+    victim = echo[0]["shards"][0]["pid"]
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def load():
+        c = client(cluster)
+        while not done.is_set():
+            try:
+                c.chat.completions.create(model="echo", messages=[{"role": "user", "content": "keep going"}])
+            except Exception as e:  # noqa: BLE001 - every failure is the finding
+                errors.append(e)
+
+    workers = [threading.Thread(target=load) for _ in range(4)]
+    for w in workers:
+        w.start()
+    try:
+        wait_for(lambda: _metric(cluster, "llmgw_router_requests_total", model="echo", status="200") > 50, 20,
+                 "load to flow")
+        os.killpg(victim, signal.SIGKILL)
+        served = _metric(cluster, "llmgw_router_requests_total", model="echo", status="200")
+        wait_for(lambda: _metric(cluster, "llmgw_router_requests_total", model="echo", status="200") > served + 100,
+                 30, "load to keep flowing on the other replica")
+    finally:
+        done.set()
+        for w in workers:
+            w.join(timeout=30)
+    assert errors == []
+    assert _metric(cluster, "llmgw_router_retries_total", model="echo") >= 1
+
+
+def test_repeated_prefixes_stick_to_one_engine_until_it_is_loaded(cluster):
+    router = "\nrouter:\n  scoring: prefix-affinity\n"
+    start(cluster, router=router)
+    c = client(cluster)
+    prefix = "You are a helpful assistant. " * 20
+    seen = {c.chat.completions.create(model="echo", messages=[
+        {"role": "system", "content": prefix}, {"role": "user", "content": f"question {i}"}]).system_fingerprint
+        for i in range(10)}
+    assert len(seen) == 1  # one warm KV cache
+
+    async def burst():
+        a = openai.AsyncOpenAI(base_url=cluster.api + "/v1", api_key="unused", max_retries=0)
+        replies = await asyncio.gather(*[
+            a.chat.completions.create(model="echo", messages=[
+                {"role": "system", "content": prefix}, {"role": "user", "content": f"burst {i}"}])
+            for i in range(40)])
+        await a.close()
+        return replies
+
+    burst_seen = {r.system_fingerprint for r in asyncio.run(burst())}
+    assert len(burst_seen) == 2  # over its bound, it spills to the other engine
+    assert _metric(cluster, "llmgw_router_scoring_decisions_total", model="echo", decision="affinity_spill") >= 1
+
+
+def test_keys_no_key_wrong_key_wrong_model_and_rate_limit(cluster):
+    router = f"""
+router:
+  keys:
+    - {{name: team, sha256: {sha(TOKEN)}, requests_per_minute: 3}}
+    - {{name: echo-only, sha256: {sha(OTHER)}, models: [echo]}}
+"""
+    start(cluster, router=router)
+    status, _, body = raw(cluster, "/v1/chat/completions", chat())  # no Authorization header at all
+    assert status == 401 and body["error"]["message"]
+    with pytest.raises(openai.AuthenticationError):
+        client(cluster, key="sk-wrong").chat.completions.create(model="echo", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.PermissionDeniedError):
+        client(cluster, key=OTHER).chat.completions.create(model="slow", messages=[{"role": "user", "content": "x"}])
+    assert client(cluster, key=OTHER).chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "x"}]).choices
+    team = client(cluster, key=TOKEN)
+    for _ in range(3):
+        team.chat.completions.create(model="echo", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.RateLimitError) as limited:
+        team.chat.completions.create(model="echo", messages=[{"role": "user", "content": "x"}])
+    assert int(limited.value.response.headers["retry-after"]) >= 1
+
+
+def test_the_admin_listener_serves_metrics_promtool_accepts(cluster):
+    start(cluster)
+    client(cluster).chat.completions.create(model="echo", messages=[{"role": "user", "content": "count me"}])
+    with urllib.request.urlopen(cluster.admin + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert len([n for n in names if n.startswith("llmgw_router_")]) >= 20
+    assert _metric(cluster, "llmgw_nodes", state="ready") == 2
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _router_process(cluster, text: str, name: str = "router"):
+    from harness import Process, environment, twistd
+
+    config = cluster.base / f"{name}.yaml"
+    config.write_text(text)
+    proc = Process(name, twistd("llmgw-router", config), cluster.base / f"{name}.log", environment()).start()
+    cluster.processes.append(proc)
+    return proc
+
+
+def _sim(cluster, model: str):
+    from harness import Process, environment
+
+    log = cluster.base / f"sim-{model}.log"
+    proc = Process(f"sim-{model}", [sys.executable, "-m", "llmgw.sim", "--host", "127.0.0.1", "--port", "0",
+                                    "--model", model], log, environment()).start()
+    cluster.processes.append(proc)
+    line = wait_for(lambda: next((ln for ln in proc.output().splitlines() if "serving" in ln), None), 20,
+                    "the sim to listen")
+    return line.rsplit(" ", 1)[-1]
+
+
+def test_a_router_process_serves_static_endpoints_without_a_control_plane(cluster):
+    from harness import free_port
+
+    url = _sim(cluster, "echo")
+    port = free_port()
+    router = _router_process(cluster, f"""
+listen: {{api: "tcp:{port}:interface=127.0.0.1", admin: null}}
+router:
+  endpoints: [{{model: echo, url: "{url}"}}]
+""")
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=10)
+
+    def answers():
+        try:
+            return c.chat.completions.create(model="echo", messages=[{"role": "user", "content": "static"}])
+        except openai.APIConnectionError:
+            return None
+
+    reply = wait_for(answers, 20, "the router process to answer")
+    assert reply.choices[0].message.content
+    assert router.running()
+
+
+def test_router_processes_follow_the_hubs_endpoint_table(cluster):
+    from harness import free_port
+
+    start(cluster, replicas={"echo": 2, "slow": 1})
+    port = free_port()
+    _router_process(cluster, f"""
+listen: {{api: "tcp:{port}:interface=127.0.0.1", admin: null}}
+hub: "{cluster.hub}"
+tls: {{ca: pki/ca.crt, cert: pki/r1.crt, key: pki/r1.key}}
+""")
+    api = f"http://127.0.0.1:{port}/v1"
+
+    def served():
+        try:
+            with urllib.request.urlopen(api + "/models", timeout=5) as r:
+                return sorted(m["id"] for m in json.load(r)["data"]) == ["echo", "slow"]
+        except OSError:
+            return False
+
+    wait_for(served, 30, "the router process to learn the table from the hub")
+    c = openai.OpenAI(base_url=api, api_key="unused", max_retries=0, timeout=10)
+    assert c.chat.completions.create(model="echo", messages=[{"role": "user", "content": "via r1"}]).choices
+    # The catalog changes: the table follows.
+    cluster.write_server_config(CATALOG.replace("  slow: {profile: sim-slow, replicas: 1}\n", ""))
+    assert cluster.ctl("reload").returncode == 0
+
+    def slow_gone():
+        with urllib.request.urlopen(api + "/models", timeout=5) as r:
+            return [m["id"] for m in json.load(r)["data"]] == ["echo"]
+
+    wait_for(slow_gone, 30, "the removed model to leave the router process's table")
+
+
+def test_an_open_api_on_a_public_interface_is_refused_at_start(cluster):
+    from harness import TWISTD, environment, free_port
+
+    config = cluster.base / "open.yaml"
+    config.write_text(f"""
+listen: {{api: "tcp:{free_port()}", admin: null}}
+router:
+  endpoints: [{{model: echo, url: "http://127.0.0.1:9"}}]
+""")
+    out = subprocess.run([*TWISTD, "--nodaemon", "--pidfile=", "--logfile=-", "llmgw-router", "--config", str(config)],
+                         capture_output=True, text=True, env=environment(), timeout=60, cwd=cluster.base)
+    assert out.returncode != 0
+    assert "router.keys is empty and listen.api" in out.stdout + out.stderr
+    assert "allow_anonymous" in out.stdout + out.stderr
