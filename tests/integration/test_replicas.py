@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import threading
 
 import openai
 import pytest
-from harness import wait_for
+from harness import environment, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +206,48 @@ def test_an_edited_profile_flags_running_replicas_stale(cluster):
     flagged = wait_for(lambda: all(r["stale"] for r in replicas(cluster)) and replicas(cluster), 20, "stale flags")
     assert len(flagged) == 2
     assert "stale" in cluster.ctl("replicas").stdout
+
+
+def test_a_nodes_logs_and_its_engines_are_one_ctl_away(cluster):
+    cluster.write_server_config(CATALOG.replace("replicas: 2", "replicas: 1"))
+    cluster.start_server()
+    agent = cluster.start_agent("node01")
+    (replica,) = wait_ready(cluster, 1)
+
+    own = cluster.ctl("logs", "node01", "--json")
+    assert own.returncode == 0, own.stderr
+    answer = json.loads(own.stdout)
+    assert answer["source"] == "agent"
+    assert "echo/0/0" in answer["sources"]
+    assert any("registered with the hub" in line for line in answer["lines"])
+
+    engine = cluster.ctl("logs", "node01", "--source", "echo/0/0", "-n", "50")
+    assert engine.returncode == 0, engine.stderr
+    assert "sim: serving echo" in engine.stdout
+
+    wrong = cluster.ctl("logs", "node01", "--source", "nope/0/0")
+    assert wrong.returncode != 0 and "echo/0/0" in wrong.stderr  # the node lists what it has
+
+    follow = subprocess.Popen(
+        [*cluster.ctl_argv(), "logs", "node01", "--source", "echo/0/0", "-f"],
+        stdout=subprocess.PIPE, text=True, env=environment(),
+    )
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(follow.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: printed, 20, "ctl logs -f to print the tail")
+        before = len(printed)
+        complete(replica["endpoint"])  # the sim logs each request
+        line = wait_for(lambda: next((ln for ln in printed[before:] if "POST" in ln), None), 30,
+                        "ctl logs -f to print the new request")
+        assert "chat/completions" in line
+    finally:
+        follow.terminate()
+        follow.wait(timeout=10)
+
+    agent.kill()
+    cluster.wait_node("node01", "unreachable", timeout=15)
+    gone = cluster.ctl("logs", "node01")
+    assert gone.returncode != 0
+    assert "agent too old or not answering" in gone.stderr

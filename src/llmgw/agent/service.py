@@ -57,6 +57,9 @@ class Agent:
         self.engine_reasons: dict[str, str] = {}
         self._engines_sent: list[EngineInfo] | None = None
         self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
+        from llmgw.agent.logbuffer import LogBuffer
+
+        self.log_buffer = LogBuffer()
 
     # -- engines --
 
@@ -167,6 +170,7 @@ class AgentSession(ApplicationSession):
         await self.register(self.stop_shard, uris.node_uri(node, uris.NODE_STOP_SHARD))
         await self.register(self.drain_shard, uris.node_uri(node, uris.NODE_DRAIN_SHARD))
         await self.register(self.cordon, uris.node_uri(node, uris.NODE_CORDON))
+        await self.register(self.logs, uris.node_uri(node, uris.NODE_LOGS))
         await self._register()
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
@@ -230,6 +234,27 @@ class AgentSession(ApplicationSession):
         except UnknownShard as e:
             raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
 
+    def logs(self, source=None, n=200):
+        """The last *n* lines of the agent's own log or of one shard's engine."""
+        from llmgw.agent.logbuffer import AGENT_SOURCE
+        from llmgw.agent.supervisor import UnknownShard
+
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "n is a number of lines, 0 or more")
+        n = min(n, 10_000)
+        sources = [AGENT_SOURCE, *self.agent.supervisor.sources()]
+        source = source or AGENT_SOURCE
+        if source == AGENT_SOURCE:
+            lines = self.agent.log_buffer.last(n)
+        elif isinstance(source, str):
+            try:
+                lines = self.agent.supervisor.tail(source, n)
+            except UnknownShard as e:
+                raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+        else:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "source is a name from the node's sources")
+        return {"node": self.agent.node_id, "source": source, "sources": sources, "lines": lines}
+
     def cordon(self, cordoned):
         if not isinstance(cordoned, bool):
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "cordon takes true or false")
@@ -276,6 +301,9 @@ def build(reactor, config) -> service.MultiService:
     node_id = node_id_for(config)
     agent = Agent(reactor, config, node_id, hub)
     tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
+    from twisted.logger import globalLogPublisher
+
+    globalLogPublisher.addObserver(agent.log_buffer)
     top = service.MultiService()
     for status in agent.supervisor.adopt_all():
         log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)

@@ -23,6 +23,7 @@ from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
 COMMAND_TIMEOUT_MS = 30_000
+LOGS_TIMEOUT_MS = 10_000
 
 log = Logger()
 
@@ -61,6 +62,7 @@ class ControlSession(ApplicationSession):
         await self.register(self.uncordon, uris.CP_UNCORDON)
         await self.register(self.reload, uris.CP_RELOAD)
         await self.register(self.endpoint_table, uris.ROUTER_ENDPOINTS)
+        await self.register(self.logs, uris.CP_LOGS)
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")
 
@@ -163,6 +165,20 @@ class ControlSession(ApplicationSession):
             listener(self.catalog.config)
         self.reconciler.tick()
         return {"changes": changes}
+
+    async def logs(self, node_id, source=None, n=200):
+        """A node's log lines, relayed; a node that does not answer in 10 s says so, not a hang."""
+        self._known(node_id)
+        try:
+            return await self.call(uris.node_uri(node_id, uris.NODE_LOGS), source, n,
+                                   options=CallOptions(timeout=LOGS_TIMEOUT_MS))
+        except ApplicationError as e:
+            if e.error in ("wamp.error.timeout", "wamp.error.no_such_procedure", "wamp.error.canceled"):
+                raise ApplicationError(
+                    uris.ERROR_NOT_ANSWERING,
+                    f"{node_id}: agent too old or not answering ({e.args[0] if e.args else e.error})",
+                ) from None
+            raise
 
     # -- the routers' endpoint table --
 

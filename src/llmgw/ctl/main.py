@@ -47,6 +47,14 @@ def add_parser(subparsers) -> None:
         command.add_argument("--json", action="store_true", help="print the result as JSON")
         command.set_defaults(func=_run(_node_verb(verb)))
 
+    logs = sub.add_parser("logs", help="a node's own log, or one of its engines' (--source)")
+    logs.add_argument("node", metavar="NODE")
+    logs.add_argument("--source", help="a shard id from the node's sources (default: the agent's own log)")
+    logs.add_argument("-n", type=int, default=200, help="how many of the last lines (default 200)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
+    logs.add_argument("--json", action="store_true", help="print the answer as JSON (not with -f)")
+    logs.set_defaults(func=_run(cmd_logs))
+
     reload = sub.add_parser("reload", help="read server.yaml again (as SIGHUP does); a broken file changes nothing")
     reload.add_argument("--json", action="store_true", help="print the result as JSON")
     reload.set_defaults(func=_run(cmd_reload))
@@ -134,6 +142,26 @@ def _node_verb(verb: str):
         return _print(args, result, render.node_verb_text)
 
     return command
+
+
+async def cmd_logs(session, args) -> int:
+    answer = await session.call(uris.CP_LOGS, args.node, args.source, args.n)
+    if args.json and not args.follow:
+        return _print(args, answer, None)
+    if not args.follow:
+        print(render.logs_text(answer))
+        return 0
+    from twisted.internet import reactor, task
+
+    print(render.logs_text(answer), flush=True)
+    seen = answer["lines"]
+    while True:
+        await task.deferLater(reactor, 2.0, lambda: None)
+        answer = await session.call(uris.CP_LOGS, args.node, args.source, max(args.n, 500))
+        fresh = render.new_lines(seen, answer["lines"])
+        if fresh:
+            print("\n".join(fresh), flush=True)
+        seen = answer["lines"]
 
 
 async def cmd_reload(session, args) -> int:

@@ -179,3 +179,20 @@ def node_verb_text(result: dict[str, Any]) -> str:
     if stopped is not None:
         text += f"; asked to stop {len(stopped)} shard(s)" + (f": {', '.join(stopped)}" if stopped else "")
     return text
+
+
+def logs_text(answer: dict[str, Any]) -> str:
+    lines = answer.get("lines") or []
+    others = [s for s in answer.get("sources") or [] if s != answer.get("source")]
+    head = f"# {answer.get('node')} {answer.get('source')}: last {len(lines)} lines"
+    if others:
+        head += f" (other sources: {', '.join(others)})"
+    return "\n".join([head, *lines])
+
+
+def new_lines(before: list[str], after: list[str]) -> list[str]:
+    """The lines of *after* that follow what *before* ended with (the window slides)."""
+    for k in range(min(len(before), len(after)), 0, -1):
+        if before[-k:] == after[:k]:
+            return after[k:]
+    return after

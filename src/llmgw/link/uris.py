@@ -32,6 +32,7 @@ CP_DRAIN = CP + "drain"
 CP_CORDON = CP + "cordon"
 CP_UNCORDON = CP + "uncordon"
 CP_RELOAD = CP + "reload"
+CP_LOGS = CP + "logs"
 
 # router workers -> control plane
 CP_ROUTER = CP + "router."
@@ -50,6 +51,7 @@ NODE_START_SHARD = "start_shard"
 NODE_STOP_SHARD = "stop_shard"
 NODE_DRAIN_SHARD = "drain_shard"
 NODE_CORDON = "cordon"
+NODE_LOGS = "logs"
 
 # events
 EVENT_PREFIX = "llmgw.event."
@@ -65,3 +67,4 @@ ERROR_NO_SUCH_NODE = "llmgw.error.no_such_node"
 ERROR_NOT_REGISTERED = "llmgw.error.not_registered"
 ERROR_REFUSED = "llmgw.error.refused"  # a node or the control plane said no, in its own words
 ERROR_CONFIG = "llmgw.error.config"
+ERROR_NOT_ANSWERING = "llmgw.error.not_answering"
