@@ -69,6 +69,61 @@ class IBAdapter:
 
 
 @attrs.frozen
+class WeightsFile:
+    """One file of weights a node can see: its path on the node and its size."""
+
+    path: str
+    size_bytes: int
+
+
+@attrs.frozen
+class WeightsReport:
+    """A node's weights, sent when their fingerprint changes.
+
+    ``listed`` is the flag saying the list is meant: with it, an empty
+    ``files`` means "this node holds nothing"; a report without it (an older
+    agent, a scan that could not run) says nothing about what the node holds.
+    ``cache_dir`` is where the node fetches into, the only directory it will
+    collect from.
+    """
+
+    files: list[WeightsFile] = attrs.Factory(list)
+    fingerprint: str | None = None
+    listed: bool = False
+    cache_dir: str | None = None
+
+
+@attrs.frozen
+class Progress:
+    """How far a download has come, about once a second while it runs.
+
+    ``bytes_total`` is None when the server sent no length: no percentage is
+    invented.  ``rate_bps`` is None until there is an interval to measure.
+    ``final`` marks the last report of a download; ``error`` says why it
+    stopped when it failed.  Keyed by ``source``, because one download serves
+    every shard waiting on that source.
+    """
+
+    source: str
+    file_name: str
+    bytes_done: int
+    bytes_total: int | None = None
+    rate_bps: float | None = None
+    final: bool = False
+    error: str | None = None
+
+
+@attrs.frozen
+class CollectResult:
+    """What a node did with a request to remove weights: it decides, path by path."""
+
+    removed: list[str] = attrs.Factory(list)
+    # path as it was sent (repr() of anything that is not a string) -> the sentence
+    # saying why, "refused /etc/passwd: outside /var/lib/llmgw-weights".
+    refused: dict[str, str] = attrs.Factory(dict)
+
+
+@attrs.frozen
 class Inventory:
     """The whole of what a node says about itself when it registers."""
 
@@ -90,6 +145,7 @@ class Inventory:
     labels: dict[str, str] = attrs.Factory(dict)
     # None: an agent too old to say; []: it looked and has none.
     engines: list[EngineInfo] | None = None
+    weights: WeightsReport | None = None
     # Kept by the agent in its state directory, so a cordon outlives a
     # restart of the control plane, which keeps no database.
     cordoned: bool | None = None
@@ -111,6 +167,8 @@ class Heartbeat:
     filesystems: list[Filesystem] | None = None
     # Sent when the agent's periodic probe finds a change; None: unchanged.
     engines: list[EngineInfo] | None = None
+    # Sent when the files' fingerprint changes; None: unchanged.
+    weights: WeightsReport | None = None
 
 
 @attrs.frozen
@@ -138,6 +196,7 @@ class ShardSpec:
     # comes back in every status so a changed catalog shows as stale.
     fingerprint: str | None = None
     source: str | None = None
+    sha256: str | None = None  # of the weights, checked when the node fetches them
     args: list[str] = attrs.Factory(list)
     gpus: list[int] = attrs.Factory(list)  # NVML indices given to this shard
     rank: int = 0
@@ -152,7 +211,7 @@ class ShardStatus:
     """A shard's state on its node, sent at every transition and in register."""
 
     spec: ShardSpec
-    state: str  # starting | ready | draining | stopped | failed
+    state: str  # fetching | starting | ready | draining | stopped | failed
     pid: int | None = None
     endpoint: str | None = None  # http://HOST:PORT once known
     reason: str | None = None

@@ -1,0 +1,160 @@
+"""Taking back weights llmgw fetched and the catalog no longer wants — and nothing else.
+
+The control plane knows the catalog; the node knows its disk.  So the
+control plane proposes paths, and the node checks every one itself before
+it unlinks anything: a control plane that is wrong, newer than this agent,
+or tampered with must not be able to talk a node into deleting a file.
+
+A path is removed only when all of these hold:
+
+* it is a string, absolute, without NUL bytes, and already in plain form
+  (no ``.``, ``..``, ``//`` or trailing ``/`` — a path that needs
+  normalising is refused rather than normalised, since ``a/link/..`` is not
+  where it looks);
+* its directory is the agent's own cache directory itself (as configured,
+  or that directory's resolved path), not a subdirectory and not anywhere
+  else;
+* its name is a cache name (``llmgw-<16 hex>-<name>``), which only llmgw
+  gives a file: an operator's file never has one;
+* at the moment of removal, that name in that directory is a regular file —
+  not a symbolic link (wherever it points: llmgw fetches only regular files,
+  so a link there was put by somebody else), not a directory.
+
+The check and the unlink use a descriptor of the cache directory and a bare
+file name (``lstat``/``unlink`` with ``dir_fd``), so no path component can be
+swapped for a link between the check and the removal; the worst a race can do
+is make the unlink remove a link instead of a file — never a link's target.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Iterable
+
+from twisted.logger import Logger
+
+from .records import CollectResult, WeightsFile
+from .sources import cache_name, is_cache_name
+
+log = Logger()
+
+
+def collect(weights_dir: str | os.PathLike, requested_paths: object) -> CollectResult:
+    """Remove those of *requested_paths* that llmgw fetched into *weights_dir*; refuse the rest, saying why."""
+    cache = os.path.normpath(os.path.abspath(os.fspath(weights_dir)))
+    removed: list[str] = []
+    refused: dict[str, str] = {}
+    if isinstance(requested_paths, (str, bytes)):
+        requested_paths = [requested_paths]
+    try:
+        requested = list(requested_paths)  # type: ignore[call-overload]
+    except TypeError:
+        key = repr(requested_paths)
+        return CollectResult(refused={key: f"refused {key}: not a list of paths"})
+    try:
+        real = os.path.realpath(cache, strict=True)
+        dir_fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        for item in requested:
+            key = item if isinstance(item, str) else repr(item)
+            refused[key] = f"refused {key}: the cache directory {cache} cannot be opened ({e.strerror})"
+        return CollectResult(refused=refused)
+    try:
+        for item in requested:
+            key = item if isinstance(item, str) else repr(item)
+            if key in refused or key in removed:
+                continue
+            why = _why_not(item, cache, real)
+            if why is None:
+                why = _remove(dir_fd, os.path.basename(item))
+            if why is None:
+                removed.append(key)
+                log.info("removed {path}: fetched by llmgw and no longer in the catalog", path=key)
+            else:
+                refused[key] = f"refused {key}: {why}"
+                log.info("{message}", message=refused[key])
+    finally:
+        os.close(dir_fd)
+    return CollectResult(removed=removed, refused=refused)
+
+
+def _why_not(path: object, cache: str, real: str) -> str | None:
+    """Why *path* may not be removed, judged from the text alone; None when it may."""
+    if not isinstance(path, str):
+        return f"not a path but {type(path).__name__}"
+    if not path:
+        return "an empty path"
+    if "\x00" in path:
+        return "contains a NUL byte"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if not os.path.isabs(path):
+        return f"not an absolute path; llmgw removes only files directly in {cache}"
+    plain = os.path.normpath(path)
+    if plain.startswith("//"):  # POSIX keeps a leading // as it is
+        plain = "/" + plain.lstrip("/")
+    parent = os.path.dirname(plain)
+    if parent not in (cache, real):
+        if _inside(plain, cache) or _inside(plain, real):
+            return f"in a subdirectory of {cache}; llmgw fetches only into the directory itself"
+        return f"outside {cache}"
+    if plain != path:
+        if ".." in path.split("/"):
+            return "has '..' in it; send the plain path"
+        return "not a plain path (has '.', '//' or a trailing '/'); send the plain path"
+    if not is_cache_name(os.path.basename(path)):
+        return "not a file llmgw fetched (no cache name); llmgw never removes an operator's files"
+    return None
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip("/") + "/")
+
+
+def _remove(dir_fd: int, name: str) -> str | None:
+    """Unlink *name* in the directory *dir_fd* if it is a regular file; why not otherwise."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot be examined ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link; llmgw fetches only regular files and never removes through a link"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory; llmgw fetches only files"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"could not be removed ({e.strerror})"
+    return None
+
+
+def unwanted(files: Iterable[WeightsFile], wanted_sources: Iterable[object],
+             cache_dir: str | os.PathLike | None = None) -> list[WeightsFile]:
+    """The files llmgw fetched that no source in *wanted_sources* names any more.
+
+    A file is a candidate only if its name is a cache name — anything else is
+    an operator's and never a candidate — and, when *cache_dir* is given,
+    only if it is directly in that directory.  Every string in
+    *wanted_sources* protects the file named after it, even one this version
+    would not fetch; ``None`` (a model without weights) protects nothing.
+    """
+    keep = {cache_name(s) for s in wanted_sources if isinstance(s, str)}
+    where = None if cache_dir is None else os.path.normpath(os.path.abspath(os.fspath(cache_dir)))
+    found = []
+    for f in files:
+        name = os.path.basename(f.path)
+        if not is_cache_name(name) or name in keep:
+            continue
+        if where is not None and os.path.dirname(os.path.normpath(f.path)) != where:
+            continue
+        found.append(f)
+    return found

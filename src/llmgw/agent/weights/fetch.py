@@ -1,0 +1,353 @@
+"""Fetching a model's weights onto this node: once per source, resumable, verified.
+
+``Fetcher.fetch(source)`` returns a Deferred that fires with the path the
+engine should open.  For a local path that is the path itself, checked but
+never copied.  For a URL it is ``<weights_dir>/<cache name>``, which exists
+only once a download is complete and verified: the bytes go to
+``<cache name>.partial`` first, and are renamed only when the size matches
+what the server said and the sha256 matches what the catalog said.
+
+One download per source, however many shards ask: the second caller waits on
+the first one's download.  A download that is cut off keeps its ``.partial``,
+and the next fetch continues it with a Range request; a ``.partial`` whose
+sha256 turns out wrong is deleted, because resuming a corrupt prefix would
+only fail again, slower.  A ``.partial`` is locked (``flock``) while it is
+written, so two agents sharing one weights directory on a filer do not write
+into the same file; the second waits for the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from twisted.internet import defer, task, threads
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, BrowserLikeRedirectAgent, HTTPConnectionPool
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import UNKNOWN_LENGTH
+
+from .body import Writer, describe, discard
+from .errors import ChecksumMismatch, FetchError, SizeMismatch
+from .partial import check_local, finished, lock_partial
+from .records import Progress
+from .sources import HF_ENDPOINT, Source, cache_name, parse, partial_name, request_headers
+
+log = Logger()
+
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)", re.IGNORECASE)
+_HASH_BLOCK = 4 << 20
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class Fetcher:
+    """Fetches sources into *weights_dir*; pass ``clock=reactor`` unless you are testing.
+
+    *progress* is called with a :class:`Progress` about once every
+    ``progress_interval_s`` of *clock* while a download runs, and once more
+    when it ends.  *environ* supplies ``HF_TOKEN`` and ``HF_ENDPOINT``
+    (a mirror of huggingface.co); it defaults to the process environment.
+    """
+
+    def __init__(self, reactor, weights_dir: str | os.PathLike, clock=None,
+                 progress: Callable[[Progress], Any] | None = None, *,
+                 environ: Mapping[str, str] | None = None, hf_endpoint: str | None = None,
+                 connect_timeout_s: float = 30.0, idle_timeout_s: float = 60.0,
+                 progress_interval_s: float = 1.0, lock_poll_s: float = 5.0,
+                 tls_policy=None, redirect_limit: int = 10):
+        self._reactor = reactor
+        self._clock = clock if clock is not None else reactor
+        self.weights_dir = Path(weights_dir)
+        self._progress = progress
+        self._environ = os.environ if environ is None else environ
+        self._hf_endpoint = hf_endpoint or self._environ.get("HF_ENDPOINT") or HF_ENDPOINT
+        self._idle_timeout_s = idle_timeout_s
+        self._interval_s = progress_interval_s
+        self._lock_poll_s = lock_poll_s
+        pool = HTTPConnectionPool(reactor, persistent=False)
+        agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
+                      connectTimeout=connect_timeout_s, pool=pool)
+        # Hugging Face answers with a redirect to its CDN on another host; the
+        # redirect agent drops Authorization when the host changes.
+        self._agent = BrowserLikeRedirectAgent(agent, redirectLimit=redirect_limit)
+        self._flights: dict[str, list[defer.Deferred]] = {}
+
+    def in_flight(self) -> frozenset[str]:
+        """The sources being fetched now."""
+        return frozenset(self._flights)
+
+    def fetch(self, source: str, sha256: str | None = None, expected_size: int | None = None) -> defer.Deferred:
+        """A Deferred firing with the local path of *source*'s weights, or failing with a FetchError.
+
+        While a fetch of *source* runs, further calls wait for it and its
+        checks (the first caller's *sha256* and *expected_size*) apply to all.
+        Cancelling one caller's Deferred stops that caller waiting, not the
+        download.
+        """
+        try:
+            parsed = parse(source, hf_endpoint=self._hf_endpoint)
+        except ValueError as e:
+            return defer.fail(FetchError(str(e)))
+        if sha256 is not None and not _SHA256.fullmatch(sha256):
+            return defer.fail(FetchError(f"sha256 {sha256!r} for {source} is not 64 hex digits"))
+        waiters = self._flights.get(source)
+        fresh = waiters is None
+        if fresh:
+            waiters = self._flights[source] = []
+        waiter: defer.Deferred = defer.Deferred(lambda d: waiters.remove(d) if d in waiters else None)
+        waiters.append(waiter)
+        if fresh:
+            flight = defer.Deferred.fromCoroutine(self._fetch(parsed, sha256 and sha256.lower(), expected_size))
+            flight.addBoth(self._landed, source)
+        return waiter
+
+    def _landed(self, result, source: str) -> None:
+        for waiter in self._flights.pop(source, []):
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+
+    async def _fetch(self, src: Source, sha256: str | None, expected_size: int | None) -> Path:
+        if src.path is not None:
+            return check_local(Path(src.path))
+        try:
+            self.weights_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise FetchError(f"cannot create the weights directory {self.weights_dir}: {e.strerror}; "
+                             "create it and give it to the agent's user") from None
+        final = self.weights_dir / cache_name(src.text)
+        partial = self.weights_dir / partial_name(src.text)
+        while True:
+            if finished(final, expected_size):
+                return final
+            locked = lock_partial(partial)
+            if locked is None:
+                log.info("{partial} is being written by another process; waiting", partial=partial)
+                await task.deferLater(self._clock, self._lock_poll_s, lambda: None)
+                continue
+            try:
+                if finished(final, expected_size):
+                    return final
+                return await _Download(self, src, locked, partial, final, sha256, expected_size).run()
+            finally:
+                _release(locked, partial)
+
+
+def _release(locked, partial: Path) -> None:
+    """Close (and so unlock) the partial file, removing it when nothing was written to resume."""
+    try:
+        try:
+            locked.flush()
+            if os.fstat(locked.fileno()).st_size == 0:
+                partial.unlink(missing_ok=True)
+        finally:
+            locked.close()
+    except OSError as e:
+        log.info("closing {partial}: {error}", partial=partial, error=e.strerror)
+
+
+def _cancelled(e: BaseException) -> bool:
+    if isinstance(e, defer.CancelledError):
+        return True
+    return any(_cancelled(r.value) for r in getattr(e, "reasons", None) or ())
+
+
+def _header(response, name: bytes) -> str | None:
+    values = response.headers.getRawHeaders(name)
+    return values[0].decode("latin-1") if values else None
+
+
+class _Download:
+    """One download of one source into its locked partial file, up to the rename."""
+
+    def __init__(self, fetcher: Fetcher, src: Source, file, partial: Path, final: Path,
+                 sha256: str | None, expected_size: int | None):
+        self.f, self.src, self.file, self.partial, self.final = fetcher, src, file, partial, final
+        self.sha256, self.expected_size = sha256, expected_size
+        self.clock, self.idle_timeout_s = fetcher._clock, fetcher._idle_timeout_s
+        self.total: int | None = None
+        self.done = 0  # bytes in the partial file
+        self.received = 0  # bytes received in this download
+        self.started = self.clock.seconds()
+        self.last = (self.started, 0)
+
+    async def run(self) -> Path:
+        ticker = task.LoopingCall(self._tick)
+        ticker.clock = self.clock
+        self.writer: Writer | None = None
+        try:
+            ticker.start(self.f._interval_s, now=False)
+            path = await self._run()
+        except BaseException as e:
+            self._report(final=True, error=str(e) or type(e).__name__)
+            raise
+        finally:
+            if ticker.running:
+                ticker.stop()
+        self._report(final=True)
+        return path
+
+    async def _run(self) -> Path:
+        offset = os.fstat(self.file.fileno()).st_size
+        if offset and self.expected_size is not None and offset > self.expected_size:
+            offset = self._restart()
+        for _ in range(2):
+            self.done = offset
+            hasher = await self._hash_prefix(offset)
+            response = await self._request(offset)
+            if response.code == 416 and offset:
+                total = self._content_range(response)[2]
+                await discard(response, self.clock, self.idle_timeout_s)
+                if total == offset:  # the partial is already the whole file
+                    self.total = self.done = offset
+                    return await self._finish(hasher)
+                offset = self._restart()
+                continue
+            if response.code == 206:
+                start, _, total = self._content_range(response)
+                if start != offset:
+                    await discard(response, self.clock, self.idle_timeout_s)
+                    offset = self._restart()
+                    continue
+                self.total = total
+            elif response.code == 200:
+                if offset:
+                    log.info("{url} ignored the Range request; downloading {name} from the start",
+                             url=self.src.url, name=self.src.file_name)
+                    offset = self._restart()
+                    hasher = hashlib.sha256() if self.sha256 else None
+                self.total = None if response.length is UNKNOWN_LENGTH else response.length
+            else:
+                raise await self._refused(response)
+            if self.total is not None and self.expected_size is not None and self.total != self.expected_size:
+                await discard(response, self.clock, self.idle_timeout_s)
+                raise SizeMismatch(f"{self.src.url} is {self.total} bytes, expected {self.expected_size}; "
+                                   "check the source")
+            self.done = offset
+            if offset:
+                log.info("resuming {name} at byte {offset}", name=self.src.file_name, offset=offset)
+            self.file.seek(offset)
+            self.writer = Writer(self, hasher)
+            response.deliverBody(self.writer)
+            await self.writer.finished
+            return await self._finish(hasher)
+        raise FetchError(f"{self.src.url} answers Range requests inconsistently; "
+                         f"remove {self.partial} and try again")
+
+    def _restart(self) -> int:
+        self.file.seek(0)
+        self.file.truncate(0)
+        return 0
+
+    async def _hash_prefix(self, offset: int):
+        if not self.sha256:
+            return None
+        hasher = hashlib.sha256()
+        if offset:
+            fd = self.file.fileno()
+
+            def read():
+                pos = 0
+                while pos < offset:
+                    block = os.pread(fd, min(_HASH_BLOCK, offset - pos), pos)
+                    if not block:
+                        break
+                    hasher.update(block)
+                    pos += len(block)
+
+            await self._in_thread(read)
+        return hasher
+
+    def _in_thread(self, fn) -> defer.Deferred:
+        reactor = self.f._reactor
+        return threads.deferToThreadPool(reactor, reactor.getThreadPool(), fn)
+
+    async def _request(self, offset: int):
+        headers = Headers({b"User-Agent": [b"llmgw-agent"], b"Accept-Encoding": [b"identity"]})
+        if offset:
+            headers.setRawHeaders(b"Range", [f"bytes={offset}-".encode("ascii")])
+        for name, value in request_headers(self.src, self.f._environ).items():
+            headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
+        request = self.f._agent.request(b"GET", self.src.url.encode("ascii"), headers)
+        request.addTimeout(self.idle_timeout_s, self.clock)
+        try:
+            return await request
+        except Exception as e:
+            # Only the timeout cancels a request; the agent reports that wrapped
+            # (ResponseNeverReceived of a CancelledError) or plain.
+            if isinstance(e, defer.TimeoutError) or _cancelled(e):
+                raise FetchError(f"{self.src.url}: no answer within {self.idle_timeout_s:g} s") from None
+            raise FetchError(f"{self.src.url}: {describe(e)}") from None
+
+    def _content_range(self, response) -> tuple[int | None, int | None, int | None]:
+        text = _header(response, b"Content-Range") or ""
+        match = _CONTENT_RANGE.fullmatch(text.strip())
+        if not match:
+            return (None, None, None)
+        start, end, total = match.groups()
+        return (int(start) if start else None, int(end) if end else None,
+                int(total) if total and total != "*" else None)
+
+    async def _refused(self, response) -> FetchError:
+        body = await discard(response, self.clock, self.idle_timeout_s, keep=2048)
+        said = body.decode("utf-8", "replace").strip().splitlines()[:1]
+        detail = f" ({said[0][:200]})" if said else ""
+        what = f"{self.src.url}: HTTP {response.code} {response.phrase.decode('latin-1')}{detail}"
+        if self.src.kind == "hf" and response.code in (401, 403):
+            if "Authorization" in request_headers(self.src, self.f._environ):
+                return FetchError(f"{what}; the HF_TOKEN sent was refused: check that it may read this repository")
+            return FetchError(f"{what}; this repository needs a token: set HF_TOKEN in the agent's environment")
+        if response.code == 404:
+            return FetchError(f"{what}; check the model's source")
+        return FetchError(what)
+
+    async def _finish(self, hasher) -> Path:
+        self.file.flush()
+        size = os.fstat(self.file.fileno()).st_size
+        if self.total is not None and size != self.total:
+            raise SizeMismatch(f"{self.src.url}: got {size} of {self.total} bytes; the next fetch resumes from there")
+        if self.expected_size is not None and size != self.expected_size:
+            raise SizeMismatch(f"{self.src.url}: got {size} bytes, expected {self.expected_size}")
+        if size == 0:
+            raise FetchError(f"{self.src.url} sent an empty file; that is not weights")
+        if hasher is not None and hasher.hexdigest() != self.sha256:
+            self.partial.unlink(missing_ok=True)
+            raise ChecksumMismatch(
+                f"{self.src.file_name} from {self.src.url} has sha256 {hasher.hexdigest()}, the catalog says "
+                f"{self.sha256}; the download was deleted. Check the model's source and sha256 in server.yaml")
+        await self._in_thread(lambda: os.fsync(self.file.fileno()))
+        os.replace(self.partial, self.final)
+        log.info("fetched {name} into {final} ({size} bytes)", name=self.src.file_name, final=self.final, size=size)
+        return self.final
+
+    def _tick(self) -> None:
+        writer = self.writer
+        if writer is not None and not writer.finished.called:
+            if self.clock.seconds() - writer.last_data >= self.idle_timeout_s:
+                writer.stalled()
+                return
+        self._report()
+
+    def _report(self, *, final: bool = False, error: str | None = None) -> None:
+        now = self.clock.seconds()
+        if final:
+            elapsed, moved = now - self.started, self.received
+        else:
+            elapsed, moved = now - self.last[0], self.received - self.last[1]
+            self.last = (now, self.received)
+        rate = moved / elapsed if elapsed > 0 else None
+        if self.f._progress is None:
+            return
+        report = Progress(source=self.src.text, file_name=self.src.file_name, bytes_done=self.done,
+                          bytes_total=self.total, rate_bps=rate, final=final, error=error)
+        try:
+            self.f._progress(report)
+        except Exception:
+            log.failure("progress callback failed for {source}", source=self.src.text)
+
+

@@ -1,0 +1,118 @@
+"""Which weights a node can see: files in its weights directories, with their sizes.
+
+llmgw observes storage rather than managing it: whatever is in a weights
+directory — fetched, copied by hand, on a filer — is reported, so placement
+can prefer the node that already holds a model.  Some files look like
+weights and are not: an empty file, a download still running (``.partial``
+and the temporary names other tools use), a hidden file.  They are left out,
+because a half-written file reported as weights sends a replica to a node
+whose engine then fails to load it.
+
+Symbolic links: a link to a regular file is reported at the link's path with
+its target's size, because that is the file an engine opening the path
+reads (a Hugging Face cache is made of such links).  A link to a directory
+is not followed, so a scan cannot loop or wander off into a whole filer.
+Hidden directories (``.cache``, ``.git``) are not entered either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import Iterable
+
+from twisted.logger import Logger
+
+from .records import WeightsFile, WeightsReport
+
+log = Logger()
+
+# Names other tools give a file while they write it.
+TEMPORARY_SUFFIXES = (".partial", ".part", ".tmp", ".temp", ".incomplete", ".crdownload", ".download", ".lock")
+MAX_DEPTH = 8
+
+
+def is_weights_name(name: str) -> bool:
+    """False for names that are never weights: hidden, temporary, editor backups."""
+    return not (name.startswith(".") or name.endswith("~") or name.lower().endswith(TEMPORARY_SUFFIXES))
+
+
+def scan(weights_dirs: Iterable[str | os.PathLike], *, max_depth: int = MAX_DEPTH) -> list[WeightsFile]:
+    """The weights files under *weights_dirs*, in the order of the directories, each path once.
+
+    A directory that does not exist is skipped (an unmounted filer looks like
+    that), as is anything that cannot be read; this never raises for the
+    state of the disk.
+    """
+    found: dict[str, WeightsFile] = {}
+    for top in dict.fromkeys(os.fspath(d) for d in weights_dirs):
+        for item in _walk(top, 0, max_depth):
+            found.setdefault(item.path, item)
+    return list(found.values())
+
+
+def _walk(directory: str, depth: int, max_depth: int):
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        if depth == 0 and not isinstance(e, FileNotFoundError):
+            log.info("weights dir {path} unreadable ({error}); skipped", path=directory, error=e.strerror)
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if depth < max_depth:
+                    yield from _walk(entry.path, depth + 1, max_depth)
+                continue
+            st = entry.stat(follow_symlinks=True)  # a link counts as what it points at
+        except OSError:
+            continue  # vanished, or a dangling link
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or not is_weights_name(entry.name):
+            continue
+        try:
+            entry.path.encode("utf-8")
+        except UnicodeEncodeError:
+            # Not valid UTF-8: no catalog can name it, and the link cannot carry it.
+            continue
+        yield WeightsFile(path=entry.path, size_bytes=st.st_size)
+
+
+def fingerprint(files: Iterable[WeightsFile]) -> str:
+    """A digest of the paths and sizes of *files*, whatever their order.
+
+    It changes when a file appears, disappears, grows or shrinks, which is
+    when the agent sends its list again; an empty list has a fingerprint too,
+    because "holds nothing" is something to say.
+    """
+    digest = hashlib.sha256()
+    for path, size in sorted({(f.path, f.size_bytes) for f in files}):
+        digest.update(f"{size}\t{path}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
+
+
+class InventoryWatch:
+    """Turns successive scans into reports, one per change.
+
+    ``report(files)`` returns a :class:`WeightsReport` (``listed=True``) the
+    first time and whenever the fingerprint changed, and None otherwise.
+    ``reset()`` makes the next scan report again: call it when the link
+    reconnects, since the new session knows nothing.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None = None):
+        self._cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self._last: str | None = None
+
+    def report(self, files: list[WeightsFile]) -> WeightsReport | None:
+        current = fingerprint(files)
+        if current == self._last:
+            return None
+        self._last = current
+        return WeightsReport(files=list(files), fingerprint=current, listed=True, cache_dir=self._cache_dir)
+
+    def reset(self) -> None:
+        self._last = None

@@ -1,0 +1,134 @@
+"""What a model's source names, and the cache name its fetched copy gets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmgw.agent.weights import cache_name, is_cache_name, local_path_for, parse, partial_name
+from llmgw.agent.weights.sources import request_headers
+
+GEMMA = "hf://unsloth/gemma-3-270m-it-GGUF/gemma-3-270m-it-Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize("source, kind, url, file_name", [
+    ("/srv/models/gemma.gguf", "path", None, "gemma.gguf"),
+    ("/srv/models/Qwen2.5-7B", "path", None, "Qwen2.5-7B"),
+    ("https://mirror.lab/models/gemma.gguf", "http", "https://mirror.lab/models/gemma.gguf", "gemma.gguf"),
+    ("http://10.0.0.5:8000/w/a%20b.gguf?dl=1", "http", "http://10.0.0.5:8000/w/a%20b.gguf?dl=1", "a b.gguf"),
+    (GEMMA, "hf", "https://huggingface.co/unsloth/gemma-3-270m-it-GGUF/resolve/main/gemma-3-270m-it-Q4_K_M.gguf",
+     "gemma-3-270m-it-Q4_K_M.gguf"),
+    ("hf://org/repo@v1.0/q4/model.gguf", "hf", "https://huggingface.co/org/repo/resolve/v1.0/q4/model.gguf",
+     "model.gguf"),
+    ("hf://org/repo@0123abcd/m.gguf", "hf", "https://huggingface.co/org/repo/resolve/0123abcd/m.gguf", "m.gguf"),
+    ("hf://org/repo@refs%2Fpr%2F1/m.gguf", "hf", "https://huggingface.co/org/repo/resolve/refs%2Fpr%2F1/m.gguf",
+     "m.gguf"),
+    ("hf://org/repo/with space.gguf", "hf", "https://huggingface.co/org/repo/resolve/main/with%20space.gguf",
+     "with space.gguf"),
+])
+def test_sources_parse(source, kind, url, file_name):
+    parsed = parse(source)
+    assert (parsed.kind, parsed.url, parsed.file_name, parsed.text) == (kind, url, file_name, source)
+    assert parsed.fetched == (kind != "path")
+
+
+def test_hf_endpoint_can_be_a_mirror():
+    parsed = parse("hf://org/repo/m.gguf", hf_endpoint="http://127.0.0.1:9999/")
+    assert parsed.url == "http://127.0.0.1:9999/org/repo/resolve/main/m.gguf"
+
+
+@pytest.mark.parametrize("source, says", [
+    ("", "empty"),
+    ("models/gemma.gguf", "neither an absolute path nor a URL"),
+    ("~/gemma.gguf", "neither an absolute path nor a URL"),
+    (" /srv/m.gguf", "spaces at its ends"),
+    ("/srv/m.gguf\n", "spaces at its ends"),
+    ("/srv/m\x00.gguf", "control character"),
+    ("file:///srv/m.gguf", "without file://"),
+    ("s3://bucket/m.gguf", "not s3://"),
+    ("https:///m.gguf", "names no host"),
+    ("https://host:notaport/m", "is not a URL"),
+    ("https://host/a b.gguf", "percent-encode"),
+    ("https://höst/m.gguf", "percent-encode"),
+    ("https://host/m.gguf#frag", "#fragment"),
+    ("hf://org/repo", "write hf://ORG/REPO/FILE"),
+    ("hf://org//m.gguf", "write hf://ORG/REPO/FILE"),
+    ("hf://org/repo/", "write hf://ORG/REPO/FILE"),
+    ("hf://org/repo@/m.gguf", "nothing after @"),
+    ("hf://-org/repo/m.gguf", "organisation '-org'"),
+    ("hf://org/re po/m.gguf", "repository 're po'"),
+    ("hf://org/repo@a?b/m.gguf", "revision"),
+    ("hf://org/repo/../m.gguf", "'..' is not allowed"),
+    ("hf://org/repo/a\\b.gguf", "is not allowed"),
+    (42, "not int"),
+    (None, "not NoneType"),
+])
+def test_malformed_sources_say_what_to_write(source, says):
+    with pytest.raises(ValueError) as raised:
+        parse(source)
+    assert says in str(raised.value)
+
+
+def test_credentials_in_a_url_are_refused_without_repeating_them():
+    with pytest.raises(ValueError) as raised:
+        parse("https://alice:s3cret@mirror.lab/m.gguf")
+    assert "credentials" in str(raised.value) and "s3cret" not in str(raised.value)
+
+
+def test_a_cache_name_is_a_hash_of_the_source_and_a_readable_name():
+    name = cache_name(GEMMA)
+    assert re.fullmatch(r"llmgw-[0-9a-f]{16}-gemma-3-270m-it-Q4_K_M\.gguf", name)
+    assert cache_name(GEMMA) == name  # a calculation: the same catalog gives the same names
+    # Same file name, another source: another cache name.
+    assert cache_name("hf://other/gemma-3-270m-it-GGUF/gemma-3-270m-it-Q4_K_M.gguf") != name
+    assert cache_name(GEMMA.replace("GGUF/", "GGUF@v2/")) != name
+    assert is_cache_name(name) and not is_cache_name(partial_name(GEMMA))
+    assert partial_name(GEMMA) == name + ".partial"
+
+
+@pytest.mark.parametrize("source, tail", [
+    ("https://h/models/ünïcode name.gguf", "-_n_code_name.gguf"),
+    ("https://h/.hidden.gguf", "-hidden.gguf"),
+    ("https://h/", "-h"),
+    ("https://h/model.partial", "-model_partial"),  # never mistaken for an unfinished download
+    ("https://h/" + "x" * 300 + ".gguf", "-" + "x" * 75 + ".gguf"),  # the end, with its extension
+    ("not even a source", "-not_even_a_source"),
+])
+def test_cache_names_of_awkward_sources_are_safe(source, tail):
+    name = cache_name(source)
+    assert name.endswith(tail) and is_cache_name(name), name
+
+
+@pytest.mark.parametrize("name", [
+    "gemma.gguf", "llmgw-abc-x.gguf", "llmgw-0123456789ABCDEF-x.gguf", "llmgw-0123456789abcdef-",
+    "llmgw-0123456789abcdef-a/b", "llmgw-0123456789abcdef-x.gguf.partial", "xllmgw-0123456789abcdef-x",
+    "llmgw-0123456789abcdef-" + "x" * 81, None, 7, b"llmgw-0123456789abcdef-x",
+])
+def test_other_names_are_not_cache_names(name):
+    assert not is_cache_name(name)
+
+
+@given(st.text())
+def test_every_source_has_a_cache_name_that_is_one_plain_file_name(source):
+    name = cache_name(source)
+    assert is_cache_name(name)
+    assert "/" not in name and name not in (".", "..") and len(name) <= 6 + 16 + 1 + 80
+
+
+def test_local_path_for(tmp_path):
+    assert local_path_for("/srv/models/m.gguf", tmp_path) == Path("/srv/models/m.gguf")
+    assert local_path_for(GEMMA, tmp_path) == tmp_path / cache_name(GEMMA)
+    with pytest.raises(ValueError):
+        local_path_for("relative.gguf", tmp_path)
+
+
+def test_hf_token_is_sent_to_hf_sources_only():
+    env = {"HF_TOKEN": "hf_abc"}
+    assert request_headers(parse(GEMMA), env) == {"Authorization": "Bearer hf_abc"}
+    assert request_headers(parse("https://mirror.lab/m.gguf"), env) == {}
+    assert request_headers(parse(GEMMA), {}) == {}
+    assert request_headers(parse(GEMMA), {"HF_TOKEN": "  "}) == {}
