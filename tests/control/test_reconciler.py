@@ -514,9 +514,9 @@ def test_status_says_desired_against_ready_for_each_model(world):
     world.report("echo/0/0", "ready")
     assert world.reconciler.status() == [
         {"model": "echo", "profile": "sim-fast", "engine": "sim", "desired": 2, "ready": 1,
-         "states": {"ready": 1, "starting": 1}, "stale": 0},
+         "states": {"ready": 1, "starting": 1}, "stale": 0, "weights_by_fabric": {}},
         {"model": "tiny", "profile": "big", "engine": "sim", "desired": 1, "ready": 0,
-         "states": {"pending": 1}, "stale": 0},
+         "states": {"pending": 1}, "stale": 0, "weights_by_fabric": {}},
     ]
 
 

@@ -58,8 +58,15 @@ class Agent:
         self._engines_sent: list[EngineInfo] | None = None
         self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
         from llmgw.agent.logbuffer import LogBuffer
+        from llmgw.agent.weights import Fetcher, InventoryWatch
 
         self.log_buffer = LogBuffer()
+        # Fetched weights land in the first weights directory, under cache names.
+        self.cache_dir = Path(config.weights_dirs[0])
+        self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress)
+        self.weights_watch = InventoryWatch(self.cache_dir)
+        # Shards waiting for their weights: shard id -> (status, the fetch's Deferred).
+        self.fetching: dict[str, tuple[ShardStatus, object]] = {}
 
     # -- engines --
 
@@ -94,9 +101,19 @@ class Agent:
         if info is None:
             why = self.engine_reasons.get(spec.engine, "not found")
             raise ValueError(f"{self.node_id} has no {spec.engine} engine: {why}")
-        if spec.source is not None and spec.engine != "sim" and not os.path.exists(spec.source):
-            raise ValueError(f"the model file {spec.source} does not exist on {self.node_id}")
-        return adapter.plan(spec, binary=info.path, host=self.host, port=port, model_path=spec.source)
+        model_path = spec.source
+        # sim needs no weights, but fetches them like any engine when given a
+        # source: it is how the weights path is shown without a real engine.
+        if spec.source is not None:
+            from llmgw.agent.weights import local_path_for
+
+            try:
+                model_path = str(local_path_for(spec.source, self.cache_dir))
+            except ValueError as e:
+                raise ValueError(f"source {spec.source!r}: {e}") from None
+            if not os.path.exists(model_path):
+                raise ValueError(f"the model file {model_path} does not exist on {self.node_id}")
+        return adapter.plan(spec, binary=info.path, host=self.host, port=port, model_path=model_path)
 
     def report(self, status: ShardStatus) -> None:
         """A shard changed state: tell the control plane now if we can, else at the next register."""
@@ -152,6 +169,74 @@ class Agent:
 
         return threads.deferToThread(sample, weights_dirs=list(self.config.weights_dirs))
 
+    async def weights_report(self, force: bool = False):
+        """The weights this node holds, when they changed since last said (or *force*)."""
+        from llmgw.agent.weights import scan
+
+        files = await threads.deferToThread(scan, list(self.config.weights_dirs))
+        if force:
+            self.weights_watch.reset()
+        return self.weights_watch.report(files)
+
+    def statuses(self) -> list[ShardStatus]:
+        """Every shard this node runs, adopted, or is fetching weights for."""
+        return [*self.supervisor.statuses(), *(status for status, _ in self.fetching.values())]
+
+    # -- weights --
+
+    def needs_fetch(self, spec: ShardSpec) -> bool:
+        from llmgw.agent.weights import local_path_for, parse
+
+        if spec.source is None:
+            return False
+        try:
+            return parse(spec.source).fetched and not local_path_for(spec.source, self.cache_dir).exists()
+        except ValueError:
+            return False  # the plan refuses it in words
+
+    def start(self, spec: ShardSpec) -> ShardStatus:
+        """Start *spec*, fetching its weights first when this node lacks them."""
+        if spec.shard_id in self.fetching:
+            return self.fetching[spec.shard_id][0]
+        if not self.needs_fetch(spec):
+            return self.supervisor.start(spec)
+        status = ShardStatus(spec=spec, state="fetching", since=self.reactor.seconds())
+        d = self.fetcher.fetch(spec.source, sha256=spec.sha256)
+        self.fetching[spec.shard_id] = (status, d)
+        log.info("shard {shard}: fetching {source}", shard=spec.shard_id, source=spec.source)
+
+        def fetched(path):
+            if self.fetching.pop(spec.shard_id, None) is not None:
+                self.supervisor.start(spec)  # which reports its own transitions
+
+        def failed(f):
+            if f.check(defer.CancelledError):
+                return None
+            if self.fetching.pop(spec.shard_id, None) is not None:
+                reason = f"fetching {spec.source} failed: {f.getErrorMessage()}"
+                log.error("shard {shard}: {reason}", shard=spec.shard_id, reason=reason)
+                self.report(ShardStatus(spec=spec, state="failed", reason=reason, output_tail=[],
+                                        since=self.reactor.seconds()))
+            return None
+
+        d.addCallbacks(fetched, failed)
+        return status
+
+    def stop_fetching(self, shard_id: str) -> ShardStatus | None:
+        waiting = self.fetching.pop(shard_id, None)
+        if waiting is None:
+            return None
+        status, d = waiting
+        d.cancel()  # this shard stops waiting; a download other shards wait on goes on
+        return ShardStatus(spec=status.spec, state="stopped", since=self.reactor.seconds())
+
+    def report_progress(self, progress) -> None:
+        """A download's progress: its own call, never a transition (it must not reset a start deadline)."""
+        session = self.session
+        if session is None or not session.is_attached():
+            return
+        session.call(uris.AGENT_PROGRESS, to_wire(progress)).addErrback(lambda f: None)
+
 
 class AgentSession(ApplicationSession):
     def __init__(self, config, agent: Agent):
@@ -171,6 +256,7 @@ class AgentSession(ApplicationSession):
         await self.register(self.drain_shard, uris.node_uri(node, uris.NODE_DRAIN_SHARD))
         await self.register(self.cordon, uris.node_uri(node, uris.NODE_CORDON))
         await self.register(self.logs, uris.node_uri(node, uris.NODE_LOGS))
+        await self.register(self.collect_weights, uris.node_uri(node, uris.NODE_COLLECT_WEIGHTS))
         await self._register()
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
@@ -187,8 +273,9 @@ class AgentSession(ApplicationSession):
         inventory = attrs.evolve(
             inventory,
             engines=self.agent.engines,
-            shards=self.agent.supervisor.statuses(),
+            shards=self.agent.statuses(),
             cordoned=self.agent.cordoned,
+            weights=await self.agent.weights_report(force=True),
         )
         self.agent._engines_sent = self.agent.engines
         await self.call(uris.AGENT_REGISTER, to_wire(inventory))
@@ -199,7 +286,8 @@ class AgentSession(ApplicationSession):
     async def _heartbeat(self):
         try:
             beat = await self.agent.sample()
-            beat = attrs.evolve(beat, engines=self.agent.engines_to_send())
+            beat = attrs.evolve(beat, engines=self.agent.engines_to_send(),
+                                weights=await self.agent.weights_report())
             await self.call(uris.AGENT_HEARTBEAT, to_wire(beat))
         except ApplicationError as e:
             if e.error == uris.ERROR_NOT_REGISTERED:
@@ -218,11 +306,14 @@ class AgentSession(ApplicationSession):
             decoded = from_wire(ShardSpec, spec)
         except WireError as e:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, str(e)) from None
-        return to_wire(self.agent.supervisor.start(decoded))
+        return to_wire(self.agent.start(decoded))
 
     async def stop_shard(self, shard_id):
         if not isinstance(shard_id, str):
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "stop_shard takes a shard id")
+        stopped = self.agent.stop_fetching(shard_id)
+        if stopped is not None:
+            return to_wire(stopped)
         status = await self.agent.supervisor.stop(shard_id)
         return to_wire(status) if status is not None else None
 
@@ -254,6 +345,22 @@ class AgentSession(ApplicationSession):
         else:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "source is a name from the node's sources")
         return {"node": self.agent.node_id, "source": source, "sources": sources, "lines": lines}
+
+    def collect_weights(self, paths):
+        """Delete fetched weights the control plane says nobody wants — after checking every path here.
+
+        The control plane knows the catalog; the node knows its disk.  Only
+        cache-named files inside this node's own cache directory go; anything
+        else is refused and said why, however the request was phrased.
+        """
+        from llmgw.agent.weights import collect
+
+        result = collect(self.agent.cache_dir, paths)
+        for path, why in result.refused.items():
+            log.warn("refused to delete {path}: {why}", path=path, why=why)
+        for path in result.removed:
+            log.info("deleted unwanted weights {path}", path=path)
+        return to_wire(result)
 
     def cordon(self, cordoned):
         if not isinstance(cordoned, bool):

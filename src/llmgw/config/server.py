@@ -104,6 +104,8 @@ class Model:
     source: str | None = None
     replicas: int = 1
     sha256: str | None = None
+    # Room the weights need on a node that fetches them, in GB; None: not stated.
+    disk_gb: float | None = None
 
 
 @attrs.frozen
@@ -255,6 +257,7 @@ SCHEMA = Section(
                     "profile": Str(what="the name of one of profiles:"),
                     "replicas": Int(min=0),
                     "sha256": Nullable(SHA256),
+                    "disk_gb": Nullable(Number(min=0)),
                 },
             )
         ),

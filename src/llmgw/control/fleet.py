@@ -14,7 +14,7 @@ from typing import Any, Callable
 import attrs
 from twisted.logger import Logger
 
-from llmgw.records import Heartbeat, Inventory, ShardStatus
+from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
 from llmgw.wire import to_wire
 
 log = Logger()
@@ -91,6 +91,9 @@ class Fleet:
         # Keyed by (node, shard id): after a lost node comes back, the same
         # slot can run on two nodes, and both copies must be seen to stop one.
         self.shards: dict[tuple[str, str], Shard] = {}
+        # Downloads under way, by (node, source): one download serves every
+        # shard on that node waiting for the source.
+        self.progress: dict[tuple[str, str], Progress] = {}
 
     def _update(self, new: Node, change: str) -> None:
         self.nodes[new.id] = new
@@ -147,6 +150,17 @@ class Fleet:
         shard_id = status.spec.shard_id
         self._update_shard(node_id, shard_id, None if status.state == "stopped" else status)
 
+    def download(self, node_id: str, progress: Progress) -> None:
+        """A download's progress: kept beside the shards, never a transition of theirs."""
+        if node_id not in self.nodes:
+            raise NotRegistered(node_id)
+        key = (node_id, progress.source)
+        if progress.final:
+            self.progress.pop(key, None)
+        else:
+            self.progress[key] = progress
+        self._emit("progress", node_id, {"node_id": node_id, "progress": to_wire(progress)})
+
     def forget_shard(self, node_id: str, shard_id: str) -> None:
         self._update_shard(node_id, shard_id, None)
 
@@ -172,7 +186,7 @@ class Fleet:
         self._log_changes(node_id, old.inventory, beat.memory_total_bytes)
         live = {
             name: getattr(beat, name)
-            for name in ("memory_total_bytes", "memory_available_bytes", "gpus", "filesystems")
+            for name in ("memory_total_bytes", "memory_available_bytes", "gpus", "filesystems", "engines", "weights")
             if getattr(beat, name) is not None
         }
         back = old.state != READY

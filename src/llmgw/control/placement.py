@@ -69,6 +69,10 @@ class NodeSnapshot:
     # The node's own words when an engine is not (yet) available:
     # "installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)".
     engines_reason: str | None = None
+    # Free bytes where the node fetches weights; None: not reported.
+    weights_free_bytes: int | None = None
+    # Whether it already holds this request's weights (the disk check skips it).
+    holds_weights: bool = False
 
     @classmethod
     def from_inventory(
@@ -80,6 +84,7 @@ class NodeSnapshot:
         gpus_in_use: Iterable[int] = frozenset(),
         replicas: Mapping[str, int] | None = None,
         engines_reason: str | None = None,
+        weights_free_bytes: int | None = None,
     ) -> NodeSnapshot:
         engines = None if inventory.engines is None else [e.name for e in inventory.engines]
         fabrics = frozenset(a.fabric for a in inventory.infiniband or () if a.fabric)
@@ -95,6 +100,7 @@ class NodeSnapshot:
             fabrics=fabrics,
             replicas=dict(replicas or {}),
             engines_reason=engines_reason,
+            weights_free_bytes=weights_free_bytes,
         )
 
     def free_gpus(self) -> list[int]:
@@ -115,6 +121,8 @@ class Request:
     ranks: int = attrs.field(default=1, validator=_at_least_one)
     # Free memory each handed-out GPU must have; None: no requirement.
     min_gpu_free_bytes: int | None = attrs.field(default=None, validator=_non_negative)
+    # Room the weights need where a node fetches them; None: not stated.
+    disk_gb: float | None = attrs.field(default=None, validator=_non_negative)
 
     @classmethod
     def from_profile(cls, model_name: str, profile: Profile) -> Request:

@@ -82,6 +82,20 @@ def memory(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
+def disk(request: Request, node: NodeSnapshot) -> str | None:
+    """Room for the weights, shaped like the memory check — and skipped on a node holding them.
+
+    Holding the file is what used the space: without the exception the node
+    best placed to run a model would be the one most likely refused.
+    """
+    need = request.disk_gb
+    has = node.weights_free_bytes
+    if need is None or has is None or node.holds_weights or has >= need * GB:
+        return None
+    return f"has {gb_short_of(has, need)} GB free for weights, needs {number(need)}"
+
+
+@each_node
 def gpus(request: Request, node: NodeSnapshot) -> str | None:
     """Enough GPUs that no shard holds, each with enough free memory when that is asked for.
 
@@ -138,7 +152,7 @@ def fabric(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSn
     return kept, reasons
 
 
-FILTERS: tuple[Filter, ...] = (ready, labels, engine, memory, gpus, fabric)
+FILTERS: tuple[Filter, ...] = (ready, labels, engine, memory, disk, gpus, fabric)
 
 
 def run(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:

@@ -18,7 +18,7 @@ from llmgw.control.reconciler import Reconciler
 from llmgw.errors import ConfigError
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
-from llmgw.records import Heartbeat, Inventory, ShardSpec, ShardStatus
+from llmgw.records import CollectResult, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -54,6 +54,8 @@ class ControlSession(ApplicationSession):
         await self.register(self.agent_register, uris.AGENT_REGISTER, with_details)
         await self.register(self.agent_heartbeat, uris.AGENT_HEARTBEAT, with_details)
         await self.register(self.agent_shard_status, uris.AGENT_SHARD_STATUS, with_details)
+        await self.register(self.agent_progress, uris.AGENT_PROGRESS, with_details)
+        await self.register(self.weights, uris.CP_WEIGHTS)
         await self.register(self.nodes, uris.CP_NODES)
         await self.register(self.replicas, uris.CP_REPLICAS)
         await self.register(self.status, uris.CP_STATUS)
@@ -110,7 +112,30 @@ class ControlSession(ApplicationSession):
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
 
+    def agent_progress(self, progress, details=None):
+        node_id = self._node_caller(details)
+        try:
+            self.fleet.download(node_id, self._decode(Progress, progress))
+        except NotRegistered:
+            raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
+
     # -- operators --
+
+    async def weights(self, collect=False):
+        """Per node, the weights llmgw fetched that no model in the catalog wants; with *collect*, ask to remove them."""
+        from llmgw.control.weights import unwanted_by_node
+
+        wanted = [m.source for m in self.catalog.config.models.values()] if self.catalog is not None else []
+        found = unwanted_by_node(self.fleet, wanted)
+        results = {}
+        if collect:
+            for node_id, files in found.items():
+                if not files or self.fleet.nodes[node_id].state != "ready":
+                    continue
+                answer = await self.call(uris.node_uri(node_id, uris.NODE_COLLECT_WEIGHTS), [f["path"] for f in files],
+                                         options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+                results[node_id] = to_wire(self._decode(CollectResult, answer))
+        return {"unwanted": found, "collected": results if collect else None}
 
     def nodes(self):
         return self.fleet.views()

@@ -25,14 +25,15 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control import placement
+from llmgw.control import placement, weights
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import LOST, Fleet, Shard
 from llmgw.records import ShardSpec
+from llmgw.wire import to_wire
 
 log = Logger()
 
-ALIVE = ("starting", "ready", "draining")
+ALIVE = ("fetching", "starting", "ready", "draining")
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 RESTOP_AFTER_S = 30.0
@@ -112,7 +113,9 @@ class Reconciler:
             return
         ranks = entry.profile.ranks
         if live:
-            if len({s.status.spec.rank for s in live}) < ranks and all(s.status.state != "starting" for s in live):
+            if len({s.status.spec.rank for s in live}) < ranks and all(
+                s.status.state not in ("fetching", "starting") for s in live
+            ):
                 self._stop_all(live, now, "its replica lost a rank")
             elif all(s.status.state == "ready" for s in live):
                 slot.failures, slot.retry_at, slot.reason = 0, None, None
@@ -176,7 +179,7 @@ class Reconciler:
             nodes = chosen.apply_to(nodes, model)
         return nodes
 
-    def _fleet_snapshots(self) -> list[placement.NodeSnapshot]:
+    def _fleet_snapshots(self, source: str | None = None) -> list[placement.NodeSnapshot]:
         in_use: dict[str, set[int]] = {}
         replicas: dict[str, dict[str, int]] = {}
         for shard in self.fleet.shards.values():
@@ -188,15 +191,20 @@ class Reconciler:
             placement.NodeSnapshot.from_inventory(
                 node.id, node.state, node.cordoned, node.inventory,
                 gpus_in_use=frozenset(in_use.get(node.id, ())), replicas=replicas.get(node.id, {}),
+                weights_free_bytes=weights.free_for_weights(node.inventory),
             )
             for node in self.fleet.nodes.values()
         ]
 
     def _launch(self, replica_id: str, entry: Entry, slot: Slot, now: float) -> None:
-        request = placement.Request.from_profile(entry.model.name, entry.profile)
+        request = attrs.evolve(placement.Request.from_profile(entry.model.name, entry.profile),
+                               disk_gb=entry.model.disk_gb)
         if self._snapshots is None:
             self._snapshots = self.snapshots()
-        chosen = placement.place(request, self._snapshots)
+        # Holding the weights is a preference and lifts the disk check; it is never a filter.
+        holds = weights.holders(self.fleet, entry.model.source)
+        nodes = [attrs.evolve(n, holds_weights=n.id in holds) for n in self._snapshots]
+        chosen = placement.place(request, nodes, holds)
         if isinstance(chosen, placement.Unplaceable):
             reason = chosen.summary()
             if slot.reason != reason and not (slot.reason or "").startswith("failed"):
@@ -215,6 +223,7 @@ class Reconciler:
                     engine=entry.profile.engine,
                     fingerprint=entry.fingerprint,
                     source=entry.model.source,
+                    sha256=entry.model.sha256,
                     args=list(entry.profile.args),
                     gpus=list(rank.gpus),
                     rank=index,
@@ -290,6 +299,14 @@ class Reconciler:
                 reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
         elif state == "pending":
             reason = slot.reason or "waiting for the reconciler"
+        progress = None
+        if state == "fetching":
+            fetching = next((s for s in usable if s.status.state == "fetching"), None)
+            if fetching is not None:
+                found = self.fleet.progress.get((fetching.node_id, fetching.status.spec.source))
+                progress = to_wire(found) if found is not None else None
+                reason = f"{fetching.node_id}: " + (downloading(found) if found is not None
+                                                    else f"fetching {fetching.status.spec.source}")
         leader = usable[0].status if usable and usable[0].status.spec.rank == 0 else None
         fingerprints = {s.status.spec.fingerprint for s in usable}
         if entry is None or not usable:
@@ -309,6 +326,7 @@ class Reconciler:
             "stale": stale,
             "fingerprint": entry.fingerprint if entry is not None else None,
             "reason": reason,
+            "progress": progress,
             "shards": [{"shard": s.id, "node": s.node_id, "state": s.status.state, "pid": s.status.pid,
                         "endpoint": s.status.endpoint, "reason": s.status.reason} for s in shards],
         }
@@ -327,15 +345,26 @@ class Reconciler:
                 "ready": sum(1 for v in mine if v["state"] == "ready"),
                 "states": {state: sum(1 for v in mine if v["state"] == state) for state in sorted({v["state"] for v in mine})},
                 "stale": sum(1 for v in mine if v["stale"]),
+                # Nodes holding the weights, per fabric ("-": on none); a shared filer
+                # counts on every node mounting it.
+                "weights_by_fabric": weights.held_by_fabric(self.fleet, entry.model.source),
             })
         return out
 
 
 def _replica_state(states: list[str]) -> str:
-    for state in ("failed", "draining", "starting"):
+    for state in ("failed", "draining", "fetching", "starting"):
         if state in states:
             return state
     return "ready" if states and all(s == "ready" for s in states) else "starting"
+
+
+def downloading(progress) -> str:
+    """"downloading gemma.gguf 120/253 MB, 31 MB/s"; "… 120 MB so far" with no length: no invented percentage."""
+    done = progress.bytes_done / 1e6
+    size = f"{done:.0f}/{progress.bytes_total / 1e6:.0f} MB" if progress.bytes_total else f"{done:.0f} MB so far"
+    rate = f", {progress.rate_bps / 1e6:.0f} MB/s" if progress.rate_bps else ""
+    return f"downloading {progress.file_name} {size}{rate}"
 
 
 def _split(replica_id: str) -> tuple[str, int | None]:

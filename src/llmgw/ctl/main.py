@@ -55,6 +55,11 @@ def add_parser(subparsers) -> None:
     logs.add_argument("--json", action="store_true", help="print the answer as JSON (not with -f)")
     logs.set_defaults(func=_run(cmd_logs))
 
+    weights = sub.add_parser("weights", help="weights llmgw fetched that the catalog no longer wants")
+    weights.add_argument("--collect", action="store_true", help="ask the nodes to remove them (each node checks every path)")
+    weights.add_argument("--json", action="store_true", help="print the answer as JSON")
+    weights.set_defaults(func=_run(cmd_weights))
+
     reload = sub.add_parser("reload", help="read server.yaml again (as SIGHUP does); a broken file changes nothing")
     reload.add_argument("--json", action="store_true", help="print the result as JSON")
     reload.set_defaults(func=_run(cmd_reload))
@@ -162,6 +167,10 @@ async def cmd_logs(session, args) -> int:
         if fresh:
             print("\n".join(fresh), flush=True)
         seen = answer["lines"]
+
+
+async def cmd_weights(session, args) -> int:
+    return _print(args, await session.call(uris.CP_WEIGHTS, args.collect), render.weights_text)
 
 
 async def cmd_reload(session, args) -> int:

@@ -161,11 +161,12 @@ def age(seconds: float | None) -> str:
 def status_text(status: dict[str, Any]) -> str:
     models = status.get("models") or []
     nodes = status.get("nodes") or {}
-    header = ("MODEL", "ENGINE", "READY", "DESIRED", "STATES", "STALE")
+    header = ("MODEL", "ENGINE", "READY", "DESIRED", "STATES", "STALE", "WEIGHTS HELD (BY FABRIC)")
     rows = [
         (m["model"], m["engine"], str(m["ready"]), str(m["desired"]),
          ", ".join(f"{n} {state}" for state, n in sorted(m["states"].items())) or DASH,
-         str(m["stale"]) if m["stale"] else "")
+         str(m["stale"]) if m["stale"] else "",
+         ", ".join(f"{fabric}: {n}" for fabric, n in sorted((m.get("weights_by_fabric") or {}).items())) or DASH)
         for m in models
     ]
     fleet = ", ".join(f"{n} {state}" for state, n in sorted(nodes.items())) or "no nodes"
@@ -196,3 +197,25 @@ def new_lines(before: list[str], after: list[str]) -> list[str]:
         if before[-k:] == after[:k]:
             return after[k:]
     return after
+
+
+def weights_text(answer: dict[str, Any]) -> str:
+    """What llmgw fetched that no model wants, per node, and what each node did when asked."""
+    unwanted = answer.get("unwanted") or {}
+    collected = answer.get("collected")
+    lines = []
+    for node, files in sorted(unwanted.items()):
+        for f in files:
+            lines.append(f"{node}  {gb(f['size_bytes'])}  {f['path']}")
+    if not lines:
+        lines.append("no node holds weights llmgw fetched that the catalog no longer wants")
+    elif collected is None:
+        lines.append("(llmgw ctl weights --collect asks the nodes to remove them)")
+    if collected is not None:
+        asked = sum(len(files) for files in unwanted.values())
+        removed = sum(len(r.get("removed") or []) for r in collected.values())
+        lines.append(f"asked to remove {asked} file(s) on {len(collected)} node(s): {removed} removed")
+        for node, result in sorted(collected.items()):
+            for path, why in sorted((result.get("refused") or {}).items()):
+                lines.append(f"  {node} refused: {why}")
+    return "\n".join(lines)

@@ -22,6 +22,7 @@ CP_AGENT = "llmgw.cp.agent."
 AGENT_REGISTER = CP_AGENT + "register"
 AGENT_HEARTBEAT = CP_AGENT + "heartbeat"
 AGENT_SHARD_STATUS = CP_AGENT + "shard_status"
+AGENT_PROGRESS = CP_AGENT + "progress"
 
 # operator -> control plane
 CP = "llmgw.cp."
@@ -33,6 +34,7 @@ CP_CORDON = CP + "cordon"
 CP_UNCORDON = CP + "uncordon"
 CP_RELOAD = CP + "reload"
 CP_LOGS = CP + "logs"
+CP_WEIGHTS = CP + "weights"
 
 # router workers -> control plane
 CP_ROUTER = CP + "router."
@@ -52,11 +54,13 @@ NODE_STOP_SHARD = "stop_shard"
 NODE_DRAIN_SHARD = "drain_shard"
 NODE_CORDON = "cordon"
 NODE_LOGS = "logs"
+NODE_COLLECT_WEIGHTS = "collect_weights"
 
 # events
 EVENT_PREFIX = "llmgw.event."
 EVENT_NODE = EVENT_PREFIX + "node"
 EVENT_SHARD = EVENT_PREFIX + "shard"
+EVENT_PROGRESS = EVENT_PREFIX + "progress"
 # The whole endpoint table, published whenever it changes.
 EVENT_ENDPOINTS = EVENT_PREFIX + "endpoints"
 

@@ -1,0 +1,74 @@
+"""What the catalog says about the weights the fleet holds: who holds a model, what nobody wants.
+
+The cache name of a fetched file is a hash of its source, so the set of
+files llmgw fetched that the catalog still wants is a calculation, not a
+guess; anything without a cache name is an operator's and never listed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from llmgw.agent.weights.collect import unwanted
+from llmgw.agent.weights.sources import cache_name, parse
+from llmgw.control.fleet import Fleet
+from llmgw.records import Inventory
+
+
+def holds(inventory: Inventory, source: str | None) -> bool:
+    """Whether a node reported holding *source*'s weights (fetched, or the operator's path)."""
+    report = inventory.weights
+    if source is None or report is None or not report.listed:
+        return False
+    try:
+        fetched = parse(source).fetched
+    except ValueError:
+        return False
+    if fetched:
+        name = cache_name(source)
+        return any(os.path.basename(f.path) == name for f in report.files)
+    return any(f.path == source for f in report.files)
+
+
+def holders(fleet: Fleet, source: str | None) -> frozenset[str]:
+    return frozenset(node.id for node in fleet.nodes.values() if holds(node.inventory, source))
+
+
+def free_for_weights(inventory: Inventory) -> int | None:
+    """Free bytes where the node fetches into, or None when it did not say."""
+    report = inventory.weights
+    if report is None or report.cache_dir is None or inventory.filesystems is None:
+        return None
+    for fs in inventory.filesystems:
+        if report.cache_dir in fs.weights_dirs:
+            return fs.free_bytes
+    return None
+
+
+def unwanted_by_node(fleet: Fleet, wanted_sources: Iterable[str | None]) -> dict[str, list[dict]]:
+    wanted = list(wanted_sources)
+    out = {}
+    for node in sorted(fleet.nodes.values(), key=lambda n: n.id):
+        report = node.inventory.weights
+        if report is None or not report.listed:
+            continue
+        files = unwanted(report.files, wanted, report.cache_dir)
+        out[node.id] = [{"path": f.path, "size_bytes": f.size_bytes} for f in files]
+    return out
+
+
+def held_by_fabric(fleet: Fleet, source: str | None) -> dict[str, int]:
+    """How many nodes of each fabric hold *source* ("-" for nodes on no fabric).
+
+    A shared filer mounted on twenty nodes counts twenty times: the question is
+    whether a fabric can serve the model without a copy, and it can.
+    """
+    counts: dict[str, int] = {}
+    for node in fleet.nodes.values():
+        if not holds(node.inventory, source):
+            continue
+        fabrics = {a.fabric for a in node.inventory.infiniband or [] if a.fabric} or {"-"}
+        for fabric in fabrics:
+            counts[fabric] = counts.get(fabric, 0) + 1
+    return counts
