@@ -14,8 +14,11 @@ request (user + system, from psutil).  Not a test: it asserts nothing.
 
 With ``--pin`` (two CPUs or more) the router gets one CPU and the client and the
 engine share the other, so the router's CPU is never stolen by them; without
-it the scheduler decides.  ``--serve-router PORT`` is how the router process is
-started; ``--profile FILE`` (with it) writes a cProfile of the router.
+it the scheduler decides.  The router process calls ``gc.freeze()`` once it
+listens, as the sim does; ``--no-freeze`` measures it without.
+``--slow-streams N`` instead opens N streams that are never read and prints
+the router's memory once a second.  ``--serve-router PORT`` is how the router
+process is started; ``--profile FILE`` (with it) writes a cProfile of it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ MODEL = "bench"
 # The router process ---------------------------------------------------------------
 
 
-def serve_router(upstream_port: int, profile: str | None) -> int:
+def serve_router(upstream_port: int, profile: str | None, freeze: bool) -> int:
     from twisted.internet import epollreactor
 
     epollreactor.install()
@@ -55,7 +58,10 @@ def serve_router(upstream_port: int, profile: str | None) -> int:
     import gc
     import signal
 
-    gc.freeze()
+    if freeze:
+        # As the sim does: what exists at start lives as long as the process,
+        # so keep the collector from walking it again and again.
+        gc.freeze()
     signal.signal(signal.SIGTERM, lambda *_: reactor.callFromThread(reactor.stop))
     if profile:
         import cProfile
@@ -224,11 +230,12 @@ def main() -> int:
     p.add_argument("--only", choices=("direct", "router"), help="measure one target only")
     p.add_argument("--slow-streams", type=int, metavar="N",
                    help="instead: N streams that are never read (a sim pacing 2000 tokens/s each), the router's memory over time")
+    p.add_argument("--no-freeze", action="store_true", help="the router process does not gc.freeze() after starting")
     p.add_argument("--serve-router", type=int, metavar="PORT", help=argparse.SUPPRESS)
     p.add_argument("--profile", metavar="FILE", help="with the router: write a cProfile of it to FILE")
     args = p.parse_args()
     if args.serve_router:
-        return serve_router(args.serve_router, args.profile)
+        return serve_router(args.serve_router, args.profile, not args.no_freeze)
 
     import psutil
 
@@ -236,7 +243,8 @@ def main() -> int:
     sim, sim_port = start([sys.executable, "-m", "llmgw.sim", "--model", MODEL, "--port", "0", "--quiet",
                            "--ttft-ms", "0", *pace], "the simulator")
     router, router_port = start([sys.executable, __file__, "--serve-router", str(sim_port),
-                                 *(["--profile", args.profile] if args.profile else [])], "the router")
+                                 *(["--profile", args.profile] if args.profile else []),
+                                 *(["--no-freeze"] if args.no_freeze else [])], "the router")
     try:
         cpus = sorted(os.sched_getaffinity(0))
         if args.pin and len(cpus) >= 2:

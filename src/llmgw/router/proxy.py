@@ -92,8 +92,8 @@ class Dispatcher(Protocol):
     def admit(self, model: str, request: RequestInfo) -> defer.Deferred[Lease]:
         """A lease once the request may go to an engine; fails with a ``llmgw.router.errors`` error when it may not."""
 
-    def models(self) -> list[str] | defer.Deferred[list[str]]:
-        """The ids of the models a client may ask for now."""
+    def models(self) -> list[str]:
+        """The ids of the models a client may ask for now (GET /v1/models)."""
 
 
 class Metrics(Protocol):
