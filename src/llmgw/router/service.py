@@ -57,6 +57,7 @@ class Router(service.MultiService):
         from llmgw.router.server import RouterFactory
 
         factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics)
+        self._factory = factory
         internet.StreamServerEndpointService(
             endpoints.serverFromString(reactor, listen_api), factory
         ).setServiceParent(self)
@@ -68,6 +69,7 @@ class Router(service.MultiService):
 
     def stopService(self):
         self._poller.stop()
+        self._factory.close()  # the idle engine connections
         return super().stopService()
 
     def reconfigure(self, config) -> None:
