@@ -115,6 +115,8 @@ def _wait_and_show(command: list[str], server, agent, what: str, timeout: float 
 
 
 def main() -> int:
+    # SIGTERM (a closed terminal, `timeout`) stops everything as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     run = Path(os.environ.get("LLMGW_RUN_DIR", "run")).resolve()
     link_port = int(os.environ.get("LLMGW_LINK_PORT", "7443"))
     files = prepare(run, link_port)
@@ -127,6 +129,8 @@ def main() -> int:
         f"""
 llmgw is running from {run}
   hub (mutual TLS WebSocket, realm llmgw)  wss://127.0.0.1:{link_port}/
+  OpenAI API   http://127.0.0.1:8080/v1   (no keys: loopback only)
+  metrics      http://127.0.0.1:9090/metrics
   server log   {logs / 'server.log'}
   agent log    {logs / 'agent.log'}
   the fleet    llmgw ctl --config {files['ctl']} nodes
@@ -141,7 +145,8 @@ Ctrl-C stops both.
                 print(f"a process exited early; see the logs in {logs}", file=sys.stderr)
                 return 1
         print(
-            "Try it:  curl -s http://<ENDPOINT above>/v1/chat/completions -H 'content-type: application/json' "
+            "Try it through the router (OpenAI API on 127.0.0.1:8080, metrics on 127.0.0.1:9090/metrics):\n"
+            "  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' "
             """-d '{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}'""",
             flush=True,
         )
@@ -156,6 +161,12 @@ Ctrl-C stops both.
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in (agent, server):
             proc.wait(timeout=10)
+        # Engines outlive their agent by design (it adopts them when it comes
+        # back); `make run` stopping means the demo's engines stop too.
+        from llmgw.agent.procs import marked_processes
+
+        for engine in marked_processes(run / "state"):
+            os.killpg(engine.pgid, signal.SIGTERM)
 
 
 if __name__ == "__main__":

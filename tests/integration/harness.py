@@ -93,6 +93,18 @@ def twistd(plugin: str, config: Path) -> list[str]:
     return [*TWISTD, "--nodaemon", "--pidfile=", "--logfile=-", plugin, "--config", str(config)]
 
 
+def stop_engines(state_dirs) -> None:
+    """Kill the engines agents on *state_dirs* started (they carry its marker)."""
+    from llmgw.agent.procs import marked_processes
+
+    for state_dir in state_dirs:
+        for engine in marked_processes(Path(state_dir)):
+            try:
+                os.killpg(engine.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 class Cluster:
     """A server and agents in one temporary directory, with certificates from `llmgw pki`."""
 
@@ -194,3 +206,5 @@ heartbeat_interval_s: 1
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.stop()
+        # Engines outlive their agents by design; a test's must not outlive the test.
+        stop_engines(self.base.glob("*/state"))
