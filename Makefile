@@ -22,10 +22,15 @@ install: $(STAMP)
 run: install
 	$(BIN)/python -m llmgw.devrun
 
-# pytest exits 5 when it collected no tests; that is a failure here.
+# pytest exits 5 when it collected no tests; that is a failure here.  The
+# dashboard's tests run in a second pytest process: they need Twisted's
+# asyncio reactor, and a process keeps the first reactor it installs.
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	  [ $$rc -eq 0 ] || exit $$rc
+	$(BIN)/python -m pytest tests/tui -p no:twisted $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no TUI tests: failing"; exit 1; fi; exit $$rc
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info run

@@ -91,14 +91,20 @@ def _run(command):
             finally:
                 session.leave()
 
-        return _react(main)
+        return react(main)
 
     return run
 
 
-def _react(main) -> int:
-    """Run *main(reactor)* to completion and return its exit code, re-raising its error."""
-    from twisted.internet import defer, reactor
+def react(main, reactor=None) -> int:
+    """Run *main(reactor)* to completion and return its exit code, re-raising its error.
+
+    The TUI passes the asyncio reactor it installed; ctl uses the default one.
+    """
+    from twisted.internet import defer
+
+    if reactor is None:
+        from twisted.internet import reactor
 
     outcome: dict = {}
 

@@ -1,13 +1,13 @@
-"""llmgw-tui: the terminal dashboard (arrives with its own issue)."""
+"""llmgw-tui: the terminal dashboard of the fleet (see docs/tui.rst).
+
+Importing this package imports neither Textual nor Twisted's reactor; ``main``
+does, in that order that lets it put Twisted on Textual's event loop.
+"""
 
 from __future__ import annotations
 
-import sys
-
 
 def main(argv: list[str] | None = None) -> int:
-    print(
-        "llmgw-tui: the dashboard is not built yet; use `llmgw ctl nodes` meanwhile.",
-        file=sys.stderr,
-    )
-    return 2
+    from llmgw.tui.cli import main as run
+
+    return run(argv)

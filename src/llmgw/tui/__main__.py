@@ -1,0 +1,5 @@
+import sys
+
+from llmgw.tui import main
+
+sys.exit(main())

@@ -1,0 +1,196 @@
+"""Everything about one node or replica, with its log under it; Escape goes back."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from llmgw.ctl import render
+from llmgw.ctl.render import DASH
+from llmgw.tui import columns
+from llmgw.tui.common import FleetView, LinkBanner
+from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
+from llmgw.tui.store import FleetStore
+
+LABEL = 12
+
+
+def _value(v: Any) -> str:
+    return DASH if v is None or v == "" else str(v)
+
+
+def _line(text: Text, label: str, value: str | Text) -> None:
+    text.append(f"{label:<{LABEL}}", style="bold")
+    text.append(value if isinstance(value, Text) else Text(value))
+    text.append("\n")
+
+
+def node_facts(node: dict[str, Any], seen_ago_s: float | None, replicas: list[dict[str, Any]]) -> Text:
+    text = Text()
+    text.append(node["id"], style="bold")
+    text.append("  ")
+    text.append(columns.node_state(node))
+    text.append("\n")
+    if node.get("reason"):
+        _line(text, "reason", node["reason"])
+    _line(text, "last seen", render.ago(seen_ago_s))
+    _line(text, "address", f"{_value(node.get('address'))}  (host {_value(node.get('hostname'))})")
+    _line(text, "system", " · ".join(_value(node.get(k)) for k in ("os", "kernel", "arch")))
+    _line(text, "agent", f"{_value(node.get('agent_version'))} (protocol {_value(node.get('protocol'))})")
+    _line(text, "cpu", columns.cpu(node))
+    _line(text, "memory", render.memory(node))
+    _line(text, "gpus", f"{columns.gpus(node)}  (driver {_value(node.get('nvidia_driver'))})")
+    for card in node.get("gpus") or []:
+        used, total = card.get("memory_used_bytes"), card.get("memory_total_bytes")
+        utilisation = card.get("utilization_pct")
+        _line(text, "", f"  {card.get('index')}  {_value(card.get('name'))}  "
+                        f"{render.gb(used)} / {render.gb(total)} used  "
+                        f"{DASH if utilisation is None else f'{utilisation}%'} busy")
+    _line(text, "disk", render.disk(node))
+    for fs in node.get("filesystems") or []:
+        free, total = fs.get("free_bytes"), fs.get("total_bytes")
+        shared = {True: " shared", False: "", None: ""}[fs.get("shared")]
+        _line(text, "", f"  {fs.get('mountpoint')}  {_value(fs.get('fstype'))}{shared}  "
+                        f"{render.gb(free)} free / {render.gb(total)}  weights: {', '.join(fs.get('weights_dirs') or []) or DASH}")
+    adapters = node.get("infiniband")
+    if adapters is None:
+        _line(text, "infiniband", DASH)
+    elif not adapters:
+        _line(text, "infiniband", "none")
+    for adapter in adapters or []:
+        ports = ", ".join(
+            f"port {p.get('port')} {_value(p.get('state'))} {_value(p.get('rate_gbps'))} Gb/s" for p in adapter.get("ports") or []
+        )
+        _line(text, "infiniband", f"{adapter.get('name')} fabric {_value(adapter.get('fabric'))}: {ports or DASH}")
+    _line(text, "engines", columns.engines(node))
+    labels = node.get("labels") or {}
+    _line(text, "labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none")
+    warnings = list(node.get("warnings") or [])
+    if (node.get("cpu") or {}).get("avx2") is False and not any("AVX2" in w for w in warnings):
+        warnings.append("CPU has no AVX2: llama.cpp runs several times slower here")
+    for warning in warnings:
+        _line(text, "warning", Text(f"! {warning}", style="bold yellow"))
+    if replicas:
+        _line(text, "replicas", ", ".join(f"{r['replica']} {r.get('state') or DASH}" for r in replicas))
+    else:
+        _line(text, "replicas", "none")
+    text.rstrip()
+    return text
+
+
+def replica_facts(replica: dict[str, Any]) -> Text:
+    text = Text()
+    text.append(replica["replica"], style="bold")
+    text.append("  ")
+    state = replica.get("state") or DASH
+    text.append(state, style=columns.REPLICA_STATE_STYLES.get(state, ""))
+    text.append("\n")
+    if replica.get("reason"):
+        _line(text, "reason", Text(replica["reason"], style="red" if state == "failed" else ""))
+    progress = replica.get("progress")
+    if progress:
+        bar = columns.progress(progress, width=30)
+        if progress.get("file_name"):
+            bar.append(f"  {progress['file_name']}")
+        _line(text, "progress", bar)
+    _line(text, "model", _value(replica.get("model")))
+    _line(text, "nodes", ", ".join(replica.get("nodes") or []) or DASH)
+    _line(text, "endpoint", _value(replica.get("endpoint")))
+    _line(text, "stale", {True: "stale: the catalog changed since it started", False: "no",
+                          None: "unknown"}[replica.get("stale")])
+    _line(text, "age", render.age(replica.get("age_s")))
+    _line(text, "fingerprint", _value(replica.get("fingerprint")))
+    for shard in replica.get("shards") or []:
+        _line(text, "shard", f"{shard.get('shard')} on {_value(shard.get('node'))}: {_value(shard.get('state'))}  "
+                             f"pid {_value(shard.get('pid'))}  {_value(shard.get('endpoint'))}"
+                             + (f"  {shard['reason']}" if shard.get("reason") else ""))
+    if not replica.get("shards"):
+        _line(text, "shards", "none")
+    text.rstrip()
+    return text
+
+
+class DetailsScreen(FleetView, Screen):
+    CSS_PATH = "details.tcss"
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("backspace", "back", "Back", show=False),
+        Binding("d", "node_verb('drain')", "Drain"),
+        Binding("c", "node_verb('cordon')", "Cordon"),
+        Binding("u", "node_verb('uncordon')", "Uncordon"),
+        Binding("s", "next_source", "Log source"),
+    ]
+
+    def __init__(self, kind: str, key: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.key = key
+
+    def compose(self) -> ComposeResult:
+        yield LinkBanner(id="banner")
+        with VerticalScroll(id="facts-scroll"):
+            yield Static(id="facts")
+        yield LogPane(id="details-log")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one(LinkBanner).show_link(self.app.link_problem)
+        store: FleetStore = self.app.store
+        self._show(store)
+        target = None
+        if self.kind == "node":
+            target = LogTarget(self.key)
+        elif self.key in store.replicas:
+            target = replica_log_target(store.replicas[self.key])
+        self.query_one(LogPane).follow(target)
+        self.query_one("#facts-scroll").focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "node_verb":
+            return self.kind == "node"
+        return True
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_next_source(self) -> None:
+        self.query_one(LogPane).action_next_source()
+
+    def action_node_verb(self, verb: str) -> None:
+        if self.kind == "node":
+            self.app.ask_node_verb(verb, self.key)
+
+    # -- the fleet changed --
+
+    def _show(self, store: FleetStore) -> None:
+        facts = self.query_one("#facts", Static)
+        if self.kind == "node":
+            view = store.nodes.get(self.key)
+            text = node_facts(view, store.seen_ago(self.key), store.replicas_on(self.key)) if view else None
+        else:
+            view = store.replicas.get(self.key)
+            text = replica_facts(view) if view else None
+        facts.update(text if text is not None else Text(f"{self.key} is no longer in the fleet", style="yellow"))
+
+    def fleet_loaded(self, store: FleetStore) -> None:
+        self._show(store)
+
+    def nodes_changed(self, store: FleetStore, node_ids: Iterable[str]) -> None:
+        if self.kind == "node" and self.key in node_ids:
+            self._show(store)
+
+    def replicas_changed(self, store: FleetStore) -> None:
+        self._show(store)
+
+    def tick(self, store: FleetStore) -> None:
+        if self.kind == "node":
+            self._show(store)
+
+    def show_link(self, problem: str | None) -> None:
+        self.query_one(LinkBanner).show_link(problem)

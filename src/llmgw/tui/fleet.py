@@ -1,0 +1,158 @@
+"""The main screen: the nodes, replicas and logs panes, one at a time, Tab to switch.
+
+One pane at a time is what fits 80x24 with room for the rows; the tab line
+keeps the others' counts in view.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, Footer, Input, Static
+
+from llmgw.tui.common import FleetView, LinkBanner
+from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
+from llmgw.tui.nodes import NodesPane
+from llmgw.tui.replicas import ReplicasPane
+from llmgw.tui.store import FleetStore
+from llmgw.tui.table import TablePane
+
+PANES = ("nodes", "replicas", "logs")
+
+
+class FleetScreen(FleetView, Screen):
+    BINDINGS = [
+        Binding("tab", "next_pane", "Pane", priority=True),
+        Binding("shift+tab", "previous_pane", "Pane", show=False, priority=True),
+        Binding("1", "pane('nodes')", "Nodes", show=False),
+        Binding("2", "pane('replicas')", "Replicas", show=False),
+        Binding("3", "pane('logs')", "Logs", show=False),
+        Binding("slash", "filter", "Filter"),
+        Binding("d", "node_verb('drain')", "Drain"),
+        Binding("c", "node_verb('cordon')", "Cordon"),
+        Binding("u", "node_verb('uncordon')", "Uncordon"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The table pane whose selection the logs pane follows.
+        self._source_pane = "nodes"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="tabs")
+        yield LinkBanner(id="banner")
+        with ContentSwitcher(initial="nodes", id="panes"):
+            yield NodesPane(id="nodes")
+            yield ReplicasPane(id="replicas")
+            yield LogPane(id="logs")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one(LinkBanner).show_link(self.app.link_problem)
+        self.query_one(NodesPane).filter_input.display = False
+        self.query_one(ReplicasPane).filter_input.display = False
+        self.fleet_loaded(self.app.store)
+        self.query_one(NodesPane).focus_table()
+
+    # -- panes --
+
+    @property
+    def current(self) -> str:
+        return self.query_one(ContentSwitcher).current or "nodes"
+
+    def action_pane(self, name: str) -> None:
+        if self.current in ("nodes", "replicas"):
+            self._source_pane = self.current
+        self.query_one(ContentSwitcher).current = name
+        if name == "logs":
+            self._follow_selection()
+            self.query_one(LogPane).focus_log()
+        else:
+            self.query_one(f"#{name}", TablePane).focus_table()
+        self._show_tabs()
+
+    def action_next_pane(self) -> None:
+        self.action_pane(PANES[(PANES.index(self.current) + 1) % len(PANES)])
+
+    def action_previous_pane(self) -> None:
+        self.action_pane(PANES[(PANES.index(self.current) - 1) % len(PANES)])
+
+    def action_filter(self) -> None:
+        if self.current in ("nodes", "replicas"):
+            self.query_one(f"#{self.current}", TablePane).start_filter()
+
+    def selected_node(self) -> str | None:
+        if self.current != "nodes":
+            return None
+        return self.query_one(NodesPane).table.selected_key()
+
+    def action_node_verb(self, verb: str) -> None:
+        node = self.selected_node()
+        if node is None:
+            self.app.notify("select a node on the Nodes pane first (Tab, or 1)", severity="warning")
+            return
+        self.app.ask_node_verb(verb, node)
+
+    @on(TablePane.Opened)
+    def _opened(self, event: TablePane.Opened) -> None:
+        self.app.open_details(event.kind, event.key)
+
+    @on(Input.Changed)
+    def _filtered(self, event: Input.Changed) -> None:
+        self._show_tabs()
+
+    def _follow_selection(self) -> None:
+        store: FleetStore = self.app.store
+        pane = self.query_one(f"#{self._source_pane}", TablePane)
+        key = pane.table.selected_key()
+        target = None
+        if key is not None and self._source_pane == "nodes" and key in store.nodes:
+            target = LogTarget(key)
+        elif key is not None and key in store.replicas:
+            target = replica_log_target(store.replicas[key])
+        self.query_one(LogPane).follow(target)
+
+    # -- the fleet changed --
+
+    def fleet_loaded(self, store: FleetStore) -> None:
+        self.query_one(NodesPane).load(store)
+        self.query_one(ReplicasPane).load(store)
+        self._show_tabs()
+
+    def nodes_changed(self, store: FleetStore, node_ids: Iterable[str]) -> None:
+        self.query_one(NodesPane).changed(store, node_ids)
+        self._show_tabs()
+
+    def replicas_changed(self, store: FleetStore) -> None:
+        self.query_one(ReplicasPane).load(store)
+        self._show_tabs()
+
+    def tick(self, store: FleetStore) -> None:
+        self.query_one(NodesPane).tick(store)
+
+    def show_link(self, problem: str | None) -> None:
+        self.query_one(LinkBanner).show_link(problem)
+
+    def _show_tabs(self) -> None:
+        store: FleetStore = self.app.store
+        nodes, ready_nodes, replicas, ready_replicas = store.counts()
+        labels = {
+            "nodes": f" Nodes {ready_nodes}/{nodes} ready ",
+            "replicas": f" Replicas {ready_replicas}/{replicas} ready ",
+            "logs": " Logs ",
+        }
+        line = Text()
+        for name in PANES:
+            line.append(labels[name], style="reverse bold" if name == self.current else "")
+            line.append(" ")
+        for name in ("nodes", "replicas"):
+            table = self.query_one(f"#{name}", TablePane).table
+            if table.filter_text:
+                line.append(f" {name} filtered: {table.shown}/{table.total}", style="yellow")
+        line.append(f"  {self.app.backend.hub}", style="dim")
+        self.query_one("#tabs", Static).update(line)

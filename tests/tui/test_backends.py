@@ -1,0 +1,131 @@
+"""One contract, run against the FakeBackend and against WampBackend on a real hub, so the fake cannot drift."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import pytest_asyncio
+
+from llmgw.link.client import parse_hub_url
+from llmgw.link.tls import TLSFiles
+from llmgw.tui.backend import ActionFailed, LogsUnavailable, NotConnected, WampBackend
+from llmgw.tui.fake import FakeBackend, node_view, replica_view
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+CATALOG = """
+profiles:
+  sim-fast: {engine: sim, args: ["--ttft-ms", "0"]}
+models:
+  echo: {profile: sim-fast, replicas: 1}
+"""
+
+
+class Recorder:
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def link_up(self):
+        self.events.append(("up",))
+
+    def link_down(self, reason):
+        self.events.append(("down", reason))
+
+    def node_changed(self, view):
+        self.events.append(("node", view))
+
+    def shard_changed(self, shard_id, event):
+        self.events.append(("shard", shard_id))
+
+    async def until(self, predicate, what: str, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [e for e in self.events if predicate(e)]
+            if found:
+                return found[-1]
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; events: {self.events[-10:]}")
+
+
+@pytest_asyncio.fixture(loop_scope="session", params=["fake", pytest.param("wamp", marks=pytest.mark.integration)])
+async def backend(request, cluster, reactor):
+    if request.param == "fake":
+        yield FakeBackend([node_view("node01")], [replica_view("echo/0", "node01")],
+                          logs={("node01", None): ["a line"]})
+        return
+
+    def start():
+        cluster.write_server_config(CATALOG)
+        cluster.start_server()
+        cluster.start_agent("node01")
+        cluster.wait_node("node01", "ready")
+
+    await asyncio.to_thread(start)
+    pki = cluster.pki
+    yield WampBackend(reactor, parse_hub_url(cluster.hub),
+                      TLSFiles(str(pki / "ca.crt"), str(pki / "alice.crt"), str(pki / "alice.key")))
+
+
+async def test_the_link_comes_up_and_a_snapshot_has_the_views(backend):
+    listener = Recorder()
+    backend.subscribe(listener)
+    await backend.start()
+    try:
+        await listener.until(lambda e: e[0] == "up", "link_up")
+        nodes, replicas = await backend.snapshot()
+        (node,) = [n for n in nodes if n["id"] == "node01"]
+        for key in ("state", "cordoned", "seen_ago_s", "address", "cpu", "memory_total_bytes", "gpus", "engines"):
+            assert key in node
+        assert node["state"] == "ready"
+        assert [r["replica"] for r in replicas] == ["echo/0"]
+        for key in ("model", "state", "nodes", "endpoint", "stale", "reason", "shards"):
+            assert key in replicas[0]
+        assert isinstance(await backend.replicas(), list)
+    finally:
+        await backend.stop()
+
+
+async def test_cordon_and_uncordon_answer_and_send_the_nodes_new_view(backend):
+    listener = Recorder()
+    backend.subscribe(listener)
+    await backend.start()
+    try:
+        await listener.until(lambda e: e[0] == "up", "link_up")
+        assert await backend.cordon("node01") == {"node": "node01", "cordoned": True}
+        await listener.until(lambda e: e[0] == "node" and e[1]["id"] == "node01" and e[1]["cordoned"], "a cordoned view")
+        assert (await backend.uncordon("node01"))["cordoned"] is False
+        await listener.until(lambda e: e[0] == "node" and e[1]["cordoned"] is False, "an uncordoned view")
+        drained = await backend.drain("node01")
+        assert drained["node"] == "node01" and drained["cordoned"] is True and isinstance(drained["stopped"], list)
+        with pytest.raises(ActionFailed, match="nope"):
+            await backend.cordon("nope")
+    finally:
+        await backend.stop()
+
+
+async def test_logs_are_lines_or_a_reason(backend):
+    listener = Recorder()
+    backend.subscribe(listener)
+    await backend.start()
+    try:
+        await listener.until(lambda e: e[0] == "up", "link_up")
+        try:
+            lines = await backend.logs("node01", None, 10)
+        except LogsUnavailable as e:
+            assert str(e)
+        else:
+            assert lines and all(isinstance(line, str) for line in lines)
+    finally:
+        await backend.stop()
+
+
+async def test_after_stop_requests_say_not_connected(backend):
+    listener = Recorder()
+    backend.subscribe(listener)
+    await backend.start()
+    await listener.until(lambda e: e[0] == "up", "link_up")
+    await backend.stop()
+    with pytest.raises(NotConnected):
+        await backend.snapshot()
