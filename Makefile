@@ -29,7 +29,7 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	  [ $$rc -eq 0 ] || exit $$rc
-	$(BIN)/python -m pytest tests/tui -p no:twisted $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest tests/tui -p no:twisted -q -ra; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no TUI tests: failing"; exit 1; fi; exit $$rc
 
 clean:

@@ -82,10 +82,37 @@ async def test_details_show_the_log_or_say_why_not(cluster, reactor):
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DetailsScreen), "the details screen")
         log = app.screen.query_one(LogPane)
-        # Until the control plane relays logs (llmgw.cp.logs) the pane says
-        # so; once it does, the agent's own lines show.
-        await until(pilot, lambda: log.lines or log.status, "the log or the reason there is none", timeout=20)
-        assert log.lines or "llmgw.cp.logs" in log.status or "not answering" in log.status, log.status
+        # The control plane relays the agent's own lines (llmgw.cp.logs).
+        await until(pilot, lambda: any("registered with the hub" in line for line in log.lines),
+                    "the agent's own log lines", timeout=20)
+
+
+async def test_an_engines_log_lines_appear_as_it_prints_them(cluster, reactor):
+    import json
+    import urllib.request
+
+    await asyncio.to_thread(start_fleet, cluster, ("node01",))
+
+    def ready_replica():
+        views = json.loads(cluster.ctl("replicas", "--json").stdout)
+        return next((v for v in views if v["state"] == "ready"), None)
+
+    replica = await asyncio.to_thread(wait_for, ready_replica, 60, "a ready replica")
+    app = dashboard(cluster, reactor)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: column(app, "replicas", "echo/0", "state") == "ready", "the replica", timeout=20)
+        await pilot.press("tab")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailsScreen), "the replica's details")
+        log = app.screen.query_one(LogPane)
+        await until(pilot, lambda: any("sim: serving echo" in line for line in log.lines),
+                    "the engine's start line", timeout=20)
+        body = json.dumps({"model": "echo", "messages": [{"role": "user", "content": "seen in the tui"}]}).encode()
+        request = urllib.request.Request(replica["endpoint"] + "/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+        await asyncio.to_thread(lambda: urllib.request.urlopen(request, timeout=10).read())
+        await until(pilot, lambda: any("POST /v1/chat/completions" in line for line in log.lines),
+                    "the request the engine just logged", timeout=20)
 
 
 async def test_cordon_and_uncordon_through_the_hub(cluster, reactor):
@@ -115,3 +142,38 @@ async def test_a_restarted_server_shows_disconnected_then_a_fresh_snapshot(clust
         # The new control plane knows node01 once its agent has registered again.
         await until(pilot, lambda: column(app, "nodes", "node01", "state") == "ready", "node01 ready again", timeout=30)
         await asyncio.to_thread(wait_for, lambda: cluster.nodes().get("node01"), 10, "ctl to see node01")
+
+
+async def test_a_downloads_progress_moves_on_the_replicas_pane(cluster, reactor):
+    import http.server
+    import threading
+
+    from test_weights import SIZE as MODEL_SIZE
+    from test_weights import _Slow
+
+    handler = type("Handler", (_Slow,), {"payload": b"w" * MODEL_SIZE, "requests": [], "pause": 0.3})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/tui-model.gguf"
+    try:
+        await asyncio.to_thread(start_fleet, cluster, ("node01",))
+        app = dashboard(cluster, reactor)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: column(app, "nodes", "node01", "state") == "ready", "node01", timeout=20)
+            await pilot.press("tab")  # the replicas pane
+            cluster.write_server_config(CATALOG + f'  fetched: {{source: "{url}", profile: sim-fast, replicas: 1}}\n')
+            assert (await asyncio.to_thread(cluster.ctl, "reload")).returncode == 0
+            first = await until(pilot, lambda: "%" in screen_text(app) and _percent(screen_text(app)),
+                                "a progress bar on the replicas pane", timeout=30)
+            await until(pilot, lambda: (_percent(screen_text(app)) or 0) > first, "the bar to move", timeout=30)
+            await until(pilot, lambda: column(app, "replicas", "fetched/0", "state") == "ready",
+                        "the replica ready after its download", timeout=60)
+    finally:
+        server.shutdown()
+
+
+def _percent(text: str) -> int | None:
+    import re
+
+    found = re.findall(r"(\d+)% ", text)
+    return int(found[0]) if found else None

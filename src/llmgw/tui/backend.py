@@ -303,6 +303,8 @@ class DashboardSession(ApplicationSession):
     async def onJoin(self, details):
         await self.subscribe(self._backend._node_event, uris.EVENT_NODE)
         await self.subscribe(self._backend._shard_event, uris.EVENT_SHARD)
+        # A download's progress shows on its replica, which is refetched like a shard change.
+        await self.subscribe(lambda node_id, event: self._backend._shard_event(None, event), uris.EVENT_PROGRESS)
         self._backend._joined(self)
 
     def onLeave(self, details):
