@@ -20,6 +20,11 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from llmgw import PROTOCOL_VERSION, __version__
+from llmgw.agent.discovery.host import route_address
+from llmgw.agent.logbuffer import LogBuffer
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.weights import Fetcher, InventoryWatch
+from llmgw.config.agent import DEFAULT_WEIGHTS_DIRS
 from llmgw.errors import ConfigError, LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import HubAddress, client_service, parse_hub_url
@@ -40,9 +45,6 @@ class Agent:
     """What the agent knows and does, apart from any one link session."""
 
     def __init__(self, reactor, config, node_id: str, hub: HubAddress):
-        from llmgw.agent.discovery.host import route_address
-        from llmgw.agent.supervisor import Supervisor
-
         self.reactor = reactor
         self.config = config
         self.node_id = node_id
@@ -57,12 +59,10 @@ class Agent:
         self.engine_reasons: dict[str, str] = {}
         self._engines_sent: list[EngineInfo] | None = None
         self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
-        from llmgw.agent.logbuffer import LogBuffer
-        from llmgw.agent.weights import Fetcher, InventoryWatch
-
         self.log_buffer = LogBuffer()
-        # Fetched weights land in the first weights directory, under cache names.
-        self.cache_dir = Path(config.weights_dirs[0])
+        # Fetched weights land in the first weights directory, under cache names
+        # (an empty list in agent.yaml means the default place, not nowhere).
+        self.cache_dir = Path((config.weights_dirs or DEFAULT_WEIGHTS_DIRS)[0])
         self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress)
         self.weights_watch = InventoryWatch(self.cache_dir)
         # Shards waiting for their weights: shard id -> (status, the fetch's Deferred).
