@@ -55,6 +55,10 @@ class EngineAdapter:
 
     def probe(self, configured_path: str | None = None) -> EngineInfo | None:
         """Whether this node has the engine and it runs (blocking: call from a thread)."""
+        return self.probe_detail(configured_path).info
+
+    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
+        """The engine, or why this node cannot run it, in the node's own words (blocking)."""
         raise NotImplementedError
 
 

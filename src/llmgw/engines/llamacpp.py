@@ -93,9 +93,6 @@ class LlamaCpp(EngineAdapter):
         # node does not help itself to cards that belong to other shards.
         return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=HealthProbe("/health"))
 
-    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
-        return self.probe_detail(configured_path).info
-
     def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
         try:
             path = find_executable(configured_path, BINARY)

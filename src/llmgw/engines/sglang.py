@@ -123,9 +123,6 @@ class SGLang(EngineAdapter):
         health = HealthProbe("/health") if spec.rank == 0 else None
         return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=health)
 
-    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
-        return self.probe_detail(configured_path).info
-
     def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
         try:
             python = find_executable(configured_path, "python3") if configured_path else sys.executable

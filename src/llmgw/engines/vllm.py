@@ -131,9 +131,6 @@ class VLLM(EngineAdapter):
         ray_port = leader_address(spec.leader, RAY_PORT, engine="vllm")[1] if spec.leader else RAY_PORT
         return LaunchPlan(argv=["/bin/sh", "-c", _head_script(ray, ray_port, serve)], env=env)
 
-    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
-        return self.probe_detail(configured_path).info
-
     def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
         try:
             path = find_executable(configured_path, BINARY)
