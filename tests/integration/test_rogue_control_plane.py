@@ -21,7 +21,8 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.link.tls import TLSFiles, server_options
+from llmgw.link.tls import server_options
+from llmgw.tlsfiles import TLSFiles
 from llmgw.weightnames import cache_name
 
 pytestmark = pytest.mark.integration
