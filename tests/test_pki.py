@@ -33,7 +33,7 @@ from llmgw import pki
 from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES
 
-SRC = Path(pki.__file__).resolve().parents[1]
+SRC = Path(pki.__file__).resolve().parents[2]
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -171,7 +171,7 @@ def test_issue_node_certificate_signed_by_the_ca(ca_dir: Path) -> None:
     assert key.public_key() == cert.public_key()
     assert isinstance(key.curve, ec.SECP256R1)
     assert key_path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----\n")
-    assert pki.identity_of(cert) == pki.Identity(name="node05", role="node")
+    assert pki.identity_of(cert) == pki.CertificateSubject(name="node05", role="node")
 
 
 def test_issue_server_certificate_with_extra_names(ca_dir: Path) -> None:
@@ -278,7 +278,7 @@ def test_a_file_that_appears_while_issuing_is_not_overwritten(
         (ca_dir / "node05.crt").write_bytes(b"theirs")
         return real_generate(curve)
 
-    monkeypatch.setattr(pki.ec, "generate_private_key", racing_generate)
+    monkeypatch.setattr(ec, "generate_private_key", racing_generate)
     with pytest.raises(PKIError, match=r"node05\.crt already exists"):
         pki.issue(ca_dir, "node05", "node")
 
@@ -401,7 +401,9 @@ def test_issue_refuses_an_expired_ca(tmp_path: Path) -> None:
         .sign(key, hashes.SHA256())
     )
     (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "ca.key").write_bytes(pki._key_pem(key))
+    (tmp_path / "ca.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ))
 
     with pytest.raises(PKIError, match=r"ca\.crt expired on .*new CA and reissue"):
         pki.issue(tmp_path, "node05", "node")
@@ -457,7 +459,7 @@ CN, OU = NameOID.COMMON_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME
 
 def test_identity_of_reads_cn_and_ou() -> None:
     identity = pki.identity_of(_certificate_with((OU, "operator"), (CN, "alice")))
-    assert identity == pki.Identity(name="alice", role="operator")
+    assert identity == pki.CertificateSubject(name="alice", role="operator")
     with pytest.raises(AttributeError):
         identity.name = "mallory"  # type: ignore[misc]
 
@@ -590,8 +592,8 @@ async def test_node_and_hub_from_one_ca_complete_mutual_tls(cluster: Path, hostn
     )
 
     assert hub.handshook and client.received == b"welcome"
-    assert pki.identity_of(hub.peer) == pki.Identity(name="node05", role="node")
-    assert pki.identity_of(client.peer) == pki.Identity(name="hub", role="server")
+    assert pki.identity_of(hub.peer) == pki.CertificateSubject(name="node05", role="node")
+    assert pki.identity_of(client.peer) == pki.CertificateSubject(name="hub", role="server")
 
 
 @pytest_twisted.ensureDeferred

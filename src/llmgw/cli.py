@@ -10,8 +10,8 @@ from llmgw.errors import LlmgwError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from llmgw import pki
     from llmgw.ctl import main as ctl
+    from llmgw.pki import commands as pki
 
     parser = argparse.ArgumentParser(prog="llmgw", description="llmgw fleet control")
     parser.add_argument("--version", action="version", version=f"llmgw {__version__}")

@@ -9,6 +9,7 @@ import pytest
 from llmgw.config import (
     CtlSettings,
     CtlTLSFiles,
+    TLSFiles,
     default_ctl_config_path,
     load_ctl_config,
     resolve_ctl_settings,
@@ -38,9 +39,11 @@ def operator(confdir: Path) -> Path:
 def settings(base: Path, source: str, hub: str) -> CtlSettings:
     return CtlSettings(
         hub=hub,
-        ca=str(base / source / "ca.crt"),
-        cert=str(base / source / "op.crt"),
-        key=str(base / source / "op.key"),
+        tls=TLSFiles(
+            ca=str(base / source / "ca.crt"),
+            cert=str(base / source / "op.crt"),
+            key=str(base / source / "op.key"),
+        ),
     )
 
 
@@ -83,9 +86,11 @@ def test_each_setting_is_resolved_on_its_own(operator: Path) -> None:
     )
     assert result == CtlSettings(
         hub=FILE_HUB,
-        ca=str(operator / "file/ca.crt"),
-        cert=str(operator / "env/op.crt"),
-        key=str(operator / "flag/op.key"),
+        tls=TLSFiles(
+            ca=str(operator / "file/ca.crt"),
+            cert=str(operator / "env/op.crt"),
+            key=str(operator / "flag/op.key"),
+        ),
     )
 
 

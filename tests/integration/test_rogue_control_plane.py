@@ -19,10 +19,11 @@ from harness import Cluster
 from twisted.internet import defer, endpoints, reactor
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from llmgw.agent.weights import cache_name
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.link.tls import TLSFiles, server_options
+from llmgw.link.tls import server_options
+from llmgw.tlsfiles import TLSFiles
+from llmgw.weightnames import cache_name
 
 pytestmark = pytest.mark.integration
 

@@ -76,8 +76,9 @@ def replicas(cluster) -> list[dict]:
 EVENTS = """
 import json, sys
 from twisted.internet import task, defer
-from llmgw.link.client import connect_once, parse_hub_url
-from llmgw.link.tls import TLSFiles
+from llmgw.huburl import parse_hub_url
+from llmgw.link.client import connect_once
+from llmgw.tlsfiles import TLSFiles
 
 async def main(reactor):
     hub, ca, cert, key = sys.argv[1:5]

@@ -17,10 +17,12 @@ from twisted.internet import defer, endpoints, reactor, ssl
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from llmgw.errors import HubUnreachable
+from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.client import HubAddress, _factory, connect_once
+from llmgw.link.client import _factory, connect_once
 from llmgw.link.hub import Hub
-from llmgw.link.tls import TLSFiles, server_options
+from llmgw.link.tls import server_options
+from llmgw.tlsfiles import TLSFiles
 
 
 def files(pki, name):

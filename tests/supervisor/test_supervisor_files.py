@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 
 import pytest
 import pytest_twisted
@@ -58,6 +61,23 @@ def test_a_record_reads_back_as_written(tmp_path):
     assert path == files.record_path("tiny/0/0")
     assert files.read(path) == written
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_record_rewrite_that_fails_leaves_the_previous_record(tmp_path, monkeypatch):
+    files = StateDir(tmp_path)
+    path = files.write(record())
+    before = path.read_bytes()
+
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        files.write(record(draining=True))
+    monkeypatch.undo()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    assert path.read_bytes() == before and not files.read(path).draining
 
 
 @pytest.mark.parametrize("damage, named", [

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llmgw.agent.weights import WeightsFile, cache_name, collect, is_cache_name, partial_name, unwanted
+from llmgw.agent.weights import WeightsFile, collect
+from llmgw.control.weights import unwanted
+from llmgw.weightnames import cache_name, is_cache_name, partial_name
 
 FETCHED = cache_name("https://mirror.lab/old.gguf")
 LINK_OUT = cache_name("https://mirror.lab/link-out.gguf")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.agent.weights import cache_name, is_cache_name, local_path_for, parse, partial_name
-from llmgw.agent.weights.sources import request_headers
+from llmgw.agent.weights.sources import local_path_for, request_headers
+from llmgw.weightnames import cache_name, is_cache_name, parse, partial_name
 
 GEMMA = "hf://unsloth/gemma-3-270m-it-GGUF/gemma-3-270m-it-Q4_K_M.gguf"
 

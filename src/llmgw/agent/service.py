@@ -26,9 +26,10 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
 from llmgw.config.agent import DEFAULT_WEIGHTS_DIRS
 from llmgw.errors import ConfigError, LlmgwError
+from llmgw.huburl import HubAddress, parse_hub_url
 from llmgw.link import uris
-from llmgw.link.client import HubAddress, client_service, parse_hub_url
-from llmgw.link.tls import TLSFiles, certificate_common_name
+from llmgw.link.client import client_service
+from llmgw.link.tls import certificate_common_name
 from llmgw.records import EngineInfo, ShardSpec, ShardStatus
 from llmgw.wire import WireError, from_wire, to_wire
 
@@ -407,7 +408,7 @@ def build(reactor, config) -> service.MultiService:
     hub = parse_hub_url(config.hub)
     node_id = node_id_for(config)
     agent = Agent(reactor, config, node_id, hub)
-    tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
+    tls = config.tls
     from twisted.logger import globalLogPublisher
 
     globalLogPublisher.addObserver(agent.log_buffer)

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.durable import write_file
 from llmgw.records import ShardSpec
 from llmgw.wire import WireError, from_wire, to_wire
 
@@ -144,16 +145,8 @@ class StateDir:
     def write(self, record: Record) -> Path:
         """Write *record* so that a reader sees the old file or the new, never half."""
         path = self.record_path(record.spec.shard_id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(self.shards)
+        write_file(path, data, private=True, replace=True)
         return path
 
     def read(self, path: Path) -> Record:
@@ -183,15 +176,3 @@ class StateDir:
         os.replace(path, aside)
         return aside
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -8,7 +8,7 @@ docs/configuration.rst for every key.
 from __future__ import annotations
 
 from llmgw.config.agent import AgentConfig, load_agent_config
-from llmgw.config.common import KNOWN_ENGINES, TLSFiles, parse_hub_url
+from llmgw.config.common import KNOWN_ENGINES
 from llmgw.config.ctl import (
     CtlConfig,
     CtlSettings,
@@ -30,6 +30,7 @@ from llmgw.config.server import (
     ServerConfig,
     load_server_config,
 )
+from llmgw.tlsfiles import TLSFiles
 
 __all__ = [
     "KNOWN_ENGINES",
@@ -52,7 +53,6 @@ __all__ = [
     "load_agent_config",
     "load_ctl_config",
     "load_server_config",
-    "parse_hub_url",
     "parse_server_endpoint",
     "resolve_ctl_settings",
 ]

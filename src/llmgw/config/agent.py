@@ -13,10 +13,12 @@ import re
 
 import attrs
 
-from llmgw.config.common import HUB_URL, TLS, TLSFiles, parse_hub_url
+from llmgw.config.common import HUB_URL, TLS
 from llmgw.config.schema import NAME_STR, check_name, AbsPath, ListOf, Loader, MapOf, Number
 from llmgw.config.schema import Nullable, Section, Str
 from llmgw.config.yamlpos import read_document
+from llmgw.huburl import parse_hub_url
+from llmgw.tlsfiles import TLSFiles
 
 DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
 
@@ -50,11 +52,11 @@ class AgentConfig:
 
     @property
     def hub_host(self) -> str:
-        return parse_hub_url(self.hub)[0]
+        return parse_hub_url(self.hub).host
 
     @property
     def hub_port(self) -> int:
-        return parse_hub_url(self.hub)[1]
+        return parse_hub_url(self.hub).port
 
 
 SCHEMA = Section(

@@ -14,10 +14,12 @@ from typing import Mapping
 
 import attrs
 
-from llmgw.config.common import HUB_URL, parse_hub_url
+from llmgw.config.common import HUB_URL
 from llmgw.config.schema import File, Loader, Nullable, Section
 from llmgw.config.yamlpos import read_document
 from llmgw.errors import ConfigError
+from llmgw.huburl import parse_hub_url
+from llmgw.tlsfiles import TLSFiles
 
 
 @attrs.frozen
@@ -43,17 +45,15 @@ class CtlSettings:
     """What a ctl or TUI session needs: the hub's URL and the operator's TLS files."""
 
     hub: str
-    ca: str
-    cert: str
-    key: str
+    tls: TLSFiles
 
     @property
     def hub_host(self) -> str:
-        return parse_hub_url(self.hub)[0]
+        return parse_hub_url(self.hub).host
 
     @property
     def hub_port(self) -> int:
-        return parse_hub_url(self.hub)[1]
+        return parse_hub_url(self.hub).port
 
 
 SCHEMA = Section(
@@ -141,7 +141,7 @@ def resolve_ctl_settings(
             f"({', '.join(s[2] for s in missing)}) or in {path} "
             f"({', '.join(s[3] + ':' for s in missing)})"
         )
-    return CtlSettings(**chosen)
+    return CtlSettings(hub=chosen["hub"], tls=TLSFiles(ca=chosen["ca"], cert=chosen["cert"], key=chosen["key"]))
 
 
 def _check(setting: str, value: str, origin: str) -> str:

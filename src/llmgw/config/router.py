@@ -12,11 +12,12 @@ import os
 
 import attrs
 
-from llmgw.config.common import HUB_URL, TLS, TLSFiles
+from llmgw.config.common import HUB_URL, TLS
 from llmgw.config.endpoints import check_listener
 from llmgw.config.schema import Loader, Nullable, Section, Str
 from llmgw.config.server import ROUTER_SECTION, Router
 from llmgw.config.yamlpos import read_document
+from llmgw.tlsfiles import TLSFiles
 
 
 @attrs.frozen

@@ -14,7 +14,7 @@ import os
 
 import attrs
 
-from llmgw.config.common import KNOWN_ENGINES, SHA256, TLS, TLSFiles
+from llmgw.config.common import KNOWN_ENGINES, SHA256, TLS
 from llmgw.config.endpoints import (
     ServerEndpoint,
     check_link_listener,
@@ -36,6 +36,7 @@ from llmgw.config.schema import (
     suggest,
 )
 from llmgw.config.yamlpos import read_document
+from llmgw.tlsfiles import TLSFiles
 
 # The llama.cpp build this release was checked against; nodes converge to it
 # unless server.yaml names another.

@@ -12,7 +12,7 @@ from twisted.python import usage
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.link.tls import TLSFiles, server_options
+from llmgw.link.tls import server_options
 
 log = Logger()
 
@@ -82,8 +82,7 @@ def link_endpoint(reactor, description: str):
 def build(reactor, config) -> service.MultiService:
     top = service.MultiService()
     hub = Hub(reactor)
-    tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
-    factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
+    factory = TLSMemoryBIOFactory(server_options(config.tls), False, hub.websocket_factory())
     internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
     from prometheus_client import CollectorRegistry
 

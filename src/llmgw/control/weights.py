@@ -3,6 +3,9 @@
 The cache name of a fetched file is a hash of its source, so the set of
 files llmgw fetched that the catalog still wants is a calculation, not a
 guess; anything without a cache name is an operator's and never listed.
+The naming scheme is :mod:`llmgw.weightnames`, which the agent uses too;
+the agent checks every path proposed here again before it removes one
+(``llmgw.agent.weights.collect``).
 """
 
 from __future__ import annotations
@@ -10,10 +13,9 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from llmgw.agent.weights.collect import unwanted
-from llmgw.agent.weights.sources import cache_name, parse
 from llmgw.control.fleet import Fleet
-from llmgw.records import Inventory
+from llmgw.records import Inventory, WeightsFile
+from llmgw.weightnames import cache_name, is_cache_name, parse
 
 
 def holds(inventory: Inventory, source: str | None) -> bool:
@@ -44,6 +46,29 @@ def free_for_weights(inventory: Inventory) -> int | None:
         if report.cache_dir in fs.weights_dirs:
             return fs.free_bytes
     return None
+
+
+def unwanted(files: Iterable[WeightsFile], wanted_sources: Iterable[object],
+             cache_dir: str | os.PathLike | None = None) -> list[WeightsFile]:
+    """The files llmgw fetched that no source in *wanted_sources* names any more.
+
+    A file is a candidate only if its name is a cache name — anything else is
+    an operator's and never a candidate — and, when *cache_dir* is given,
+    only if it is directly in that directory.  Every string in
+    *wanted_sources* protects the file named after it, even one this version
+    would not fetch; ``None`` (a model without weights) protects nothing.
+    """
+    keep = {cache_name(s) for s in wanted_sources if isinstance(s, str)}
+    where = None if cache_dir is None else os.path.normpath(os.path.abspath(os.fspath(cache_dir)))
+    found = []
+    for f in files:
+        name = os.path.basename(f.path)
+        if not is_cache_name(name) or name in keep:
+            continue
+        if where is not None and os.path.dirname(os.path.normpath(f.path)) != where:
+            continue
+        found.append(f)
+    return found
 
 
 def unwanted_by_node(fleet: Fleet, wanted_sources: Iterable[str | None]) -> dict[str, list[dict]]:

@@ -73,14 +73,14 @@ def _run(command):
 
         from llmgw.config.ctl import resolve_ctl_settings
         from llmgw.errors import Refused
-        from llmgw.link.client import connect_once, parse_hub_url
-        from llmgw.link.tls import TLSFiles
+        from llmgw.huburl import parse_hub_url
+        from llmgw.link.client import connect_once
 
         settings = resolve_ctl_settings(
             hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config
         )
         hub = parse_hub_url(settings.hub)
-        tls = TLSFiles(settings.ca, settings.cert, settings.key)
+        tls = settings.tls
 
         async def main(reactor):
             session = await connect_once(reactor, hub, tls, timeout=args.timeout)

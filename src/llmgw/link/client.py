@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.twisted.websocket import WampWebSocketClientFactory, WampWebSocketClientProtocol
 from autobahn.wamp.serializer import JsonSerializer
@@ -18,28 +17,13 @@ from twisted.application.internet import ClientService
 from twisted.internet import defer, endpoints, error
 from twisted.logger import Logger
 
-from llmgw.errors import ConfigError, HubUnreachable
+from llmgw.errors import HubUnreachable
+from llmgw.huburl import HubAddress, parse_hub_url
 from llmgw.link import uris
-from llmgw.link.tls import TLSFiles, client_options
+from llmgw.link.tls import client_options
+from llmgw.tlsfiles import TLSFiles
 
 log = Logger()
-
-
-@attrs.frozen
-class HubAddress:
-    url: str
-    host: str
-    port: int
-
-
-def parse_hub_url(url: str) -> HubAddress:
-    from llmgw.config.common import parse_hub_url as host_and_port
-
-    try:
-        host, port = host_and_port(url)
-    except ValueError as e:
-        raise ConfigError(f"hub URL {url!r}: {e}") from None
-    return HubAddress(url, host, port)
 
 
 class _Protocol(WampWebSocketClientProtocol):

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
 from cryptography import x509
 from twisted.internet import ssl
 
 from llmgw.errors import PKIError
-
-
-@attrs.frozen
-class TLSFiles:
-    ca: str
-    cert: str
-    key: str
+from llmgw.tlsfiles import TLSFiles
 
 
 def _read(path: str, what: str) -> bytes:

@@ -52,8 +52,8 @@ def build(reactor, config) -> service.MultiService:
     from twisted.web.server import Site
 
     from llmgw.control.admin import admin_resource
-    from llmgw.link.client import client_service, parse_hub_url
-    from llmgw.link.tls import TLSFiles
+    from llmgw.huburl import parse_hub_url
+    from llmgw.link.client import client_service
     from llmgw.router.metrics import RouterMetrics
     from llmgw.router.service import Router, check_open_api
 
@@ -69,8 +69,7 @@ def build(reactor, config) -> service.MultiService:
             endpoints.serverFromString(reactor, config.listen.admin), site
         ).setServiceParent(top)
     if config.hub is not None:
-        tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
-        client_service(reactor, parse_hub_url(config.hub), tls, lambda cfg: TableSession(cfg, router)).setServiceParent(top)
+        client_service(reactor, parse_hub_url(config.hub), config.tls, lambda cfg: TableSession(cfg, router)).setServiceParent(top)
     top.router = router
     return top
 

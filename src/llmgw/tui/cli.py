@@ -49,13 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from llmgw.config.ctl import resolve_ctl_settings
-    from llmgw.link.client import parse_hub_url
-    from llmgw.link.tls import TLSFiles
+    from llmgw.huburl import parse_hub_url
     from llmgw.tui.backend import install_reactor
 
     settings = resolve_ctl_settings(hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config)
     hub = parse_hub_url(settings.hub)
-    tls = TLSFiles(settings.ca, settings.cert, settings.key)
+    tls = settings.tls
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     reactor = install_reactor(loop)

@@ -1,24 +1,28 @@
 """The node's side of weights: fetch them, say which it holds, and give back only what llmgw fetched.
 
-* :mod:`.sources` — what a ``source:`` names, and the cache name of a fetched copy;
+* :mod:`llmgw.weightnames` — what a ``source:`` names, and the cache name of a fetched copy
+  (shared with the control plane, so it lives outside this package);
+* :mod:`.sources` — where a source's weights are on this node, what a fetch of it sends;
 * :mod:`.fetch` — :class:`Fetcher`: single-flight, resumable, verified downloads with progress;
 * :mod:`.inventory` — :func:`scan` the weights directories, :func:`fingerprint` the result;
-* :mod:`.collect` — :func:`collect` (the node's own check before any unlink) and :func:`unwanted`.
+* :mod:`.collect` — :func:`collect`, the node's own check before any unlink.
 
 See docs/weights.rst.
 """
 
 from __future__ import annotations
 
-from .collect import collect, unwanted
+from llmgw.weightnames import WeightsSource, cache_name, is_cache_name, parse, partial_name
+
+from .collect import collect
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
 from .fetch import Fetcher
 from .inventory import InventoryWatch, fingerprint, is_weights_name, scan
 from .records import CollectResult, Progress, WeightsFile, WeightsReport
-from .sources import Source, cache_name, is_cache_name, local_path_for, parse, partial_name
+from .sources import local_path_for
 
 __all__ = [
     "ChecksumMismatch", "CollectResult", "FetchError", "Fetcher", "InventoryWatch", "Progress",
-    "SizeMismatch", "Source", "WeightsFile", "WeightsReport", "cache_name", "collect", "fingerprint",
-    "is_cache_name", "is_weights_name", "local_path_for", "parse", "partial_name", "scan", "unwanted",
+    "SizeMismatch", "WeightsFile", "WeightsReport", "WeightsSource", "cache_name", "collect", "fingerprint",
+    "is_cache_name", "is_weights_name", "local_path_for", "parse", "partial_name", "scan",
 ]

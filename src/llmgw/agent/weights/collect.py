@@ -1,7 +1,7 @@
 """Taking back weights llmgw fetched and the catalog no longer wants — and nothing else.
 
 The control plane knows the catalog; the node knows its disk.  So the
-control plane proposes paths, and the node checks every one itself before
+control plane proposes paths (``llmgw.control.weights.unwanted``), and the node checks every one itself before
 it unlinks anything: a control plane that is wrong, newer than this agent,
 or tampered with must not be able to talk a node into deleting a file.
 
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable
 
 from twisted.logger import Logger
 
-from .records import CollectResult, WeightsFile
-from .sources import cache_name, is_cache_name
+from llmgw.weightnames import is_cache_name
+
+from .records import CollectResult
 
 log = Logger()
 
@@ -135,26 +135,3 @@ def _remove(dir_fd: int, name: str) -> str | None:
     except OSError as e:
         return f"could not be removed ({e.strerror})"
     return None
-
-
-def unwanted(files: Iterable[WeightsFile], wanted_sources: Iterable[object],
-             cache_dir: str | os.PathLike | None = None) -> list[WeightsFile]:
-    """The files llmgw fetched that no source in *wanted_sources* names any more.
-
-    A file is a candidate only if its name is a cache name — anything else is
-    an operator's and never a candidate — and, when *cache_dir* is given,
-    only if it is directly in that directory.  Every string in
-    *wanted_sources* protects the file named after it, even one this version
-    would not fetch; ``None`` (a model without weights) protects nothing.
-    """
-    keep = {cache_name(s) for s in wanted_sources if isinstance(s, str)}
-    where = None if cache_dir is None else os.path.normpath(os.path.abspath(os.fspath(cache_dir)))
-    found = []
-    for f in files:
-        name = os.path.basename(f.path)
-        if not is_cache_name(name) or name in keep:
-            continue
-        if where is not None and os.path.dirname(os.path.normpath(f.path)) != where:
-            continue
-        found.append(f)
-    return found

@@ -31,11 +31,13 @@ from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, BrowserLikeRedi
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH
 
+from llmgw.weightnames import HF_ENDPOINT, WeightsSource, cache_name, parse, partial_name
+
 from .body import Writer, describe, discard
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
 from .partial import check_local, finished, lock_partial
 from .records import Progress
-from .sources import HF_ENDPOINT, Source, cache_name, parse, partial_name, request_headers
+from .sources import request_headers
 
 log = Logger()
 
@@ -112,7 +114,7 @@ class Fetcher:
             else:
                 waiter.callback(result)
 
-    async def _fetch(self, src: Source, sha256: str | None, expected_size: int | None) -> Path:
+    async def _fetch(self, src: WeightsSource, sha256: str | None, expected_size: int | None) -> Path:
         if src.path is not None:
             return check_local(Path(src.path))
         try:
@@ -165,7 +167,7 @@ def _header(response, name: bytes) -> str | None:
 class _Download:
     """One download of one source into its locked partial file, up to the rename."""
 
-    def __init__(self, fetcher: Fetcher, src: Source, file, partial: Path, final: Path,
+    def __init__(self, fetcher: Fetcher, src: WeightsSource, file, partial: Path, final: Path,
                  sha256: str | None, expected_size: int | None):
         self.f, self.src, self.file, self.partial, self.final = fetcher, src, file, partial, final
         self.sha256, self.expected_size = sha256, expected_size

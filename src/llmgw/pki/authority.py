@@ -1,25 +1,22 @@
-"""The cluster CA: ``llmgw pki init`` creates it, ``llmgw pki issue`` signs with it.
+"""The cluster CA: :func:`init_ca` creates it, :func:`issue` signs a certificate with it.
 
-One CA signs every certificate on the link.  A certificate says who its holder
-is (CN, the WAMP authid) and what it is (OU, the role); the hub believes
-nothing else, so `identity_of` is the one place that reads them.
+One CA signs every certificate on the link.  Each certificate it issues
+carries its holder's name as CN and role as OU (see :mod:`.subject`), never
+outlives the CA, and lands on disk beside it with its key, both written
+whole or not at all (:mod:`llmgw.durable`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
-import errno
 import ipaddress
 import os
 import re
-import secrets
 import typing
 from collections.abc import Iterable
 from pathlib import Path
 
-import attrs
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
@@ -29,88 +26,26 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 )
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from llmgw.durable import write_file
 from llmgw.errors import PKIError
-from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
+from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_SERVER
+
+from .subject import MAX_LABEL, MAX_NAME, check_name
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 CA_DAYS = 3650
 CERT_DAYS = 825
 MAX_DAYS = 36500
-# RFC 5280's upper bound on a CN, which cryptography enforces: a longer
-# hostname could not be carried as an identity at all.
-MAX_NAME = 64
-# A node's name is one DNS label.
-MAX_LABEL = 63
 # The CA's CN is "<cluster> CA", and must fit in the same 64.
 MAX_CLUSTER_NAME = MAX_NAME - len(" CA")
 
-_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 # Certificates start an hour in the past, so that a node whose clock runs a
 # little behind accepts a certificate issued a minute ago.
 _BACKDATE = datetime.timedelta(hours=1)
 
 PathLike = str | os.PathLike[str]
-
-
-@attrs.frozen
-class Identity:
-    """Who a certificate's holder is on the link: the authid and the authrole."""
-
-    name: str
-    role: str
-
-
-def name_problem(name: str) -> str | None:
-    """Why `name` cannot be a certificate's name, or None when it can.
-
-    The name becomes a file name beside the CA and the holder's WAMP authid, so
-    it is held to a hostname's letters and may not reach outside the directory.
-    """
-    if not name:
-        return "a certificate name must not be empty; use the holder's hostname, for example node05"
-    if len(name) > MAX_NAME:
-        return (
-            f"{name[:20]!r}... is {len(name)} characters; "
-            f"a certificate name is at most {MAX_NAME}"
-        )
-    if not _NAME.fullmatch(name) or ".." in name:
-        return (
-            f"{name!r} is not a usable certificate name: use letters, digits, '.', '_' and '-', "
-            "starting and ending with a letter or digit, without '..' "
-            "(it becomes a file name and the WAMP authid)"
-        )
-    if name.lower() == "ca":
-        return f"{name!r} is the CA's own file name (ca.crt, ca.key); choose another name"
-    return None
-
-
-def check_name(name: str) -> str:
-    """Return `name` if it can name a certificate; raise PKIError saying why not."""
-    problem = name_problem(name)
-    if problem is not None:
-        raise PKIError(problem)
-    return name
-
-
-def identity_of(cert: x509.Certificate) -> Identity:
-    """The identity a certificate proves: name from its CN, role from its OU.
-
-    This reads, it does not verify: the TLS handshake has already checked that
-    the cluster CA signed `cert`.
-    """
-    name = _only_attribute(cert, NameOID.COMMON_NAME, "CN")
-    role = _only_attribute(cert, NameOID.ORGANIZATIONAL_UNIT_NAME, "OU")
-    if role not in CERT_ROLES:
-        raise PKIError(
-            f"certificate {_describe(cert)} has role OU={role!r}, which is none of "
-            f"{', '.join(CERT_ROLES)}; issue it again with `llmgw pki issue --role ROLE`"
-        )
-    problem = name_problem(name)
-    if problem is not None:
-        raise PKIError(f"certificate {_describe(cert)}: {problem}")
-    return Identity(name=name, role=role)
 
 
 def init_ca(directory: PathLike, name: str = "llmgw", days: int = CA_DAYS) -> Path:
@@ -242,136 +177,10 @@ def issue(
     return cert_path, key_path
 
 
-# -- the command line -------------------------------------------------------
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``pki init`` and ``pki issue`` to the ``llmgw`` command line."""
-    pki = subparsers.add_parser(
-        "pki",
-        help="create the cluster CA and issue certificates",
-        description="Create the cluster CA and issue certificates for the server, "
-        "nodes, operators and router workers.",
-    )
-    actions = pki.add_subparsers(dest="pki_command", required=True, metavar="ACTION")
-
-    init = actions.add_parser(
-        "init",
-        help="create the cluster CA (DIR/ca.crt, DIR/ca.key)",
-        description="Create the cluster CA in DIR. Refuses if DIR already holds one.",
-    )
-    init.add_argument("dir", type=Path, metavar="DIR", help="where the CA lives (created 0700)")
-    init.add_argument("--name", default="llmgw", metavar="CLUSTER",
-                      help="the cluster's name, the O= of every certificate (default: llmgw)")
-    init.add_argument("--days", type=_days_argument, default=CA_DAYS, metavar="N",
-                      help=f"how long the CA is valid (default: {CA_DAYS})")
-    init.set_defaults(func=_run_init)
-
-    iss = actions.add_parser(
-        "issue",
-        help="sign a certificate for the server, a node, an operator or a router worker",
-        description="Write DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.key.",
-    )
-    iss.add_argument("dir", type=Path, metavar="DIR", help="the directory of ca.crt and ca.key")
-    iss.add_argument("name", metavar="NAME",
-                     help="the holder's name: a node's hostname, an operator's login")
-    iss.add_argument("--role", required=True, choices=CERT_ROLES)
-    iss.add_argument("--san", action="append", default=[], metavar="HOST",
-                     help="another DNS name or IP address for the certificate (repeatable)")
-    iss.add_argument("--days", type=_days_argument, default=CERT_DAYS, metavar="N",
-                     help=f"how long the certificate is valid (default: {CERT_DAYS})")
-    iss.add_argument("--force", action="store_true",
-                     help="replace an existing NAME.crt and NAME.key")
-    iss.set_defaults(func=_run_issue)
-
-
-def _run_init(args: argparse.Namespace) -> int:
-    cert_path = init_ca(args.dir, name=args.name, days=args.days)
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    print(f"created the {args.name} cluster CA, valid until {_day(cert.not_valid_after_utc)}:")
-    print(f"  {cert_path}  copy it to the server, every node, operator and router worker")
-    print(f"  {cert_path.with_name(CA_KEY)}  keep it here alone; never copy it to a node")
-    print(f"next: llmgw pki issue {args.dir} --role server HUB-HOSTNAME")
-    return 0
-
-
-def _run_issue(args: argparse.Namespace) -> int:
-    ca_cert = _read_cert(args.dir / CA_CERT)
-    cert_path, key_path = issue(args.dir, args.name, args.role, sans=args.san,
-                                days=args.days, force=args.force)
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    until = _day(cert.not_valid_after_utc)
-    if cert.not_valid_after_utc == ca_cert.not_valid_after_utc:
-        until += ", the CA's own expiry"
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    shown = ", ".join(
-        f"IP:{n.value}" if isinstance(n, x509.IPAddress) else f"DNS:{n.value}" for n in names
-    )
-    print(
-        f"wrote {cert_path} and {key_path}: "
-        f"{args.role} {args.name}, valid until {until} ({shown})"
-    )
-    if args.role == ROLE_NODE:
-        print(
-            f"on {args.name}: copy {args.dir / CA_CERT}, {cert_path} and {key_path} to /etc/llmgw/ "
-            "as ca.crt, node.crt and node.key; agent.yaml says "
-            "tls: {ca: /etc/llmgw/ca.crt, cert: /etc/llmgw/node.crt, key: /etc/llmgw/node.key}"
-        )
-    elif args.role == ROLE_SERVER:
-        ca_path = args.dir / CA_CERT
-        print(f"server.yaml says tls: {{ca: {ca_path}, cert: {cert_path}, key: {key_path}}}")
-    elif args.role == ROLE_OPERATOR:
-        print(
-            f"for {args.name}'s llmgw ctl and llmgw-tui: copy {args.dir / CA_CERT}, {cert_path} "
-            f"and {key_path} to their ~/.config/llmgw/; ctl.yaml says tls: "
-            f"{{ca: ca.crt, cert: {cert_path.name}, key: {key_path.name}}}"
-        )
-    return 0
-
-
-def _days_argument(text: str) -> int:
-    try:
-        days = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days") from None
-    if not 1 <= days <= MAX_DAYS:
-        raise argparse.ArgumentTypeError(f"{days} days: use 1 to {MAX_DAYS}")
-    return days
-
-
-# -- helpers ----------------------------------------------------------------
-
-
 def _now() -> datetime.datetime:
     # Whole seconds: a certificate's times carry no fraction, and comparing the
     # clamped expiry with the CA's must be exact.
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-
-
-def _day(when: datetime.datetime) -> str:
-    return when.strftime("%Y-%m-%d")
-
-
-def _describe(cert: x509.Certificate) -> str:
-    return f"'{cert.subject.rfc4514_string()}' (serial {cert.serial_number:x})"
-
-
-def _only_attribute(cert: x509.Certificate, oid: x509.ObjectIdentifier, label: str) -> str:
-    values = cert.subject.get_attributes_for_oid(oid)
-    if not values:
-        raise PKIError(
-            f"certificate {_describe(cert)} has no {label}; "
-            "issue one with `llmgw pki issue`, which sets CN to the name and OU to the role"
-        )
-    if len(values) > 1:
-        raise PKIError(
-            f"certificate {_describe(cert)} has {len(values)} {label}s; "
-            "an identity needs exactly one. Issue one with `llmgw pki issue`"
-        )
-    value = values[0].value
-    if not isinstance(value, str):
-        raise PKIError(f"certificate {_describe(cert)} has a {label} that is not text")
-    return value
 
 
 def _check_cluster_name(name: str) -> None:
@@ -454,13 +263,18 @@ def _public_der(public_key: CertificatePublicKeyTypes) -> bytes:
     )
 
 
-def _read_cert(path: Path) -> x509.Certificate:
+def _read_ca_file(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise PKIError(_no_ca_message(path)) from None
     except OSError as e:
         raise PKIError(f"cannot read {path}: {e.strerror}") from None
+
+
+def read_ca_certificate(path: Path) -> x509.Certificate:
+    """The CA's PEM certificate in *path*, or PKIError saying how to make one."""
+    data = _read_ca_file(path)
     try:
         return x509.load_pem_x509_certificate(data)
     except ValueError:
@@ -469,13 +283,8 @@ def _read_cert(path: Path) -> x509.Certificate:
 
 def _load_ca(directory: Path) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyTypes]:
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
-    cert = _read_cert(cert_path)
-    try:
-        data = key_path.read_bytes()
-    except FileNotFoundError:
-        raise PKIError(_no_ca_message(key_path)) from None
-    except OSError as e:
-        raise PKIError(f"cannot read {key_path}: {e.strerror}") from None
+    cert = read_ca_certificate(cert_path)
+    data = _read_ca_file(key_path)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
@@ -499,7 +308,7 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, CertificateIssuerPrivat
         raise PKIError(f"{cert_path} is not a CA certificate (no BasicConstraints ca=True)")
     if cert.not_valid_after_utc <= _now():
         raise PKIError(
-            f"{cert_path} expired on {_day(cert.not_valid_after_utc)}; certificates it signs would "
+            f"{cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d}; certificates it signs would "
             "be refused. Create a new CA and reissue every certificate (see docs/security.rst)"
         )
     return cert, key
@@ -542,7 +351,7 @@ def _write_pair(
     replace: bool,
     exists: typing.Callable[[Path], str],
 ) -> None:
-    """Put a key and its certificate in place, the key first.
+    """Put a key (0600) and its certificate (0644) in place, the key first.
 
     Without `replace`, a file that appeared since the caller's check stops the
     write and takes back whatever this call already put in place; `exists`
@@ -551,7 +360,7 @@ def _write_pair(
     published: list[Path] = []
     for (path, data), private in ((key, True), (cert, False)):
         try:
-            _write_file(path, data, private=private, replace=replace)
+            write_file(path, data, private=private, replace=replace)
         except OSError as e:
             if not replace:
                 for done in published:
@@ -561,59 +370,3 @@ def _write_pair(
                 raise PKIError(exists(path)) from None
             raise PKIError(f"cannot write {path}: {e.strerror}") from None
         published.append(path)
-    _sync_dir(key[0].parent)
-
-
-def _write_file(path: Path, data: bytes, *, private: bool, replace: bool) -> None:
-    """Write `data` to `path` whole or not at all: a temporary file beside it, then a rename.
-
-    A private file is created 0600 by open() itself, so no byte of it is ever
-    readable by others; a public one is set to 0644 whatever the umask.
-    Without `replace`, an existing `path` raises FileExistsError and stays as it was.
-    """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        try:
-            if not private:
-                os.fchmod(fd, 0o644)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _publish(tmp, path, replace=replace)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _publish(tmp: Path, path: Path, *, replace: bool) -> None:
-    if replace:
-        os.replace(tmp, path)
-        return
-    # link() fails if `path` exists, which makes "never overwrite" hold even
-    # against another `llmgw pki` running at the same moment.
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-            raise
-        # A filesystem without hard links: the caller's check has to do.
-        if os.path.lexists(path):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
-        os.rename(tmp, path)
-
-
-def _sync_dir(directory: Path) -> None:
-    # The renames are durable only once the directory is.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -1,0 +1,106 @@
+"""``llmgw pki init`` and ``llmgw pki issue``: the CA's command line, and what to copy where next."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cryptography import x509
+
+from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
+
+from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, init_ca, issue, read_ca_certificate
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``pki init`` and ``pki issue`` to the ``llmgw`` command line."""
+    pki = subparsers.add_parser(
+        "pki",
+        help="create the cluster CA and issue certificates",
+        description="Create the cluster CA and issue certificates for the server, "
+        "nodes, operators and router workers.",
+    )
+    actions = pki.add_subparsers(dest="pki_command", required=True, metavar="ACTION")
+
+    init = actions.add_parser(
+        "init",
+        help="create the cluster CA (DIR/ca.crt, DIR/ca.key)",
+        description="Create the cluster CA in DIR. Refuses if DIR already holds one.",
+    )
+    init.add_argument("dir", type=Path, metavar="DIR", help="where the CA lives (created 0700)")
+    init.add_argument("--name", default="llmgw", metavar="CLUSTER",
+                      help="the cluster's name, the O= of every certificate (default: llmgw)")
+    init.add_argument("--days", type=_days_argument, default=CA_DAYS, metavar="N",
+                      help=f"how long the CA is valid (default: {CA_DAYS})")
+    init.set_defaults(func=_run_init)
+
+    iss = actions.add_parser(
+        "issue",
+        help="sign a certificate for the server, a node, an operator or a router worker",
+        description="Write DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.key.",
+    )
+    iss.add_argument("dir", type=Path, metavar="DIR", help="the directory of ca.crt and ca.key")
+    iss.add_argument("name", metavar="NAME",
+                     help="the holder's name: a node's hostname, an operator's login")
+    iss.add_argument("--role", required=True, choices=CERT_ROLES)
+    iss.add_argument("--san", action="append", default=[], metavar="HOST",
+                     help="another DNS name or IP address for the certificate (repeatable)")
+    iss.add_argument("--days", type=_days_argument, default=CERT_DAYS, metavar="N",
+                     help=f"how long the certificate is valid (default: {CERT_DAYS})")
+    iss.add_argument("--force", action="store_true",
+                     help="replace an existing NAME.crt and NAME.key")
+    iss.set_defaults(func=_run_issue)
+
+
+def _run_init(args: argparse.Namespace) -> int:
+    cert_path = init_ca(args.dir, name=args.name, days=args.days)
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    print(f"created the {args.name} cluster CA, valid until {cert.not_valid_after_utc:%Y-%m-%d}:")
+    print(f"  {cert_path}  copy it to the server, every node, operator and router worker")
+    print(f"  {cert_path.with_name(CA_KEY)}  keep it here alone; never copy it to a node")
+    print(f"next: llmgw pki issue {args.dir} --role server HUB-HOSTNAME")
+    return 0
+
+
+def _run_issue(args: argparse.Namespace) -> int:
+    ca_cert = read_ca_certificate(args.dir / CA_CERT)
+    cert_path, key_path = issue(args.dir, args.name, args.role, sans=args.san,
+                                days=args.days, force=args.force)
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    until = f"{cert.not_valid_after_utc:%Y-%m-%d}"
+    if cert.not_valid_after_utc == ca_cert.not_valid_after_utc:
+        until += ", the CA's own expiry"
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    shown = ", ".join(
+        f"IP:{n.value}" if isinstance(n, x509.IPAddress) else f"DNS:{n.value}" for n in names
+    )
+    print(
+        f"wrote {cert_path} and {key_path}: "
+        f"{args.role} {args.name}, valid until {until} ({shown})"
+    )
+    if args.role == ROLE_NODE:
+        print(
+            f"on {args.name}: copy {args.dir / CA_CERT}, {cert_path} and {key_path} to /etc/llmgw/ "
+            "as ca.crt, node.crt and node.key; agent.yaml says "
+            "tls: {ca: /etc/llmgw/ca.crt, cert: /etc/llmgw/node.crt, key: /etc/llmgw/node.key}"
+        )
+    elif args.role == ROLE_SERVER:
+        ca_path = args.dir / CA_CERT
+        print(f"server.yaml says tls: {{ca: {ca_path}, cert: {cert_path}, key: {key_path}}}")
+    elif args.role == ROLE_OPERATOR:
+        print(
+            f"for {args.name}'s llmgw ctl and llmgw-tui: copy {args.dir / CA_CERT}, {cert_path} "
+            f"and {key_path} to their ~/.config/llmgw/; ctl.yaml says tls: "
+            f"{{ca: ca.crt, cert: {cert_path.name}, key: {key_path.name}}}"
+        )
+    return 0
+
+
+def _days_argument(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days") from None
+    if not 1 <= days <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"{days} days: use 1 to {MAX_DAYS}")
+    return days

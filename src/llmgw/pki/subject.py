@@ -1,0 +1,106 @@
+"""What a certificate says about its holder: a name (CN, the WAMP authid) and a role (OU).
+
+The hub believes nothing else about a peer, so :func:`identity_of` is the one
+place that reads them, and :func:`name_problem` the one rule for what may be
+a certificate's name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from llmgw.errors import PKIError
+from llmgw.link.uris import CERT_ROLES
+
+# RFC 5280's upper bound on a CN, which cryptography enforces: a longer
+# hostname could not be carried as an identity at all.
+MAX_NAME = 64
+# A node's name is one DNS label.
+MAX_LABEL = 63
+
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+@attrs.frozen
+class CertificateSubject:
+    """Who a certificate's holder is on the link: the authid and the authrole."""
+
+    name: str
+    role: str
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a certificate's name, or None when it can.
+
+    The name becomes a file name beside the CA and the holder's WAMP authid, so
+    it is held to a hostname's letters and may not reach outside the directory.
+    """
+    if not name:
+        return "a certificate name must not be empty; use the holder's hostname, for example node05"
+    if len(name) > MAX_NAME:
+        return (
+            f"{name[:20]!r}... is {len(name)} characters; "
+            f"a certificate name is at most {MAX_NAME}"
+        )
+    if not _NAME.fullmatch(name) or ".." in name:
+        return (
+            f"{name!r} is not a usable certificate name: use letters, digits, '.', '_' and '-', "
+            "starting and ending with a letter or digit, without '..' "
+            "(it becomes a file name and the WAMP authid)"
+        )
+    if name.lower() == "ca":
+        return f"{name!r} is the CA's own file name (ca.crt, ca.key); choose another name"
+    return None
+
+
+def check_name(name: str) -> str:
+    """Return `name` if it can name a certificate; raise PKIError saying why not."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise PKIError(problem)
+    return name
+
+
+def identity_of(cert: x509.Certificate) -> CertificateSubject:
+    """The identity a certificate proves: name from its CN, role from its OU.
+
+    This reads, it does not verify: the TLS handshake has already checked that
+    the cluster CA signed `cert`.
+    """
+    name = _only_attribute(cert, NameOID.COMMON_NAME, "CN")
+    role = _only_attribute(cert, NameOID.ORGANIZATIONAL_UNIT_NAME, "OU")
+    if role not in CERT_ROLES:
+        raise PKIError(
+            f"certificate {_describe(cert)} has role OU={role!r}, which is none of "
+            f"{', '.join(CERT_ROLES)}; issue it again with `llmgw pki issue --role ROLE`"
+        )
+    problem = name_problem(name)
+    if problem is not None:
+        raise PKIError(f"certificate {_describe(cert)}: {problem}")
+    return CertificateSubject(name=name, role=role)
+
+
+def _describe(cert: x509.Certificate) -> str:
+    return f"'{cert.subject.rfc4514_string()}' (serial {cert.serial_number:x})"
+
+
+def _only_attribute(cert: x509.Certificate, oid: x509.ObjectIdentifier, label: str) -> str:
+    values = cert.subject.get_attributes_for_oid(oid)
+    if not values:
+        raise PKIError(
+            f"certificate {_describe(cert)} has no {label}; "
+            "issue one with `llmgw pki issue`, which sets CN to the name and OU to the role"
+        )
+    if len(values) > 1:
+        raise PKIError(
+            f"certificate {_describe(cert)} has {len(values)} {label}s; "
+            "an identity needs exactly one. Issue one with `llmgw pki issue`"
+        )
+    value = values[0].value
+    if not isinstance(value, str):
+        raise PKIError(f"certificate {_describe(cert)} has a {label} that is not text")
+    return value
