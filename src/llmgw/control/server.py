@@ -103,15 +103,9 @@ def build(reactor, config) -> service.MultiService:
     attach.setServiceParent(top)
     internet.TimerService(1.0, attach.tick).setServiceParent(top)
     if config.listen.admin:
-        from twisted.web.server import Site
+        from llmgw.admin.web import admin_listener
 
-        from llmgw.control.admin import admin_resource
-
-        site = Site(admin_resource(registry))
-        site.noisy = False
-        internet.StreamServerEndpointService(
-            endpoints.serverFromString(reactor, config.listen.admin), site
-        ).setServiceParent(top)
+        admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
     top.registry = registry
     top.router = router
     top.hub = hub

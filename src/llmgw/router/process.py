@@ -8,8 +8,7 @@ as it changes; or, with no hub, serves ``router.endpoints`` from its file.
 from __future__ import annotations
 
 from autobahn.twisted.wamp import ApplicationSession
-from twisted.application import internet, service
-from twisted.internet import endpoints
+from twisted.application import service
 from twisted.logger import Logger
 from twisted.python import usage
 
@@ -49,9 +48,8 @@ class TableSession(ApplicationSession):
 
 def build(reactor, config) -> service.MultiService:
     from prometheus_client import CollectorRegistry
-    from twisted.web.server import Site
 
-    from llmgw.control.admin import admin_resource
+    from llmgw.admin.web import admin_listener
     from llmgw.link.client import client_service, parse_hub_url
     from llmgw.link.tls import TLSFiles
     from llmgw.router.metrics import RouterMetrics
@@ -63,11 +61,7 @@ def build(reactor, config) -> service.MultiService:
     router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
     router.setServiceParent(top)
     if config.listen.admin:
-        site = Site(admin_resource(registry))
-        site.noisy = False
-        internet.StreamServerEndpointService(
-            endpoints.serverFromString(reactor, config.listen.admin), site
-        ).setServiceParent(top)
+        admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
     if config.hub is not None:
         tls = TLSFiles(config.tls.ca, config.tls.cert, config.tls.key)
         client_service(reactor, parse_hub_url(config.hub), tls, lambda cfg: TableSession(cfg, router)).setServiceParent(top)
