@@ -24,12 +24,13 @@ class Options(usage.Options):
 class _AttachControlPlane(service.Service):
     """Attaches the control plane to the hub once the reactor runs."""
 
-    def __init__(self, reactor, hub: Hub, catalog, registry, router=None):
+    def __init__(self, reactor, hub: Hub, catalog, registry, router=None, router_api=None):
         self._reactor = reactor
         self._hub = hub
         self.catalog = catalog
         self.registry = registry
         self.router = router
+        self.router_api = router_api
         self.session = None
 
     def startService(self):
@@ -53,7 +54,7 @@ class _AttachControlPlane(service.Service):
         self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
-            self.session.reload_listeners.append(lambda config: self.router.reconfigure(config.router))
+            self.session.reload_listeners.append(router_listener(self.router, self.router_api))
 
     def tick(self):
         """Once a second: notice silent nodes, then converge the fleet to the catalog."""
@@ -64,12 +65,28 @@ class _AttachControlPlane(service.Service):
         self.session.publish_endpoints()
 
     def reload(self):
-        """SIGHUP: read server.yaml again; a broken file keeps the old catalog running."""
-        if self.session is not None and self.session.is_attached():
-            try:
-                self.session.reload()
-            except Exception:
-                pass  # already logged with the reason
+        """SIGHUP: as `ctl reload`; what changed, or who refused and why, is in the log."""
+        if self.session is None or not self.session.is_attached():
+            log.warn("SIGHUP before the control plane joined the hub: nothing reloaded; send it again")
+            return None
+        return self.session.apply_reload()
+
+
+def router_listener(router, listen_api: str):
+    """The in-process router's share of a reload: its ``router:`` section.
+
+    The API keeps listening where it started until a restart, so a new
+    section is checked against that listener: removing the last key from an
+    API that is not on loopback is refused, as it is at start.
+    """
+    from llmgw.control.reload import Listener
+    from llmgw.router.service import check_open_api
+
+    def prepare(config):
+        check_open_api(config.router, listen_api, config.path)
+        return lambda: router.reconfigure(config.router)
+
+    return Listener("the router", prepare)
 
 
 def link_endpoint(reactor, description: str):
@@ -99,7 +116,7 @@ def build(reactor, config) -> service.MultiService:
         check_open_api(config.router, config.listen.api, config.path)
         router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
         router.setServiceParent(top)
-    attach = _AttachControlPlane(reactor, hub, catalog, registry, router)
+    attach = _AttachControlPlane(reactor, hub, catalog, registry, router, config.listen.api)
     attach.setServiceParent(top)
     internet.TimerService(1.0, attach.tick).setServiceParent(top)
     if config.listen.admin:
