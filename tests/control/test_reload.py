@@ -22,7 +22,7 @@ from llmgw.control.catalog import Catalog
 from llmgw.control.reload import Listener, reload_all
 from llmgw.errors import ConfigError
 from llmgw.link import uris
-from llmgw.control import server as server_process
+from llmgw.process import server as server_process
 from llmgw.router.service import Router
 
 PUBLIC_API = "tcp:0:interface=0.0.0.0"  # never listened on: the router here is not started
