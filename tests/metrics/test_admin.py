@@ -14,7 +14,7 @@ from twisted.web.client import Agent, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.server import Site
 
-from llmgw.control.admin import admin_resource
+from llmgw.admin.web import admin_resource
 from llmgw.control.collector import FleetCollector
 from llmgw.router.metrics import RouterMetrics
 

@@ -4,19 +4,19 @@ from twisted.application.service import ServiceMaker
 
 llmgw_server = ServiceMaker(
     "llmgw server",
-    "llmgw.control.server",
+    "llmgw.process.server",
     "The llmgw hub, control plane, router and metrics in one process.",
     "llmgw-server",
 )
 llmgw_agent = ServiceMaker(
     "llmgw agent",
-    "llmgw.agent.service",
+    "llmgw.process.agent",
     "The llmgw node agent: discovery, engines, weights, logs.",
     "llmgw-agent",
 )
 llmgw_router = ServiceMaker(
     "llmgw router",
-    "llmgw.router.process",
+    "llmgw.process.router",
     "The llmgw OpenAI router alone, following the hub's endpoint table or a static list.",
     "llmgw-router",
 )

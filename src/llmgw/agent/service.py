@@ -1,4 +1,6 @@
-"""`twistd llmgw-agent`: one per node, dialling out to the hub and describing the node.
+"""The node agent, one per node: what it knows and does, and its session with the hub.
+
+`llmgw.process.agent` composes `twistd llmgw-agent` from these.
 
 The node's id is its host name, which is also its certificate's CN; the agent
 checks the two agree before dialling, because the hub would refuse it forever
@@ -14,10 +16,8 @@ from pathlib import Path
 import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
-from twisted.application import internet, service
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
-from twisted.python import usage
 
 from llmgw import PROTOCOL_VERSION, __version__
 from llmgw.agent.discovery.host import route_address
@@ -25,21 +25,14 @@ from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
 from llmgw.config.agent import DEFAULT_WEIGHTS_DIRS
-from llmgw.errors import ConfigError, LlmgwError
-from llmgw.huburl import HubAddress, parse_hub_url
+from llmgw.errors import ConfigError
+from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.client import client_service
 from llmgw.link.tls import certificate_common_name
 from llmgw.records import EngineInfo, ShardSpec, ShardStatus
 from llmgw.wire import WireError, from_wire, to_wire
 
-ENGINE_PROBE_INTERVAL_S = 60.0
-
 log = Logger()
-
-
-class Options(usage.Options):
-    optParameters = [["config", "c", "/etc/llmgw/agent.yaml", "The agent's configuration file."]]
 
 
 class Agent:
@@ -391,56 +384,3 @@ def node_id_for(config) -> str:
             f"or set node_id: {cn} in the agent configuration"
         )
     return node_id
-
-
-class _LeaveEnginesRunning(service.Service):
-    """On shutdown, stop watching the engines and leave them serving for the next agent."""
-
-    def __init__(self, agent: Agent):
-        self.agent = agent
-
-    def stopService(self):
-        super().stopService()
-        self.agent.supervisor.close()
-
-
-def build(reactor, config) -> service.MultiService:
-    hub = parse_hub_url(config.hub)
-    node_id = node_id_for(config)
-    agent = Agent(reactor, config, node_id, hub)
-    tls = config.tls
-    from twisted.logger import globalLogPublisher
-
-    globalLogPublisher.addObserver(agent.log_buffer)
-    top = service.MultiService()
-    for status in agent.supervisor.adopt_all():
-        log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
-    client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
-    internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
-    _LeaveEnginesRunning(agent).setServiceParent(top)
-    top.agent = agent
-    return top
-
-
-def _reprobe(agent: Agent):
-    if agent.engines is None:
-        return None  # the first probe belongs to the first register
-    # A node given vLLM, or one whose llama-server lost a library to an
-    # unrelated upgrade, changes what it can run without anyone restarting it.
-    return defer.ensureDeferred(agent.probe_engines()).addErrback(
-        lambda f: log.warn("probing engines failed: {e}", e=f.getErrorMessage())
-    )
-
-
-def makeService(options) -> service.MultiService:
-    from twisted.internet import reactor
-
-    from llmgw.config.agent import load_agent_config
-
-    try:
-        config = load_agent_config(options["config"])
-        svc = build(reactor, config)
-    except LlmgwError as e:
-        raise SystemExit(f"llmgw-agent: {e}")
-    log.info("llmgw agent {id}: dialling {hub}", id=svc.agent.node_id, hub=config.hub)
-    return svc

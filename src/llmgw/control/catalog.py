@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 import attrs
 
@@ -82,15 +83,22 @@ class Catalog:
         self.config = config
         self.entries = entries(config)
 
-    def reload(self) -> list[str]:
-        """Read the file again; return what changed, or raise ConfigError keeping the old catalog."""
+    def read(self) -> ServerConfig:
+        """The file as it now reads, checked whole; raises ConfigError and changes nothing."""
         from llmgw.config.server import load_server_config
 
         new = load_server_config(self.config.path)
         check_profiles(new)
+        return new
+
+    def changes(self, new: ServerConfig) -> list[str]:
+        """What switching to *new* would change, in the words the log and `ctl reload` use."""
         changes = []
         if (new.listen, new.tls) != (self.config.listen, self.config.tls):
             changes.append("listen/tls changed: they take effect when the server restarts")
+        if new.fleet != self.config.fleet:
+            # The fleet and the reconciler read their timings once, at start.
+            changes.append("fleet changed: it takes effect when the server restarts")
         old = self.entries
         fresh = entries(new)
         for name in sorted(set(old) | set(fresh)):
@@ -100,6 +108,21 @@ class Catalog:
                 changes.append(f"model {name} added")
             elif old[name] != fresh[name]:
                 changes.append(f"model {name} changed")
-        self.config = new
-        self.entries = fresh
+        return changes
+
+    def prepare(self, new: ServerConfig) -> Callable[[], None]:
+        """Everything switching to *new* needs, built now; the function returned only swaps it in."""
+        fresh = entries(new)
+
+        def apply() -> None:
+            self.config = new
+            self.entries = fresh
+
+        return apply
+
+    def reload(self) -> list[str]:
+        """Read the file again and switch to it; return what changed, or raise ConfigError keeping the old catalog."""
+        new = self.read()
+        changes = self.changes(new)
+        self.prepare(new)()
         return changes

@@ -15,7 +15,7 @@ from twisted.logger import Logger
 
 from llmgw.control.fleet import Fleet, NotRegistered
 from llmgw.control.reconciler import Reconciler
-from llmgw.errors import ConfigError
+from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
@@ -38,7 +38,7 @@ class ControlSession(ApplicationSession):
         # In-process consumers of the endpoint table and of reloaded
         # configuration (the server's own router).
         self.table_listeners: list = []
-        self.reload_listeners: list = []
+        self.reload_listeners: list[Listener] = []
         self.reconciler = Reconciler(
             clock if clock is not None else self.fleet._clock, self.fleet,
             lambda: self.catalog.entries if self.catalog is not None else {},
@@ -178,18 +178,20 @@ class ControlSession(ApplicationSession):
         return {"node": node_id, "cordoned": True, "stopped": [s.id for s in shards]}
 
     def reload(self):
+        """`ctl reload`: the changes applied, or the refusal as the call's error."""
+        outcome = self.apply_reload()
+        if outcome.refused is not None:
+            raise ApplicationError(uris.ERROR_CONFIG, outcome.refused)
+        return {"changes": list(outcome.changes)}
+
+    def apply_reload(self) -> Outcome:
+        """SIGHUP and `ctl reload`: server.yaml again, to the catalog and every reload listener or to none."""
         if self.catalog is None:
-            raise ApplicationError(uris.ERROR_CONFIG, "this control plane has no catalog to reload")
-        try:
-            changes = self.catalog.reload()
-        except ConfigError as e:
-            log.error("reload refused, the old catalog stays: {e}", e=str(e))
-            raise ApplicationError(uris.ERROR_CONFIG, f"reload refused, the old catalog stays: {e}") from None
-        log.info("catalog reloaded: {changes}", changes="; ".join(changes) or "no changes")
-        for listener in self.reload_listeners:
-            listener(self.catalog.config)
-        self.reconciler.tick()
-        return {"changes": changes}
+            return Outcome(refused="this control plane has no catalog to reload")
+        outcome = reload_all(self.catalog, self.reload_listeners)
+        if outcome.refused is None:
+            self.reconciler.tick()
+        return outcome
 
     async def logs(self, node_id, source=None, n=200):
         """A node's log lines, relayed; a node that does not answer in 10 s says so, not a hang."""

@@ -1,26 +1,18 @@
-"""`twistd llmgw-router`: the router alone, for when one process's CPU is the limit.
+"""A router process's session on the hub: it follows the control plane's endpoint table.
 
-Run several behind a load balancer. Each joins the hub with a router
-certificate, asks the control plane for the endpoint table, and follows it
-as it changes; or, with no hub, serves ``router.endpoints`` from its file.
+`llmgw.process.router` composes `twistd llmgw-router` (the router alone, for
+when one process's CPU is the limit) with this session when router.yaml
+names a hub.
 """
 
 from __future__ import annotations
 
 from autobahn.twisted.wamp import ApplicationSession
-from twisted.application import internet, service
-from twisted.internet import endpoints
 from twisted.logger import Logger
-from twisted.python import usage
 
-from llmgw.errors import LlmgwError
 from llmgw.link import uris
 
 log = Logger()
-
-
-class Options(usage.Options):
-    optParameters = [["config", "c", "/etc/llmgw/router.yaml", "The router's configuration file."]]
 
 
 class TableSession(ApplicationSession):
@@ -45,45 +37,3 @@ class TableSession(ApplicationSession):
         # stop because the control plane restarts.
         log.warn("left the hub ({reason}); serving the last endpoint table", reason=details.reason)
         self.disconnect()
-
-
-def build(reactor, config) -> service.MultiService:
-    from prometheus_client import CollectorRegistry
-    from twisted.web.server import Site
-
-    from llmgw.control.admin import admin_resource
-    from llmgw.huburl import parse_hub_url
-    from llmgw.link.client import client_service
-    from llmgw.router.metrics import RouterMetrics
-    from llmgw.router.service import Router, check_open_api
-
-    top = service.MultiService()
-    check_open_api(config.router, config.listen.api, config.path)
-    registry = CollectorRegistry()
-    router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
-    router.setServiceParent(top)
-    if config.listen.admin:
-        site = Site(admin_resource(registry))
-        site.noisy = False
-        internet.StreamServerEndpointService(
-            endpoints.serverFromString(reactor, config.listen.admin), site
-        ).setServiceParent(top)
-    if config.hub is not None:
-        client_service(reactor, parse_hub_url(config.hub), config.tls, lambda cfg: TableSession(cfg, router)).setServiceParent(top)
-    top.router = router
-    return top
-
-
-def makeService(options) -> service.MultiService:
-    from twisted.internet import reactor
-
-    from llmgw.config.router import load_router_config
-
-    try:
-        config = load_router_config(options["config"])
-        svc = build(reactor, config)
-    except LlmgwError as e:
-        raise SystemExit(f"llmgw-router: {e}")
-    log.info("llmgw router: OpenAI API on {api}{hub}", api=config.listen.api,
-             hub=f", following {config.hub}" if config.hub else ", static endpoints")
-    return svc

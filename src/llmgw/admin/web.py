@@ -10,17 +10,18 @@ there answers ``/`` and everything below it that is not ``metrics`` or
     registry = CollectorRegistry()
     RouterMetrics(registry)
     registry.register(FleetCollector(fleet, reactor))
-    site = Site(admin_resource(registry))
-    serverFromString(reactor, config.listeners.admin).listen(site)
+    admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from twisted.application import internet, service
+from twisted.internet import endpoints
 from twisted.web.pages import notFound
 from twisted.web.resource import Resource
-from twisted.web.server import Request
+from twisted.web.server import Request, Site
 
 PLACEHOLDER = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>llmgw admin</title></head>
@@ -94,3 +95,10 @@ def admin_resource(registry: CollectorRegistry, page: Resource | None = None) ->
     root.putChild(b"metrics", MetricsResource(registry))
     root.putChild(b"healthz", HealthResource())
     return root
+
+
+def admin_listener(reactor, description: str, registry: CollectorRegistry) -> service.Service:
+    """The admin tree served on *description* (a Twisted endpoint string), as a service to start."""
+    site = Site(admin_resource(registry))
+    site.noisy = False
+    return internet.StreamServerEndpointService(endpoints.serverFromString(reactor, description), site)

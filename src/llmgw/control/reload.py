@@ -1,0 +1,84 @@
+"""A reload is all or nothing: server.yaml read and checked whole, every part prepared, then all switched.
+
+SIGHUP and ``llmgw ctl reload`` both come here.  The parts of the server
+that take a new configuration — the catalog first, then every registered
+listener (the server's own router) — each *prepare*: check the new
+configuration against what they are running and build what they would
+switch to.  Only when every one has accepted does any of them apply, so a
+refusal anywhere leaves every part on the old configuration, and the log
+and ``ctl reload`` say which part refused and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+from twisted.logger import Logger
+
+from llmgw.config.server import ServerConfig
+from llmgw.control.catalog import Catalog
+from llmgw.errors import ConfigError, LlmgwError
+
+log = Logger()
+
+REFUSED = "reload refused, the old catalog stays"
+
+Apply = Callable[[], None]
+
+
+@attrs.frozen
+class Listener:
+    """A part of the server that takes its share of a reloaded server.yaml.
+
+    ``prepare(config)`` refuses by raising an LlmgwError whose message says
+    what is wrong and what to do; otherwise it returns the function that
+    switches the part over.  That function must not fail: whatever can fail
+    belongs in ``prepare``.
+    """
+
+    name: str  # as the log says it: "the router refused it: ..."
+    prepare: Callable[[ServerConfig], Apply]
+
+
+@attrs.frozen
+class Outcome:
+    """What a reload did: the changes it applied, or the one sentence saying why it applied none."""
+
+    changes: tuple[str, ...] = ()
+    refused: str | None = None
+
+
+def reload_all(catalog: Catalog, listeners: Sequence[Listener]) -> Outcome:
+    """Read server.yaml again and hand it to the catalog and every listener, or to none of them."""
+    try:
+        new = catalog.read()
+    except ConfigError as e:
+        return _refused(str(e))
+    changes = catalog.changes(new)
+    applies: list[tuple[str, Apply]] = [("the catalog", catalog.prepare(new))]
+    for listener in listeners:
+        try:
+            applies.append((listener.name, listener.prepare(new)))
+        except LlmgwError as e:
+            return _refused(f"{listener.name} refused it: {e}")
+        except Exception as e:
+            # A bug, not a verdict on the file: still nothing is applied, and the
+            # traceback goes to the log for whoever fixes it.
+            log.failure("{name} failed while preparing the reload", name=listener.name)
+            return _refused(f"{listener.name} failed on it ({type(e).__name__}: {e}); the server log has the traceback")
+    for name, apply in applies:
+        try:
+            apply()
+        except Exception:
+            log.critical("{name} failed to apply a reload every part had accepted; parts may now run different "
+                         "configurations: restart the server", name=name)
+            raise
+    log.info("catalog reloaded: {changes}", changes="; ".join(changes) or "no changes")
+    return Outcome(tuple(changes))
+
+
+def _refused(why: str) -> Outcome:
+    sentence = f"{REFUSED}: {why}"
+    log.error("{sentence}", sentence=sentence)
+    return Outcome(refused=sentence)

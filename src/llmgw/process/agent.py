@@ -1,0 +1,67 @@
+"""`twistd llmgw-agent`: one per node, dialling out to the hub and describing the node.
+
+What the tree holds: the link session to the hub (reconnecting forever), a
+timer that probes the installed engines again, and, on shutdown, a goodbye
+to the engines that leaves them serving for the next agent to adopt.
+Before any of it, the node's id is checked against its certificate.
+"""
+
+from __future__ import annotations
+
+from twisted.application import internet, service
+from twisted.internet import defer
+from twisted.logger import Logger, globalLogPublisher
+
+from llmgw.agent.service import Agent, AgentSession, node_id_for
+from llmgw.config.agent import AgentConfig, load_agent_config
+from llmgw.huburl import parse_hub_url
+from llmgw.link.client import client_service
+from llmgw.process.common import compose, config_options
+
+ENGINE_PROBE_INTERVAL_S = 60.0
+
+log = Logger()
+
+Options = config_options("/etc/llmgw/agent.yaml", "The agent's configuration file.")
+
+
+def makeService(options) -> service.MultiService:
+    return compose("llmgw-agent", options, load_agent_config, build)
+
+
+def build(reactor, config: AgentConfig) -> service.MultiService:
+    hub = parse_hub_url(config.hub)
+    node_id = node_id_for(config)
+    agent = Agent(reactor, config, node_id, hub)
+    tls = config.tls
+    globalLogPublisher.addObserver(agent.log_buffer)
+    top = service.MultiService()
+    for status in agent.supervisor.adopt_all():
+        log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
+    client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
+    internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
+    _LeaveEnginesRunning(agent).setServiceParent(top)
+    top.agent = agent
+    log.info("llmgw agent {id}: dialling {hub}", id=node_id, hub=config.hub)
+    return top
+
+
+class _LeaveEnginesRunning(service.Service):
+    """On shutdown, stop watching the engines and leave them serving for the next agent."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def stopService(self):
+        super().stopService()
+        self.agent.supervisor.close()
+
+
+def _reprobe(agent: Agent):
+    if agent.engines is None:
+        return None  # the first probe belongs to the first register
+    # A node given vLLM, or one whose llama-server lost a library to an
+    # unrelated upgrade, changes what it can run without anyone restarting it.
+    return defer.ensureDeferred(agent.probe_engines()).addErrback(
+        lambda f: log.warn("probing engines failed: {e}", e=f.getErrorMessage())
+    )

@@ -1,0 +1,136 @@
+"""`twistd llmgw-server`: the hub, the control plane, the router and the admin listener in one reactor.
+
+What the tree holds: the hub's TLS listener; the router (when ``listen.api``
+is set), fed the endpoint table in process and reconfigured by reloads; the
+control plane's session, attached to the hub once the reactor runs and
+ticked once a second; and the admin listener, serving one registry that
+the router's and the fleet's figures share.
+"""
+
+from __future__ import annotations
+
+from autobahn.wamp.types import ComponentConfig
+from prometheus_client import CollectorRegistry
+from twisted.application import internet, service
+from twisted.internet import endpoints
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from llmgw.admin.web import admin_listener
+from llmgw.config.server import ServerConfig, load_server_config
+from llmgw.control.catalog import Catalog
+from llmgw.control.collector import FleetCollector
+from llmgw.control.fleet import Fleet
+from llmgw.control.plane import ControlSession
+from llmgw.control.reload import Listener
+from llmgw.link import uris
+from llmgw.link.hub import Hub
+from llmgw.link.tls import server_options
+from llmgw.process.common import compose, config_options
+from llmgw.router.metrics import RouterMetrics
+from llmgw.router.service import Router, check_open_api
+
+log = Logger()
+
+Options = config_options("/etc/llmgw/server.yaml", "The server's configuration file.")
+
+
+def makeService(options) -> service.MultiService:
+    return compose("llmgw-server", options, load_server_config, build, on_sighup=lambda top: top.control.reload)
+
+
+def build(reactor, config: ServerConfig) -> service.MultiService:
+    top = service.MultiService()
+    hub = Hub(reactor)
+    tls = config.tls
+    factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
+    internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
+    registry = CollectorRegistry()
+    catalog = Catalog(config)
+    router = None
+    reload_listeners = []
+    if config.listen.api:
+        check_open_api(config.router, config.listen.api, config.path)
+        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
+        router.setServiceParent(top)
+        reload_listeners.append(router_listener(router, config.listen.api))
+    control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
+    control.setServiceParent(top)
+    internet.TimerService(1.0, control.tick).setServiceParent(top)
+    if config.listen.admin:
+        admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
+    top.registry = registry
+    top.router = router
+    top.hub = hub
+    top.control = control
+    log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
+    return top
+
+
+def link_endpoint(reactor, description: str):
+    """The link listener's TCP endpoint; TLS is wrapped around it from `tls:`."""
+    # listen.link is validated to start with "ssl:" and to carry no key files,
+    # so what follows is a plain TCP endpoint description.
+    return endpoints.serverFromString(reactor, "tcp:" + description.split(":", 1)[1])
+
+
+def router_listener(router: Router, listen_api: str) -> Listener:
+    """The in-process router's share of a reload: its ``router:`` section.
+
+    The API keeps listening where it started until a restart, so a new
+    section is checked against that listener: removing the last key from an
+    API that is not on loopback is refused, as it is at start.
+    """
+
+    def prepare(config: ServerConfig):
+        check_open_api(config.router, listen_api, config.path)
+        return lambda: router.reconfigure(config.router)
+
+    return Listener("the router", prepare)
+
+
+class ControlPlane(service.Service):
+    """The control plane's session: attached to the hub once the reactor runs, then ticked."""
+
+    def __init__(self, reactor, hub: Hub, catalog: Catalog, registry: CollectorRegistry, router: Router | None,
+                 reload_listeners: list[Listener]):
+        self._reactor = reactor
+        self._hub = hub
+        self.catalog = catalog
+        self.registry = registry
+        self.router = router
+        self.reload_listeners = reload_listeners
+        self.session: ControlSession | None = None
+
+    def startService(self):
+        super().startService()
+        fleet_config = self.catalog.config.fleet
+
+        def fleet_factory(emit):
+            return Fleet(
+                self._reactor, emit,
+                unreachable_after=fleet_config.unreachable_after_s,
+                lost_after=fleet_config.lost_after_s,
+            )
+
+        self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
+        self._hub.attach_local(self.session)
+        self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
+        if self.router is not None:
+            self.session.table_listeners.append(self.router.apply_table)
+        self.session.reload_listeners.extend(self.reload_listeners)
+
+    def tick(self):
+        """Once a second: notice silent nodes, then converge the fleet to the catalog."""
+        if self.session is None or not self.session.is_attached():
+            return
+        self.session.fleet.check()
+        self.session.reconciler.tick()
+        self.session.publish_endpoints()
+
+    def reload(self):
+        """SIGHUP: as `ctl reload`; what changed, or who refused and why, is in the log."""
+        if self.session is None or not self.session.is_attached():
+            log.warn("SIGHUP before the control plane joined the hub: nothing reloaded; send it again")
+            return None
+        return self.session.apply_reload()
