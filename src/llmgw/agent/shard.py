@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from llmgw.agent.health import HttpProbe
 from llmgw.agent.logtail import LogFollower, append_line
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
-from llmgw.agent.procs import Identity, describe_exit, group_alive, is_alive, kill_run, signal_group
+from llmgw.agent.procs import ProcessIdentity, describe_exit, group_alive, is_alive, kill_run, signal_group
 from llmgw.agent.statefiles import Record, StateDir
 from llmgw.records import ShardSpec, ShardStatus
 from llmgw.states import ShardState
@@ -97,7 +97,7 @@ class ShardRunner:
         self.ctx = ctx
         self.record = record
         self.spec = record.spec
-        self.identity = Identity(record.pid, record.create_time)
+        self.identity = ProcessIdentity(record.pid, record.create_time)
         self.follower = follower
         self.adopted = child is None
         self.life = life if life is not None else ShardLifecycle()

@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from llmgw.agent.health import HttpProbe
 from llmgw.agent.logtail import LogFollower, append_line
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
-from llmgw.agent.procs import (Identity, free_port, identify, is_alive, launcher_argv, marked_processes,
+from llmgw.agent.procs import (ProcessIdentity, free_port, identify, is_alive, launcher_argv, marked_processes,
                                marker_env, signal_group)
 from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, RecordError, StateDir
@@ -124,7 +124,7 @@ class Supervisor:
             return self._refuse(spec, life, f"could not launch {plan.argv[0]}: {e}")
 
         pid = transport.pid
-        identity = identify(pid) or Identity(pid, 0.0)
+        identity = identify(pid) or ProcessIdentity(pid, 0.0)
         record = Record(
             pid=pid, pgid=pid, create_time=identity.create_time, spec=spec, endpoint=_endpoint(self._host, port),
             host=self._host, port=port, health=plan.health.path if plan.health is not None else None,
@@ -178,7 +178,7 @@ class Supervisor:
                 self._unreadable(path, e)
                 continue
             shard_id = record.spec.shard_id
-            if not is_alive(Identity(record.pid, record.create_time)):
+            if not is_alive(ProcessIdentity(record.pid, record.create_time)):
                 log.info("shard {shard}: its engine (pid {pid}) is gone; record removed", shard=shard_id, pid=record.pid)
                 self._files.remove(path)
                 continue
@@ -259,7 +259,7 @@ class Supervisor:
         return shard.status()
 
     def _unreadable(self, path: Path, error: RecordError) -> None:
-        if error.pid is not None and is_alive(Identity(error.pid, error.create_time)):
+        if error.pid is not None and is_alive(ProcessIdentity(error.pid, error.create_time)):
             self._kill_undescribed(None, error.pid, _cmdline(error.pid), f"its record {path.name} is unusable: {error}")
         else:
             log.warn("{path}: unusable shard record ({e}); no live engine matches it. Set aside as {aside}",
