@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw.records import CPU, GPU, Filesystem, Heartbeat, IBAdapter, IBPort, Inventory
+from llmgw.records import CPU, GPU, Filesystem, Heartbeat, IBAdapter, IBPort, Inventory, ShardSpec, ShardStatus
+from llmgw.states import ShardState
 from llmgw.wire import WireError, from_wire, to_wire
 
 maybe_int = st.none() | st.integers(min_value=0, max_value=2**60)
@@ -66,3 +70,28 @@ def test_unknown_fields_from_a_newer_agent_are_ignored():
 def test_absent_fields_are_none_not_zero():
     beat = from_wire(Heartbeat, {})
     assert beat.memory_total_bytes is None and beat.gpus is None and beat.filesystems is None
+
+
+SPEC = ShardSpec(shard_id="tiny/0/0", replica_id="tiny/0", model="tiny", engine="sim")
+
+
+@pytest.mark.parametrize("state", list(ShardState))
+def test_a_state_travels_as_its_plain_string_and_comes_back_as_its_member(state):
+    payload = to_wire(ShardStatus(spec=SPEC, state=state))
+    assert type(payload["state"]) is str and payload["state"] == state.value
+    back = from_wire(ShardStatus, json.loads(json.dumps(payload)))
+    assert back.state is state
+
+
+def test_a_state_this_side_does_not_know_is_refused_with_the_ones_it_does():
+    payload = to_wire(ShardStatus(spec=SPEC, state=ShardState.READY))
+    with pytest.raises(WireError) as refused:
+        from_wire(ShardStatus, {**payload, "state": "bogus"})
+    assert str(refused.value) == ("ShardStatus.state: 'bogus' is not one of "
+                                  "fetching, starting, ready, draining, stopped, failed")
+    with pytest.raises(WireError, match=r"^Inventory.shards\[1\].state: expected one of fetching, .*, got int 3$"):
+        from_wire(Inventory, {"node_id": "node01", "shards": [payload, {**payload, "state": 3}]})
+
+
+def test_a_status_built_from_a_plain_string_holds_the_member():
+    assert ShardStatus(spec=SPEC, state="draining").state is ShardState.DRAINING

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import attrs
 
+from llmgw.states import ShardState
+
 
 @attrs.frozen
 class CPU:
@@ -211,7 +213,9 @@ class ShardStatus:
     """A shard's state on its node, sent at every transition and in register."""
 
     spec: ShardSpec
-    state: str  # fetching | starting | ready | draining | stopped | failed
+    # A plain string from older code becomes its member; one that names no
+    # state is refused here rather than travelling on.
+    state: ShardState = attrs.field(converter=ShardState)
     pid: int | None = None
     endpoint: str | None = None  # http://HOST:PORT once known
     reason: str | None = None

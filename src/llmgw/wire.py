@@ -3,7 +3,9 @@
 What arrives over the link comes from another process that may be older,
 newer or simply wrong.  ``from_wire`` checks every field against the record's
 annotations and raises ``WireError`` naming the path of the first field that
-does not fit ("gpus[2].memory_total_mb: expected int, got str").  Keys the
+does not fit ("gpus[2].memory_total_mb: expected int, got str").  A state
+travels as its enum's value, a plain string, and comes back as the member;
+one this side does not know is refused with the ones it does.  Keys the
 record does not know are ignored, so a newer peer can add fields; keys it does
 not send keep their default, which for reported figures is ``None`` —
 absent is not zero.
@@ -11,6 +13,7 @@ absent is not zero.
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from typing import Any, TypeVar
@@ -25,7 +28,9 @@ class WireError(ValueError):
 
 
 def to_wire(record: Any) -> Any:
-    """A JSON-ready copy of *record* (attrs instances become dicts)."""
+    """A JSON-ready copy of *record* (attrs instances become dicts, enum members their values)."""
+    if isinstance(record, enum.Enum):
+        return record.value
     if attrs.has(type(record)):
         return {
             f.name: to_wire(getattr(record, f.name)) for f in attrs.fields(type(record))
@@ -87,6 +92,16 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             return hint(**kwargs)
         except (TypeError, ValueError) as e:
             raise WireError(f"{path}: {e}") from None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        if isinstance(value, hint):
+            return value
+        known = ", ".join(str(member.value) for member in hint)
+        if not isinstance(value, str):
+            raise WireError(f"{path}: expected one of {known}, got {_kind(value)}")
+        try:
+            return hint(value)
+        except ValueError:
+            raise WireError(f"{path}: {value!r} is not one of {known}") from None
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise WireError(f"{path}: expected a number, got {_kind(value)}")

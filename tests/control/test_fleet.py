@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from twisted.internet.task import Clock
 
-from llmgw.control.fleet import LOST, READY, UNREACHABLE, Fleet, NotRegistered
+from llmgw.control.fleet import Fleet, NodeInput, NotRegistered, node_after
 from llmgw.records import GPU, Heartbeat, Inventory
+from llmgw.states import NodeState
 
 
 @pytest.fixture
@@ -31,25 +34,25 @@ def inventory(**kw):
 
 def test_register_makes_a_ready_node_and_says_so(fleet, events):
     fleet.register("node01", 7, inventory())
-    assert fleet.nodes["node01"].state == READY
+    assert fleet.nodes["node01"].state == NodeState.READY
     kind, ident, event = events[-1]
     assert (kind, ident, event["change"]) == ("node", "node01", "registered")
-    assert event["node"]["state"] == READY and event["node"]["address"] == "10.0.0.5"
+    assert event["node"]["state"] == NodeState.READY and event["node"]["address"] == "10.0.0.5"
 
 
 def test_silence_makes_a_node_unreachable_then_lost(fleet, clock, events):
     fleet.register("node01", 7, inventory())
     clock.advance(14)
     fleet.check()
-    assert fleet.nodes["node01"].state == READY
+    assert fleet.nodes["node01"].state == NodeState.READY
     clock.advance(2)
     fleet.check()
-    assert fleet.nodes["node01"].state == UNREACHABLE
+    assert fleet.nodes["node01"].state == NodeState.UNREACHABLE
     assert fleet.nodes["node01"].reason == "no heartbeat for 16 s"
     clock.advance(44)
     fleet.check()
-    assert fleet.nodes["node01"].state == LOST
-    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [UNREACHABLE, LOST]
+    assert fleet.nodes["node01"].state == NodeState.LOST
+    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [NodeState.UNREACHABLE, NodeState.LOST]
     # checking again changes nothing and emits nothing
     before = len(events)
     fleet.check()
@@ -60,19 +63,57 @@ def test_a_heartbeat_brings_an_unreachable_node_back(fleet, clock):
     fleet.register("node01", 7, inventory())
     clock.advance(20)
     fleet.check()
-    assert fleet.nodes["node01"].state == UNREACHABLE
+    assert fleet.nodes["node01"].state == NodeState.UNREACHABLE
     fleet.heartbeat("node01", 7, Heartbeat(memory_available_bytes=1))
-    assert fleet.nodes["node01"].state == READY
+    assert fleet.nodes["node01"].state == NodeState.READY
     assert fleet.nodes["node01"].reason is None
 
 
 def test_a_closed_link_makes_the_node_unreachable_at_once(fleet):
     fleet.register("node01", 7, inventory())
     fleet.link_closed(8)  # someone else's session
-    assert fleet.nodes["node01"].state == READY
+    assert fleet.nodes["node01"].state == NodeState.READY
     fleet.link_closed(7)
-    assert fleet.nodes["node01"].state == UNREACHABLE
+    assert fleet.nodes["node01"].state == NodeState.UNREACHABLE
     assert "link" in fleet.nodes["node01"].reason
+
+
+N, I = NodeState, NodeInput
+# Written out again rather than read from the module, so that an edge added,
+# dropped or redirected there fails here.
+NODE_EDGES = {
+    (N.READY, I.LINK_CLOSED): N.UNREACHABLE,
+    (N.READY, I.SILENT): N.UNREACHABLE,
+    (N.READY, I.SILENT_LONG): N.LOST,
+    (N.UNREACHABLE, I.SILENT_LONG): N.LOST,
+    (N.UNREACHABLE, I.HEARD): N.READY,
+    (N.LOST, I.HEARD): N.READY,
+}
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(NodeState, NodeInput)),
+                         ids=lambda v: v.name)
+def test_each_input_moves_a_node_where_the_table_says_or_leaves_it_alone(state, event):
+    assert node_after(state, event) == NODE_EDGES.get((state, event), state)
+
+
+def test_a_node_checked_late_goes_from_ready_straight_to_lost(fleet, clock, events):
+    fleet.register("node01", 7, inventory())
+    clock.advance(61)
+    fleet.check()
+    assert fleet.nodes["node01"].state == NodeState.LOST
+    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [NodeState.LOST]
+
+
+def test_a_lost_node_that_registers_again_is_ready_and_a_closed_link_does_not_make_it_unreachable(fleet, clock):
+    fleet.register("node01", 7, inventory())
+    fleet.link_closed(7)
+    clock.advance(61)
+    fleet.check()
+    fleet.link_closed(7)
+    assert fleet.nodes["node01"].state == NodeState.LOST
+    fleet.register("node01", 8, inventory())
+    assert fleet.nodes["node01"].state == NodeState.READY and fleet.nodes["node01"].state_since == 61
 
 
 def test_heartbeat_updates_live_figures_and_keeps_what_it_did_not_send(fleet):
@@ -101,7 +142,7 @@ def test_memory_changes_are_logged(fleet, capture_log):
 def test_views_show_absent_as_none(fleet):
     fleet.register("node01", 7, Inventory(node_id="node01"))
     (view,) = fleet.views()
-    assert view["id"] == "node01" and view["state"] == READY
+    assert view["id"] == "node01" and view["state"] == NodeState.READY
     assert view["memory_total_bytes"] is None and view["gpus"] is None and view["filesystems"] is None
 
 

@@ -19,10 +19,11 @@ from twisted.internet.task import Clock
 
 from llmgw.config.server import Model, Profile
 from llmgw.control.catalog import Entry, fingerprint
-from llmgw.control.fleet import LOST, UNREACHABLE, Fleet
-from llmgw.control.reconciler import RESTOP_AFTER_S, Reconciler
+from llmgw.control.fleet import Fleet
+from llmgw.control.reconciler import RESTOP_AFTER_S, Reconciler, Slot
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Heartbeat, Inventory, ShardSpec, ShardStatus
+from llmgw.states import NodeState
 
 GB = 1_000_000_000
 
@@ -110,7 +111,7 @@ class World:
         for _ in range(int(seconds)):
             self.clock.advance(1)
             for other, node in self.fleet.nodes.items():
-                if other != node_id and node.state != LOST:
+                if other != node_id and node.state != NodeState.LOST:
                     self.fleet.heartbeat(other, self.sessions[other], Heartbeat())
             self.fleet.check()
 
@@ -319,6 +320,34 @@ def test_a_refused_starts_countdown_follows_the_clock(world):
     assert "next try in 1 s" in world.view("echo/0")["reason"]
 
 
+def test_rewording_a_failure_changes_what_ctl_reads_and_nothing_the_reconciler_does(monkeypatch):
+    def run():
+        world = World()
+        world.serve(entry())
+        world.node("node01")
+        world.refusals["node01"] = "no room"
+        seen = []
+        for _ in range(5):
+            world.reconciler.tick()
+            view = world.view("echo/0")
+            seen.append((view["state"], len(world.starts)))
+            world.clock.advance(1)
+        return seen, view["reason"]
+
+    as_written, written_reason = run()
+    explain = Slot.explain
+
+    def reworded(slot, reason, *, failed=False):
+        explain(slot, f"could not go on: {reason.removeprefix('failed: ')}" if failed else reason, failed=failed)
+
+    monkeypatch.setattr(Slot, "explain", reworded)
+    after_rewording, new_reason = run()
+    assert after_rewording == as_written
+    assert [state for state, _ in as_written] == ["failed"] * 5
+    assert written_reason.startswith("failed: node01: no room")
+    assert new_reason.startswith("could not go on: node01: no room")
+
+
 # -- stopping --
 
 
@@ -378,7 +407,7 @@ def test_a_lost_node_that_comes_back_with_a_copy_of_a_replaced_slot_has_the_extr
     world.report("echo/0/0", "ready", endpoint="http://10.0.0.1:40001")
     old_copy = world.shard("echo/0/0").status
     world.silence("node01", 120)
-    assert world.fleet.nodes["node01"].state == LOST
+    assert world.fleet.nodes["node01"].state == NodeState.LOST
     world.reconciler.tick()
     assert world.started()[-1] == ("node02", "echo/0/0")
     # node01's agent comes back with its engine still running and says so.
@@ -396,7 +425,7 @@ def test_shards_on_a_lost_node_are_placed_again_elsewhere(world):
     world.report("echo/0/0", "ready")
     assert world.started() == [("node01", "echo/0/0")]
     world.silence("node01", 120)
-    assert world.fleet.nodes["node01"].state == LOST
+    assert world.fleet.nodes["node01"].state == NodeState.LOST
     world.reconciler.tick()
     assert world.started() == [("node01", "echo/0/0"), ("node02", "echo/0/0")]
     view = world.view("echo/0")
@@ -410,7 +439,7 @@ def test_shards_on_an_unreachable_node_are_left_alone(world):
     world.reconciler.tick()
     world.report("echo/0/0", "ready")
     world.silence("node01", 60)
-    assert world.fleet.nodes["node01"].state == UNREACHABLE
+    assert world.fleet.nodes["node01"].state == NodeState.UNREACHABLE
     world.reconciler.tick()
     assert world.started() == [("node01", "echo/0/0")]
     assert world.stops == []

@@ -18,7 +18,7 @@ from twisted.internet import task
 from conftest import make_spec
 
 from llmgw.agent.logtail import LogFollower
-from llmgw.agent.shard import ChildProtocol, Context, Shard
+from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, StateDir, safe_name
 
 
@@ -51,7 +51,7 @@ def shard_for(tmp_path, proc, *, adopted: bool, health: str | None = "/health", 
     ctx = Context(clock=clock, files=files, probe=NeverHealthy(), report=reports.append, poll_interval=1.0,
                   health_interval=1.0, stop_grace_s=10.0, kill_wait_s=5.0, failure_tail_lines=50)
     follower = LogFollower(files.log_path(spec.shard_id), keep=10)
-    shard = Shard(ctx, record, follower, child=None if adopted else ChildProtocol())
+    shard = ShardRunner(ctx, record, follower, child=None if adopted else ChildProtocol())
     return shard, clock, reports, files
 
 

@@ -1,4 +1,4 @@
-"""The state directory's files: names a shard id cannot steer, records, log tails; and the state table."""
+"""The state directory's files: names a shard id cannot steer, records, log tails."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.agent.logtail import MAX_READ_BYTES, LogFollower
-from llmgw.agent.shard import Lifecycle
 from llmgw.agent.statefiles import Record, RecordError, StateDir, safe_name
 
 
@@ -164,23 +163,3 @@ def test_read_back_takes_only_this_runs_output(tmp_path):
     assert f.read_back(max_bytes=1 << 20)
     assert f.last(10) == ["this run 1", "this run 2"]
     assert not LogFollower(tmp_path / "missing.log", keep=10).read_back(max_bytes=100)
-
-
-def test_the_lifecycle_table():
-    def run(*events, initial=Lifecycle.STARTING):
-        life = Lifecycle(initial)
-        for event in events:
-            life.fire(event)
-        return life.state, life.wire_state
-
-    assert run("healthy") == ("ready", "ready")
-    assert run("healthy", "exited") == ("failed", "failed")
-    assert run("timed_out", "healthy", "exited", "stop") == ("failed", "failed")
-    assert run("healthy", "stop") == ("stopping", "draining")
-    # Exiting is what a stop asked for, even of a shard that never got ready.
-    assert run("stop", "exited") == ("stopped", "stopped")
-    assert run("stop", "healthy", "timed_out", "drain") == ("stopping", "draining")
-    assert run("healthy", "drain", "healthy", "exited") == ("failed", "failed")
-    assert run("exited", initial=Lifecycle.DRAINING) == ("failed", "failed")
-    assert run("stop", "survived_kill") == ("failed", "failed")
-    assert run("healthy", "stop", "exited", "healthy", "stop") == ("stopped", "stopped")

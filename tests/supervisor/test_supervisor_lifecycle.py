@@ -8,12 +8,15 @@ import signal
 import urllib.request
 
 import psutil
+import pytest
 import pytest_twisted
 from conftest import WORKER, alive, make_spec, sleep, until
 from twisted.internet import reactor, threads
 
+from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.statefiles import safe_name
 from llmgw.engines.base import LaunchPlan
+from llmgw.states import ShardState
 
 
 def record_of(harness, shard_id):
@@ -152,6 +155,26 @@ async def test_a_plan_that_cannot_be_made_fails_without_starting_anything(harnes
     assert status.state == "failed" and "/srv/models/tiny.gguf does not exist" in status.reason
     assert harness.reports.states() == ["failed"]
     assert harness.engines() == [] and sup.statuses() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_shard_whose_weights_were_fetched_runs_on_to_the_end_on_the_same_lifecycle(harness):
+    life = ShardLifecycle(ShardState.FETCHING)
+    life.fire(ShardInput.FETCHED)
+    sup = harness.supervisor()
+    sup.start(make_spec("tiny/0/0"), life)
+    await harness.reports.reach("ready")
+    assert life.state == ShardState.READY
+    await sup.stop("tiny/0/0")
+    assert life.state == ShardState.STOPPED
+    assert harness.reports.states() == ["starting", "ready", "draining", "stopped"]
+
+
+def test_a_shard_still_fetching_is_not_launched(harness):
+    sup = harness.supervisor()
+    with pytest.raises(ValueError, match="shard tiny/0/0 is fetching: only a starting shard is launched"):
+        sup.start(make_spec("tiny/0/0"), ShardLifecycle(ShardState.FETCHING))
+    assert harness.reports == [] and harness.engines() == []
 
 
 @pytest_twisted.ensureDeferred

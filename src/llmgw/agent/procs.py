@@ -74,21 +74,21 @@ def free_port(host: str) -> int:
 
 
 @attrs.frozen
-class Identity:
+class ProcessIdentity:
     """A process as a pid *and* the moment it began, so a recycled pid is not ours."""
 
     pid: int
     create_time: float
 
 
-def identify(pid: int) -> Identity | None:
+def identify(pid: int) -> ProcessIdentity | None:
     try:
-        return Identity(pid, psutil.Process(pid).create_time())
+        return ProcessIdentity(pid, psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 
 
-def is_alive(identity: Identity) -> bool:
+def is_alive(identity: ProcessIdentity) -> bool:
     """The very process *identity* names still runs (a zombie has finished)."""
     try:
         proc = psutil.Process(identity.pid)

@@ -21,7 +21,9 @@ from twisted.logger import Logger
 
 from llmgw import PROTOCOL_VERSION, __version__
 from llmgw.agent.discovery.host import route_address
+from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
+from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
 from llmgw.config.agent import DEFAULT_WEIGHTS_DIRS
@@ -59,8 +61,8 @@ class Agent:
         self.cache_dir = Path((config.weights_dirs or DEFAULT_WEIGHTS_DIRS)[0])
         self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress)
         self.weights_watch = InventoryWatch(self.cache_dir)
-        # Shards waiting for their weights: shard id -> (status, the fetch's Deferred).
-        self.fetching: dict[str, tuple[ShardStatus, object]] = {}
+        # Shards waiting for their weights, by shard id.
+        self.fetching: dict[str, ShardFetch] = {}
 
     # -- engines --
 
@@ -174,7 +176,7 @@ class Agent:
 
     def statuses(self) -> list[ShardStatus]:
         """Every shard this node runs, adopted, or is fetching weights for."""
-        return [*self.supervisor.statuses(), *(status for status, _ in self.fetching.values())]
+        return [*self.supervisor.statuses(), *(fetch.status() for fetch in self.fetching.values())]
 
     # -- weights --
 
@@ -190,39 +192,40 @@ class Agent:
 
     def start(self, spec: ShardSpec) -> ShardStatus:
         """Start *spec*, fetching its weights first when this node lacks them."""
-        if spec.shard_id in self.fetching:
-            return self.fetching[spec.shard_id][0]
+        waiting = self.fetching.get(spec.shard_id)
+        if waiting is not None:
+            return waiting.status()
         if not self.needs_fetch(spec):
             return self.supervisor.start(spec)
-        status = ShardStatus(spec=spec, state="fetching", since=self.reactor.seconds())
-        d = self.fetcher.fetch(spec.source, sha256=spec.sha256)
-        self.fetching[spec.shard_id] = (status, d)
+        fetch = ShardFetch(spec, self.reactor, self.fetcher.fetch(spec.source, sha256=spec.sha256))
+        self.fetching[spec.shard_id] = fetch
         log.info("shard {shard}: fetching {source}", shard=spec.shard_id, source=spec.source)
+        fetch.download.addCallbacks(lambda _: self._fetched(fetch), lambda f: self._fetch_failed(fetch, f))
+        return fetch.status()
 
-        def fetched(path):
-            if self.fetching.pop(spec.shard_id, None) is not None:
-                self.supervisor.start(spec)  # which reports its own transitions
+    def _fetched(self, fetch: ShardFetch) -> None:
+        if self.fetching.get(fetch.spec.shard_id) is not fetch:
+            return
+        del self.fetching[fetch.spec.shard_id]
+        fetch.fire(ShardInput.FETCHED)
+        self.supervisor.start(fetch.spec, fetch.life)  # which reports its own transitions
 
-        def failed(f):
-            if f.check(defer.CancelledError):
-                return None
-            if self.fetching.pop(spec.shard_id, None) is not None:
-                reason = f"fetching {spec.source} failed: {f.getErrorMessage()}"
-                log.error("shard {shard}: {reason}", shard=spec.shard_id, reason=reason)
-                self.report(ShardStatus(spec=spec, state="failed", reason=reason, output_tail=[],
-                                        since=self.reactor.seconds()))
-            return None
-
-        d.addCallbacks(fetched, failed)
-        return status
+    def _fetch_failed(self, fetch: ShardFetch, f) -> None:
+        if f.check(defer.CancelledError) or self.fetching.get(fetch.spec.shard_id) is not fetch:
+            return
+        del self.fetching[fetch.spec.shard_id]
+        reason = f"fetching {fetch.spec.source} failed: {f.getErrorMessage()}"
+        log.error("shard {shard}: {reason}", shard=fetch.spec.shard_id, reason=reason)
+        fetch.fire(ShardInput.FETCH_FAILED, reason)
+        self.report(fetch.status())
 
     def stop_fetching(self, shard_id: str) -> ShardStatus | None:
-        waiting = self.fetching.pop(shard_id, None)
-        if waiting is None:
+        fetch = self.fetching.pop(shard_id, None)
+        if fetch is None:
             return None
-        status, d = waiting
-        d.cancel()  # this shard stops waiting; a download other shards wait on goes on
-        return ShardStatus(spec=status.spec, state="stopped", since=self.reactor.seconds())
+        fetch.download.cancel()  # this shard stops waiting; a download other shards wait on goes on
+        fetch.fire(ShardInput.STOP)
+        return fetch.status()
 
     def report_progress(self, progress) -> None:
         """A download's progress: its own call, never a transition (it must not reset a start deadline)."""

@@ -1,9 +1,11 @@
-"""One shard on this node: its lifecycle, its engine process, its log and its probes.
+"""One shard on this node: carrying its lifecycle out, while its weights come and once its engine runs.
 
-``Lifecycle`` is the state machine alone (states, events, the table at the
-bottom). ``Shard`` carries it out: it watches the engine, probes it, signals
-its process group, and reports every change of state through the one
-``report`` callable the supervisor was given.
+``llmgw.agent.lifecycle`` is the state machine alone.  ``ShardFetch`` holds
+a shard's machine while its weights are fetched, before any engine exists;
+``ShardRunner`` takes the machine over once the engine is launched (or
+adopted): it watches the engine, probes it, signals its process group, and
+reports every change of state through the one ``report`` callable the
+supervisor was given.
 """
 
 from __future__ import annotations
@@ -18,59 +20,13 @@ from twisted.logger import Logger
 
 from llmgw.agent.health import HttpProbe
 from llmgw.agent.logtail import LogFollower, append_line
-from llmgw.agent.procs import Identity, describe_exit, group_alive, is_alive, kill_run, signal_group
+from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
+from llmgw.agent.procs import ProcessIdentity, describe_exit, group_alive, is_alive, kill_run, signal_group
 from llmgw.agent.statefiles import Record, StateDir
-from llmgw.records import ShardStatus
+from llmgw.records import ShardSpec, ShardStatus
+from llmgw.states import ShardState
 
 log = Logger()
-
-
-class Lifecycle:
-    STARTING = "starting"
-    READY = "ready"
-    DRAINING = "draining"
-    # Between SIGTERM and the group being gone. Not a state the control plane
-    # knows: it is reported as draining, which is what it means to a router.
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-    TERMINAL = frozenset({STOPPED, FAILED})
-
-    def __init__(self, initial: str = STARTING):
-        self.state = initial
-
-    @property
-    def wire_state(self) -> str:
-        return self.DRAINING if self.state == self.STOPPING else self.state
-
-    def fire(self, event: str) -> str | None:
-        """The state *event* leads to, now current; None when this state ignores it."""
-        target = _TABLE.get((self.state, event))
-        if target is not None:
-            self.state = target
-        return target
-
-
-_L = Lifecycle
-_TABLE: dict[tuple[str, str], str] = {
-    (_L.STARTING, "healthy"): _L.READY,
-    (_L.STARTING, "timed_out"): _L.FAILED,
-    (_L.STARTING, "exited"): _L.FAILED,
-    # Draining a shard that is still loading: it never gets traffic, but
-    # stopping it stays the control plane's call.
-    (_L.STARTING, "drain"): _L.DRAINING,
-    (_L.STARTING, "stop"): _L.STOPPING,
-    (_L.READY, "drain"): _L.DRAINING,
-    (_L.READY, "exited"): _L.FAILED,
-    (_L.READY, "stop"): _L.STOPPING,
-    # A drained engine that dies before anyone stops it has still failed.
-    (_L.DRAINING, "exited"): _L.FAILED,
-    (_L.DRAINING, "stop"): _L.STOPPING,
-    # Exiting is what stopping asked for.
-    (_L.STOPPING, "exited"): _L.STOPPED,
-    (_L.STOPPING, "survived_kill"): _L.FAILED,
-}
 
 
 @attrs.define
@@ -88,12 +44,42 @@ class Context:
     failure_tail_lines: int
 
 
+class ShardFetch:
+    """A shard waiting for its weights: the first part of its lifecycle, before any engine exists.
+
+    It ends one of three ways: the weights arrive (``FETCHED``: the machine,
+    now starting, goes on to a ``ShardRunner``), the fetch fails, or the shard
+    is stopped first.  *download* is the fetch's Deferred, cancelled by a stop.
+    """
+
+    def __init__(self, spec: ShardSpec, clock, download: defer.Deferred):
+        self.spec = spec
+        self.life = ShardLifecycle(ShardState.FETCHING)
+        self.download = download
+        self.reason: str | None = None
+        self.since = clock.seconds()
+        self._clock = clock
+
+    def fire(self, event: ShardInput, reason: str | None = None) -> bool:
+        """Move the machine on; False when this state ignores *event*."""
+        if self.life.fire(event) is None:
+            return False
+        self.since = self._clock.seconds()
+        self.reason = reason
+        return True
+
+    def status(self) -> ShardStatus:
+        failed = self.life.state == ShardState.FAILED
+        return ShardStatus(spec=self.spec, state=self.life.wire_state, reason=self.reason,
+                           output_tail=[] if failed else None, since=self.since)
+
+
 class ChildProtocol(protocol.ProcessProtocol):
     """The agent's end of an engine it spawned itself: only the exit status,
     since the engine's output goes to its log file, not to us."""
 
     def __init__(self):
-        self.shard: Shard | None = None
+        self.shard: ShardRunner | None = None
         self.ended: str | None = None
 
     def processEnded(self, reason):
@@ -103,16 +89,18 @@ class ChildProtocol(protocol.ProcessProtocol):
             self.shard.leader_exited(self.ended)
 
 
-class Shard:
+class ShardRunner:
+    """A shard whose engine was launched or adopted: its lifecycle, carried out on a real process group."""
+
     def __init__(self, ctx: Context, record: Record, follower: LogFollower, *,
-                 child: ChildProtocol | None, initial: str = Lifecycle.STARTING):
+                 child: ChildProtocol | None, life: ShardLifecycle | None = None):
         self.ctx = ctx
         self.record = record
         self.spec = record.spec
-        self.identity = Identity(record.pid, record.create_time)
+        self.identity = ProcessIdentity(record.pid, record.create_time)
         self.follower = follower
         self.adopted = child is None
-        self.life = Lifecycle(initial)
+        self.life = life if life is not None else ShardLifecycle()
         self.reason: str | None = None
         self.output_tail: list[str] | None = None
         self.since = ctx.clock.seconds()
@@ -130,7 +118,7 @@ class Shard:
 
     @property
     def finished(self) -> bool:
-        return self.life.state in Lifecycle.TERMINAL
+        return self.life.finished
 
     def status(self) -> ShardStatus:
         return ShardStatus(
@@ -139,7 +127,7 @@ class Shard:
             pid=self.record.pid,
             endpoint=self.record.endpoint,
             reason=self.reason,
-            output_tail=self.output_tail if self.life.state == Lifecycle.FAILED else None,
+            output_tail=self.output_tail if self.life.state == ShardState.FAILED else None,
             adopted=self.adopted,
             since=self.since,
         )
@@ -152,7 +140,7 @@ class Shard:
             if self._child.ended is not None:
                 self.leader_exited(self._child.ended)
                 return
-        if self.life.state != Lifecycle.STARTING:
+        if self.life.state != ShardState.STARTING:
             return
         self._later("deadline", self.spec.start_timeout_s, self._timed_out)
         if self._health is not None:
@@ -161,7 +149,7 @@ class Shard:
             self._later("worker", self.ctx.poll_interval, self._worker_ran)
 
     def drain(self) -> bool:
-        return self._fire("drain")
+        return self._fire(ShardInput.DRAIN)
 
     def stop(self) -> defer.Deferred:
         """Fires with the final status once the engine's whole group is gone."""
@@ -169,9 +157,9 @@ class Shard:
             return defer.succeed(self.status())
         waiter: defer.Deferred = defer.Deferred()
         self._waiters.append(waiter)
-        if self.life.state == Lifecycle.STOPPING:
+        if self.life.stopping:
             return waiter
-        self._fire("stop", f"stopping: SIGTERM sent to process group {self.record.pgid}")
+        self._fire(ShardInput.STOP, f"stopping: SIGTERM sent to process group {self.record.pgid}")
         self.note(f"stopping: SIGTERM to process group {self.record.pgid}")
         signal_group(self.record.pgid, signal.SIGTERM, leader=self.record.pid)
         self._later("escalate", self.ctx.stop_grace_s, self._escalate)
@@ -194,12 +182,12 @@ class Shard:
             return
         self._leader_gone = True
         self.follower.finish()
-        if self.life.state == Lifecycle.STOPPING:
+        if self.life.stopping:
             self._check_stopped()
             return
         if how is None:
             how = "exited; its exit status went to the agent that started it, not this one"
-        self._fire("exited", how)
+        self._fire(ShardInput.EXITED, how)
 
     # -- what the clock drives ------------------------------------------------
 
@@ -211,15 +199,15 @@ class Shard:
     async def _probe(self) -> None:
         url = f"{self.record.endpoint}{self.record.health}"
         if await self.ctx.probe.ok(url) and not self._leader_gone and not self._closed:
-            self._fire("healthy")
+            self._fire(ShardInput.HEALTHY)
 
     def _worker_ran(self) -> None:
         alive = not self._leader_gone and (not self.adopted or is_alive(self.identity))
         if alive:
-            self._fire("healthy")
+            self._fire(ShardInput.HEALTHY)
 
     def _timed_out(self) -> None:
-        self._fire("timed_out", f"did not become healthy within {self.spec.start_timeout_s:g} s")
+        self._fire(ShardInput.TIMED_OUT, f"did not become healthy within {self.spec.start_timeout_s:g} s")
 
     def _escalate(self) -> None:
         self._killed = True
@@ -228,10 +216,10 @@ class Shard:
         self._later("survived", self.ctx.kill_wait_s, self._survived)
 
     def _survived(self) -> None:
-        self._fire("survived_kill", f"process group {self.record.pgid} still runs {self.ctx.kill_wait_s:g} s after SIGKILL")
+        self._fire(ShardInput.SURVIVED_KILL, f"process group {self.record.pgid} still runs {self.ctx.kill_wait_s:g} s after SIGKILL")
 
     def _check_stopped(self) -> None:
-        if self.life.state != Lifecycle.STOPPING:
+        if not self.life.stopping:
             return
         if not self._leader_gone and (self._child is not None or is_alive(self.identity)):
             return
@@ -240,11 +228,11 @@ class Shard:
         self._leader_gone = True
         self.follower.finish()
         how = f"stopped; SIGKILL after {self.ctx.stop_grace_s:g} s" if self._killed else "stopped"
-        self._fire("exited", how)
+        self._fire(ShardInput.EXITED, how)
 
     # -- carrying out a transition -------------------------------------------
 
-    def _fire(self, event: str, reason: str | None = None) -> bool:
+    def _fire(self, event: ShardInput, reason: str | None = None) -> bool:
         if self._closed:
             return False
         before = self.life.wire_state
@@ -253,31 +241,31 @@ class Shard:
         state = self.life.state
         self.since = self.ctx.clock.seconds()
         self.reason = reason
-        if state != Lifecycle.STARTING:
+        if state != ShardState.STARTING:
             self._cancel("deadline", "worker")
             if self._health is not None and self._health.running:
                 self._health.stop()
-        if state == Lifecycle.FAILED:
+        if state == ShardState.FAILED:
             self.follower.poll()
             self.output_tail = self.follower.last(self.ctx.failure_tail_lines)
             # Whatever is left of the group goes too: a worker the engine
             # forked can hold GPUs after the engine itself has died.
             signal_group(self.record.pgid, signal.SIGKILL, leader=None if self._leader_gone else self.record.pid)
             self.note(f"failed: {reason}")
-        elif state == Lifecycle.STOPPED:
+        elif state == ShardState.STOPPED:
             self.note(reason or "stopped")
-        if state in Lifecycle.TERMINAL:
+        if self.life.finished:
             self._halt()
             # A group that outlived SIGKILL keeps its record, so the next
             # agent on this node still knows what it is.
-            if event != "survived_kill":
+            if event is not ShardInput.SURVIVED_KILL:
                 for pid in kill_run(self.ctx.files.root, self.record.run):
                     log.warn("shard {shard}: killed pid {pid}, left of the engine outside its process group",
                              shard=self.spec.shard_id, pid=pid)
                 self.ctx.files.remove(self.ctx.files.record_path(self.spec.shard_id))
-        if self.life.wire_state != before or state in Lifecycle.TERMINAL:
+        if self.life.wire_state != before or self.life.finished:
             self._emit()
-        if state in Lifecycle.TERMINAL:
+        if self.life.finished:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter.callback(self.status())

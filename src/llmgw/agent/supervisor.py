@@ -30,12 +30,14 @@ from twisted.logger import Logger
 
 from llmgw.agent.health import HttpProbe
 from llmgw.agent.logtail import LogFollower, append_line
-from llmgw.agent.procs import (Identity, free_port, identify, is_alive, launcher_argv, marked_processes,
+from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
+from llmgw.agent.procs import (ProcessIdentity, free_port, identify, is_alive, launcher_argv, marked_processes,
                                marker_env, signal_group)
-from llmgw.agent.shard import ChildProtocol, Context, Lifecycle, Shard
+from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, RecordError, StateDir
 from llmgw.engines.base import LaunchPlan
 from llmgw.records import ShardSpec, ShardStatus
+from llmgw.states import ShardState
 
 log = Logger()
 
@@ -75,7 +77,7 @@ class Supervisor:
             kill_wait_s=kill_wait_s,
             failure_tail_lines=failure_tail_lines,
         )
-        self._shards: dict[str, Shard] = {}
+        self._shards: dict[str, ShardRunner] = {}
 
     @property
     def state_dir(self) -> Path:
@@ -83,22 +85,27 @@ class Supervisor:
 
     # -- commands -------------------------------------------------------------
 
-    def start(self, spec: ShardSpec) -> ShardStatus:
+    def start(self, spec: ShardSpec, life: ShardLifecycle | None = None) -> ShardStatus:
         """Launch *spec*'s engine, or return the status of the one already running.
 
-        A shard being stopped is not started again until it has stopped: its
-        current status (draining) comes back and the control plane asks again.
+        *life* is the shard's lifecycle when it began before this (fetching its
+        weights), now starting; a fresh one otherwise.  A shard being stopped
+        is not started again until it has stopped: its current status
+        (draining) comes back and the control plane asks again.
         """
         current = self._shards.get(spec.shard_id)
         if current is not None and not current.finished:
             return current.status()
+        life = life if life is not None else ShardLifecycle()
+        if life.state != ShardState.STARTING:
+            raise ValueError(f"shard {spec.shard_id} is {life.state}: only a starting shard is launched")
         try:
             port = spec.port if spec.port is not None else free_port(self._host)
             plan = self._planner(spec, port)
             if not plan.argv:
                 raise ValueError("the plan has no command to run")
         except Exception as e:
-            return self._refuse(spec, f"could not plan its launch: {e}")
+            return self._refuse(spec, life, f"could not plan its launch: {e}")
 
         log_path = self._files.log_path(spec.shard_id)
         if LogFollower.size(log_path) > ROTATE_BYTES:
@@ -114,10 +121,10 @@ class Supervisor:
         try:
             transport = self._spawn(child, spec, plan, log_path, run)
         except (OSError, TypeError, ValueError) as e:
-            return self._refuse(spec, f"could not launch {plan.argv[0]}: {e}")
+            return self._refuse(spec, life, f"could not launch {plan.argv[0]}: {e}")
 
         pid = transport.pid
-        identity = identify(pid) or Identity(pid, 0.0)
+        identity = identify(pid) or ProcessIdentity(pid, 0.0)
         record = Record(
             pid=pid, pgid=pid, create_time=identity.create_time, spec=spec, endpoint=_endpoint(self._host, port),
             host=self._host, port=port, health=plan.health.path if plan.health is not None else None,
@@ -127,11 +134,11 @@ class Supervisor:
             self._files.write(record)
         except OSError as e:
             signal_group(pid, signal.SIGKILL, leader=pid)
-            return self._refuse(spec, f"could not write its record ({e}); engine killed, since an agent "
+            return self._refuse(spec, life, f"could not write its record ({e}); engine killed, since an agent "
                                       "restart could not have described it")
 
         follower = LogFollower(log_path, keep=self._tail_lines, offset=offset)
-        shard = Shard(self._ctx, record, follower, child=child)
+        shard = ShardRunner(self._ctx, record, follower, child=child, life=life)
         self._keep(shard)
         shard.begin()
         return shard.status()
@@ -171,7 +178,7 @@ class Supervisor:
                 self._unreadable(path, e)
                 continue
             shard_id = record.spec.shard_id
-            if not is_alive(Identity(record.pid, record.create_time)):
+            if not is_alive(ProcessIdentity(record.pid, record.create_time)):
                 log.info("shard {shard}: its engine (pid {pid}) is gone; record removed", shard=shard_id, pid=record.pid)
                 self._files.remove(path)
                 continue
@@ -242,8 +249,8 @@ class Supervisor:
         follower = LogFollower(log_path, keep=self._tail_lines, offset=record.log_offset)
         if not follower.read_back(max_bytes=self._tail_lines * 1024):
             follower.lines.append(f"llmgw: this engine's earlier output is gone: {log_path} is missing")
-        initial = Lifecycle.DRAINING if record.draining else Lifecycle.STARTING
-        shard = Shard(self._ctx, record, follower, child=None, initial=initial)
+        life = ShardLifecycle(ShardState.DRAINING if record.draining else ShardState.STARTING)
+        shard = ShardRunner(self._ctx, record, follower, child=None, life=life)
         shard.note(f"{_iso(time.time())} adopted by a restarted agent (pid {record.pid}); "
                    "output above this line was read back from the log file")
         log.info("shard {shard}: adopted its running engine, pid {pid}", shard=record.spec.shard_id, pid=record.pid)
@@ -252,7 +259,7 @@ class Supervisor:
         return shard.status()
 
     def _unreadable(self, path: Path, error: RecordError) -> None:
-        if error.pid is not None and is_alive(Identity(error.pid, error.create_time)):
+        if error.pid is not None and is_alive(ProcessIdentity(error.pid, error.create_time)):
             self._kill_undescribed(None, error.pid, _cmdline(error.pid), f"its record {path.name} is unusable: {error}")
         else:
             log.warn("{path}: unusable shard record ({e}); no live engine matches it. Set aside as {aside}",
@@ -277,22 +284,23 @@ class Supervisor:
                  "describe is worse than none, because placement hands those GPUs out again.",
                  pgid=pgid, cmdline=cmdline, why=why)
 
-    def _live(self, shard_id: str) -> Shard:
+    def _live(self, shard_id: str) -> ShardRunner:
         shard = self._shards.get(shard_id)
         if shard is None or shard.finished:
             raise UnknownShard(f"no running shard {shard_id} on this node")
         return shard
 
-    def _keep(self, shard: Shard) -> None:
+    def _keep(self, shard: ShardRunner) -> None:
         self._shards.pop(shard.spec.shard_id, None)
         self._shards[shard.spec.shard_id] = shard
         finished = [sid for sid, s in self._shards.items() if s.finished]
         for sid in finished[:max(0, len(finished) - KEEP_FINISHED)]:
             del self._shards[sid]
 
-    def _refuse(self, spec: ShardSpec, reason: str) -> ShardStatus:
+    def _refuse(self, spec: ShardSpec, life: ShardLifecycle, reason: str) -> ShardStatus:
         log.error("shard {shard}: {reason}", shard=spec.shard_id, reason=reason)
-        status = ShardStatus(spec=spec, state=Lifecycle.FAILED, reason=reason, output_tail=[],
+        life.fire(ShardInput.REFUSED)
+        status = ShardStatus(spec=spec, state=life.wire_state, reason=reason, output_tail=[],
                              adopted=False, since=self._clock.seconds())
         try:
             self._ctx.report(status)

@@ -25,9 +25,10 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from llmgw.control.fleet import LOST, READY, UNREACHABLE, Fleet
+from llmgw.control.fleet import Fleet
+from llmgw.states import NodeState
 
-NODE_STATES = (READY, UNREACHABLE, LOST)
+NODE_STATES = tuple(NodeState)
 SHARD_STATES = ("starting", "ready", "draining", "failed")
 
 

@@ -2,32 +2,41 @@
 
 A node is ``ready`` while its heartbeats arrive, ``unreachable`` once they
 have stopped for ``unreachable_after`` seconds (or its link closed), and
-``lost`` after ``lost_after``.  Every change goes through ``_update``, which
+``lost`` after ``lost_after``; hearing from it again makes it ready.  Those
+transitions are the table at the bottom of this module, on ``NodeState``
+members; nothing else decides a node's state.  Every change goes through ``_update``, which
 stores the new record and emits ``(kind, id, view)``; nothing else writes
 ``nodes``, so the events a TUI or ctl follows are the whole story.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable
 
 import attrs
 from twisted.logger import Logger
 
 from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
+from llmgw.states import NodeState, ShardState
 from llmgw.wire import to_wire
 
 log = Logger()
 
-READY = "ready"
-UNREACHABLE = "unreachable"
-LOST = "lost"
+
+class NodeInput(enum.Enum):
+    """What the fleet learns about a node."""
+
+    HEARD = "heard"  # it registered, or a heartbeat arrived on its session
+    LINK_CLOSED = "link closed"  # the hub says its session ended
+    SILENT = "silent"  # no heartbeat for unreachable_after
+    SILENT_LONG = "silent long"  # no heartbeat for lost_after
 
 
 @attrs.frozen
 class Node:
     id: str
-    state: str
+    state: NodeState
     inventory: Inventory
     session: int | None
     registered_at: float
@@ -117,19 +126,20 @@ class Fleet:
         if old is None:
             log.info("node {id} registered from {addr}", id=node_id, addr=inventory.address or "-")
         else:
-            if old.session is not None and old.session != session and old.state == READY:
+            if old.session is not None and old.session != session and old.state == NodeState.READY:
                 log.warn("node {id} registered from a second session; the newer one wins", id=node_id)
             self._log_changes(node_id, old.inventory, inventory.memory_total_bytes)
             log.info("node {id} registered again (was {state})", id=node_id, state=old.state)
+        state = NodeState.READY if old is None else node_after(old.state, NodeInput.HEARD)
         self._update(
             Node(
                 id=node_id,
-                state=READY,
+                state=state,
                 inventory=inventory,
                 session=session,
                 registered_at=now,
                 last_seen=now,
-                state_since=now if old is None or old.state != READY else old.state_since,
+                state_since=now if old is None or old.state != state else old.state_since,
                 cordoned=bool(inventory.cordoned),
             ),
             "registered",
@@ -148,7 +158,7 @@ class Fleet:
         if node_id not in self.nodes:
             raise NotRegistered(node_id)
         shard_id = status.spec.shard_id
-        self._update_shard(node_id, shard_id, None if status.state == "stopped" else status)
+        self._update_shard(node_id, shard_id, None if status.state == ShardState.STOPPED else status)
 
     def download(self, node_id: str, progress: Progress) -> None:
         """A download's progress: kept beside the shards, never a transition of theirs."""
@@ -189,7 +199,8 @@ class Fleet:
             for name in ("memory_total_bytes", "memory_available_bytes", "gpus", "filesystems", "engines", "weights")
             if getattr(beat, name) is not None
         }
-        back = old.state != READY
+        state = node_after(old.state, NodeInput.HEARD)
+        back = state != old.state
         if back:
             log.info("node {id} is ready again after being {state}", id=node_id, state=old.state)
         self._update(
@@ -197,7 +208,7 @@ class Fleet:
                 old,
                 inventory=attrs.evolve(old.inventory, **live),
                 last_seen=now,
-                state=READY,
+                state=state,
                 reason=None,
                 state_since=now if back else old.state_since,
             ),
@@ -206,8 +217,8 @@ class Fleet:
 
     def link_closed(self, session: int) -> None:
         for node in list(self.nodes.values()):
-            if node.session == session and node.state == READY:
-                self._set_state(node, UNREACHABLE, "its link to the hub closed")
+            if node.session == session:
+                self._fire(node, NodeInput.LINK_CLOSED, "its link to the hub closed")
 
     # -- time passing --
 
@@ -215,12 +226,18 @@ class Fleet:
         now = self._clock.seconds()
         for node in list(self.nodes.values()):
             silent = now - node.last_seen
-            if node.state != LOST and silent >= self.lost_after:
-                self._set_state(node, LOST, f"no heartbeat for {silent:.0f} s")
-            elif node.state == READY and silent >= self.unreachable_after:
-                self._set_state(node, UNREACHABLE, f"no heartbeat for {silent:.0f} s")
+            event = (NodeInput.SILENT_LONG if silent >= self.lost_after
+                     else NodeInput.SILENT if silent >= self.unreachable_after else None)
+            if event is not None:
+                self._fire(node, event, f"no heartbeat for {silent:.0f} s")
 
-    def _set_state(self, node: Node, state: str, reason: str) -> None:
+    def _fire(self, node: Node, event: NodeInput, reason: str) -> None:
+        """Move *node* on by the table; an input its state ignores changes nothing."""
+        state = node_after(node.state, event)
+        if state != node.state:
+            self._set_state(node, state, reason)
+
+    def _set_state(self, node: Node, state: NodeState, reason: str) -> None:
         log.warn("node {id} is {state}: {reason}", id=node.id, state=state, reason=reason)
         self._update(
             attrs.evolve(node, state=state, reason=reason, state_since=self._clock.seconds()),
@@ -240,3 +257,23 @@ class Fleet:
     def views(self) -> list[dict[str, Any]]:
         now = self._clock.seconds()
         return [self.nodes[k].view(now) for k in sorted(self.nodes)]
+
+
+def node_after(state: NodeState, event: NodeInput) -> NodeState:
+    """The state a node in *state* is in after *event*: itself, when its state ignores it."""
+    return _NODE_TABLE.get((state, event), state)
+
+
+_N, _NI = NodeState, NodeInput
+_NODE_TABLE: dict[tuple[NodeState, NodeInput], NodeState] = {
+    (_N.READY, _NI.LINK_CLOSED): _N.UNREACHABLE,
+    (_N.READY, _NI.SILENT): _N.UNREACHABLE,
+    # A check that came late (a stalled control plane), or lost_after set no
+    # longer than unreachable_after: silence long enough is lost from ready too.
+    (_N.READY, _NI.SILENT_LONG): _N.LOST,
+    (_N.UNREACHABLE, _NI.SILENT_LONG): _N.LOST,
+    (_N.UNREACHABLE, _NI.HEARD): _N.READY,
+    # A lost node that comes back is simply ready: its shards were placed
+    # elsewhere meanwhile, and the reconciler stops whichever copy is extra.
+    (_N.LOST, _NI.HEARD): _N.READY,
+}

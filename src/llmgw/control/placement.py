@@ -23,11 +23,10 @@ import attrs
 from llmgw.control import placement_filters as filters
 from llmgw.control import placement_scorers as scorers
 from llmgw.records import GPU, Inventory
+from llmgw.states import NodeState
 
 if TYPE_CHECKING:
     from llmgw.config.server import Profile
-
-READY = "ready"
 
 
 def _frozenset(value: Iterable) -> frozenset:
@@ -54,7 +53,7 @@ class NodeSnapshot:
     """
 
     id: str
-    state: str = READY
+    state: NodeState = NodeState.READY
     cordoned: bool = False
     labels: dict[str, str] = attrs.Factory(dict)
     memory_total_bytes: int | None = None
@@ -78,7 +77,7 @@ class NodeSnapshot:
     def from_inventory(
         cls,
         node_id: str,
-        state: str,
+        state: NodeState,
         cordoned: bool,
         inventory: Inventory,
         gpus_in_use: Iterable[int] = frozenset(),

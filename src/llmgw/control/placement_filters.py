@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from llmgw.states import NodeState
+
 if TYPE_CHECKING:
     from llmgw.control.placement import NodeSnapshot, Request
 
@@ -44,7 +46,7 @@ def each_node(check: Callable[[Request, NodeSnapshot], str | None]) -> Filter:
 @each_node
 def ready(request: Request, node: NodeSnapshot) -> str | None:
     """Heartbeats arriving, and not cordoned by an operator."""
-    if node.state != "ready":
+    if node.state != NodeState.READY:
         return f"is {node.state}"
     if node.cordoned:
         return "is cordoned"

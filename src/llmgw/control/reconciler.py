@@ -27,13 +27,13 @@ from twisted.logger import Logger
 
 from llmgw.control import placement, weights
 from llmgw.control.catalog import Entry
-from llmgw.control.fleet import LOST, Fleet, Shard
+from llmgw.control.fleet import Fleet, Shard
 from llmgw.records import ShardSpec
+from llmgw.states import SHARD_ALIVE, NodeState, ShardState
 from llmgw.wire import to_wire
 
 log = Logger()
 
-ALIVE = ("fetching", "starting", "ready", "draining")
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 RESTOP_AFTER_S = 30.0
@@ -43,9 +43,16 @@ RESTOP_AFTER_S = 30.0
 class Slot:
     failures: int = 0
     retry_at: float | None = None
+    # Why the slot holds no ready replica, in words for ctl.  ``failed`` says
+    # whether they are a failure's; the reconciler decides from it, never from
+    # the words.  Both are set together, by ``explain``.
     reason: str | None = None
+    failed: bool = False
     launching: bool = False
     counted: set = attrs.Factory(set)  # (shard id, since) of failures already counted
+
+    def explain(self, reason: str | None, *, failed: bool = False) -> None:
+        self.reason, self.failed = reason, failed
 
 
 class Reconciler:
@@ -100,8 +107,8 @@ class Reconciler:
         slot = self.slots.setdefault(replica_id, Slot())
         if slot.launching:
             return
-        live = [s for s in shards if s.status.state in ALIVE and self._node_usable(s.node_id)]
-        failed = [s for s in shards if s.status.state == "failed"]
+        live = [s for s in shards if s.status.state in SHARD_ALIVE and self._node_usable(s.node_id)]
+        failed = [s for s in shards if s.status.state == ShardState.FAILED]
         for shard in failed:
             key = (shard.id, shard.status.since)
             if key not in slot.counted:
@@ -114,16 +121,17 @@ class Reconciler:
         ranks = entry.profile.ranks
         if live:
             if len({s.status.spec.rank for s in live}) < ranks and all(
-                s.status.state not in ("fetching", "starting") for s in live
+                s.status.state not in (ShardState.FETCHING, ShardState.STARTING) for s in live
             ):
                 self._stop_all(live, now, "its replica lost a rank")
-            elif all(s.status.state == "ready" for s in live):
-                slot.failures, slot.retry_at, slot.reason = 0, None, None
+            elif all(s.status.state == ShardState.READY for s in live):
+                slot.failures, slot.retry_at = 0, None
+                slot.explain(None)
             return
         if slot.retry_at is not None and now < slot.retry_at:
             return
         if now < self._settled_at:
-            slot.reason = f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)"
+            slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)")
             return
         self._launch(replica_id, entry, slot, now)
 
@@ -135,11 +143,11 @@ class Reconciler:
         """
         by_rank: dict[int, list[Shard]] = {}
         for shard in shards:
-            if shard.status.state in ALIVE and self._node_usable(shard.node_id):
+            if shard.status.state in SHARD_ALIVE and self._node_usable(shard.node_id):
                 by_rank.setdefault(shard.status.spec.rank, []).append(shard)
         extra = []
         for same in by_rank.values():
-            same.sort(key=lambda s: (s.status.state != "ready", s.status.since or 0.0, s.node_id))
+            same.sort(key=lambda s: (s.status.state != ShardState.READY, s.status.since or 0.0, s.node_id))
             extra.extend(same[1:])
         if extra:
             self._stop_all(extra, now, "its slot is already served by another copy")
@@ -147,18 +155,18 @@ class Reconciler:
 
     def _node_usable(self, node_id: str) -> bool:
         node = self.fleet.nodes.get(node_id)
-        return node is not None and node.state != LOST
+        return node is not None and node.state != NodeState.LOST
 
     def _failed(self, slot: Slot, replica_id: str, why: str, now: float) -> None:
         slot.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (slot.failures - 1))
         slot.retry_at = now + delay
-        slot.reason = f"failed: {why} (attempt {slot.failures})"
+        slot.explain(f"failed: {why} (attempt {slot.failures})", failed=True)
         log.warn("replica {id} {reason}; next try in {delay:.0f} s", id=replica_id, reason=slot.reason, delay=delay)
 
     def _stop_all(self, shards: list[Shard], now: float, why: str) -> None:
         for shard in shards:
-            if shard.status.state == "failed":
+            if shard.status.state == ShardState.FAILED:
                 self.fleet.forget_shard(shard.node_id, shard.id)
                 continue
             asked = self._stopping.get((shard.node_id, shard.id))
@@ -183,7 +191,7 @@ class Reconciler:
         in_use: dict[str, set[int]] = {}
         replicas: dict[str, dict[str, int]] = {}
         for shard in self.fleet.shards.values():
-            if shard.status.state in ALIVE:
+            if shard.status.state in SHARD_ALIVE:
                 in_use.setdefault(shard.node_id, set()).update(shard.status.spec.gpus)
                 per_node = replicas.setdefault(shard.node_id, {})
                 per_node[shard.status.spec.model] = per_node.get(shard.status.spec.model, 0) + 1
@@ -207,10 +215,10 @@ class Reconciler:
         chosen = placement.place(request, nodes, holds)
         if isinstance(chosen, placement.Unplaceable):
             reason = chosen.summary()
-            if slot.reason != reason and not (slot.reason or "").startswith("failed"):
+            if slot.reason != reason and not slot.failed:
                 log.info("replica {id} cannot be placed: {reason}", id=replica_id, reason=reason)
-            if not (slot.reason or "").startswith("failed") or slot.retry_at is None or now >= slot.retry_at:
-                slot.reason = reason
+            if not slot.failed or slot.retry_at is None or now >= slot.retry_at:
+                slot.explain(reason)
             return
         leader = self.fleet.nodes[chosen.ranks[0].node_id].inventory.address
         specs = [
@@ -234,7 +242,7 @@ class Reconciler:
             for index, rank in enumerate(chosen.ranks)
         ]
         slot.launching = True
-        slot.reason = None
+        slot.explain(None)
         self._inflight[replica_id] = (entry.model.name, chosen)
         self._snapshots = chosen.apply_to(self._snapshots, entry.model.name)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
@@ -290,7 +298,7 @@ class Reconciler:
             state = "starting"
         else:
             # A start a node refused is a failure too, not a replica nobody tried.
-            state = "failed" if waiting and (slot.reason or "").startswith("failed") else "pending"
+            state = "failed" if waiting and slot.failed else "pending"
         reason = None
         if state == "failed":
             reason = next((f"{s.node_id}: {s.status.reason}" for s in usable if s.status.state == "failed"),
