@@ -38,7 +38,7 @@ import attrs
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from llmgw.config.server import APIKey, Router
+from llmgw.config.server import APIKey, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import ModelQueue, capacity, free
 from llmgw.router.keys import KeyRing
@@ -181,7 +181,7 @@ class Dispatcher:
     def __init__(
         self,
         clock: IReactorTime,
-        config: Router,
+        config: RouterSettings,
         metrics=None,
         *,
         prefix_chars: int = DEFAULT_PREFIX_CHARS,
@@ -206,7 +206,7 @@ class Dispatcher:
 
     # -- configuration and the endpoint table ---------------------------------
 
-    def reconfigure(self, config: Router) -> None:
+    def reconfigure(self, config: RouterSettings) -> None:
         """Take a reloaded ``router:`` section; rate-limit state survives for unchanged keys."""
         keys = KeyRing(config.keys, self._clock)
         keys.carry_over(self._keys)
@@ -220,7 +220,7 @@ class Dispatcher:
         self._pump_all()
 
     @property
-    def config(self) -> Router:
+    def config(self) -> RouterSettings:
         return self._config
 
     @property
