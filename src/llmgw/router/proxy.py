@@ -35,7 +35,7 @@ from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseE
 from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
 
 if TYPE_CHECKING:
-    from llmgw.http11 import Request
+    from llmgw.http11 import ParsedRequest
     from llmgw.router.server import RouterProtocol
 
 log = Logger()
@@ -134,7 +134,7 @@ class Exchange:
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
     )
 
-    def __init__(self, router: RouterProtocol, request: Request, info: RequestInfo, started: float):
+    def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         self.router = router
         self.factory = router.factory
         self.info = info
