@@ -31,7 +31,7 @@ Pure and clock-driven: no sockets, no global reactor; tests drive it with
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
@@ -78,23 +78,22 @@ class EndpointSpec:
     node_id: str | None = None
 
 
-class Request(Protocol):
-    """What admission needs to know of an HTTP request."""
-
-    api_key: str | None
-    prefix: str
-    stream: bool
-    path: str
-
-
 @attrs.frozen
 class RequestInfo:
-    """A plain ``Request``, for callers and tests that have no request object of their own."""
+    """What the router read of a client's request, for the dispatcher to admit and place it.
 
-    api_key: str | None = None
-    prefix: str = ""
-    stream: bool = False
+    The HTTP path (``server.py``) builds one per request with every field;
+    tests name only the fields they care about.
+    """
+
     path: str = "/v1/chat/completions"
+    model: str = ""
+    stream: bool = False
+    body: dict = attrs.Factory(dict)
+    api_key: str | None = None
+    # The prompt's leading text (chat: the messages' contents in order;
+    # completions: the prompt; embeddings: the input), at most 2,048 characters.
+    prefix: str = ""
 
 
 def _address(spec: EndpointSpec) -> tuple[str, int]:
@@ -113,7 +112,7 @@ class _Attempt:
 
     __slots__ = ("model", "request", "key", "tried", "queued_at")
 
-    def __init__(self, model: str, request: Request, key: APIKey | None):
+    def __init__(self, model: str, request: RequestInfo, key: APIKey | None):
         self.model = model
         self.request = request
         self.key = key
@@ -291,7 +290,7 @@ class Dispatcher:
 
     # -- admitting a request --------------------------------------------------
 
-    def admit(self, model: str, request: Request) -> defer.Deferred[Lease]:
+    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[Lease]:
         """A lease on an endpoint of *model* for *request*, or a failure the HTTP path maps to a status."""
         try:
             key = None

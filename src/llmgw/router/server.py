@@ -24,7 +24,9 @@ from twisted.logger import Logger
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
-from llmgw.router.proxy import MAX_ATTEMPTS, Dispatcher, Exchange, Metrics, NullMetrics, RequestInfo
+from llmgw.router.dispatch import RequestInfo
+from llmgw.router.metrics import NullMetrics
+from llmgw.router.proxy import MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -215,7 +217,7 @@ class RouterFactory(Factory):
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Admitter,
         clock,
         *,
         max_body_bytes: int,
