@@ -1,12 +1,12 @@
 """HTTP/1.1 servers' half, shared by the simulator and the router: a request parser and response bytes.
 
 The parser is a plain object with no I/O, fed whatever arrived on a socket.
-``next_request()`` answers one of three things: a complete ``Request``, ``None``
-(more bytes are needed), or a ``BadRequest`` carrying the status to answer
-before closing the connection.  It never raises on any input: the simulator
-sits behind routers under test, and a router bug must show up as a 400, not as
-a dead simulator; the router sits in front of every client, and a client's
-mistake must show up as a 400, not as a broken connection.
+``next_request()`` answers one of three things: a complete ``ParsedRequest``,
+``None`` (more bytes are needed), or a ``BadRequest`` carrying the status to
+answer before closing the connection.  It never raises on any input: the
+simulator sits behind routers under test, and a router bug must show up as a
+400, not as a dead simulator; the router sits in front of every client, and a
+client's mistake must show up as a 400, not as a broken connection.
 
 It is strict where leniency lets one request be read two ways (request
 smuggling): lines end in CRLF only, no folded headers, no whitespace before a
@@ -81,7 +81,7 @@ STATUS_REASONS = {
 }
 
 
-class Request:
+class ParsedRequest:
     """One parsed request: header names are lower case, values latin-1 text."""
 
     __slots__ = ("method", "target", "path", "version", "headers", "body", "keep_alive")
@@ -100,7 +100,8 @@ class Request:
             self.keep_alive = "keep-alive" in connection
 
     def __repr__(self) -> str:
-        return f"<Request {self.method} {self.target} HTTP/{self.version[0]}.{self.version[1]} body={len(self.body)}>"
+        version = f"{self.version[0]}.{self.version[1]}"
+        return f"<ParsedRequest {self.method} {self.target} HTTP/{version} body={len(self.body)}>"
 
 
 class BadRequest:
@@ -148,7 +149,7 @@ class RequestParser:
         if self._state != _FAILED:
             self._buf += data
 
-    def next_request(self) -> Request | BadRequest | None:
+    def next_request(self) -> ParsedRequest | BadRequest | None:
         state = self._state
         if state == _HEAD:
             return self._read_head()
@@ -165,7 +166,7 @@ class RequestParser:
         self.continue_wanted = False
         return self._error
 
-    def _read_head(self) -> Request | BadRequest | None:
+    def _read_head(self) -> ParsedRequest | BadRequest | None:
         buf = self._buf
         # RFC 9112 §2.2: ignore empty lines before a request line (some clients
         # send a CRLF after a body).
@@ -243,12 +244,12 @@ class RequestParser:
         if self._version >= (1, 1) and self._headers.get("expect", "").lower() == "100-continue":
             self.continue_wanted = True
 
-    def _complete(self, body: bytes) -> Request:
+    def _complete(self, body: bytes) -> ParsedRequest:
         self._state = _HEAD
         self.continue_wanted = False
-        return Request(self._method, self._target, self._version, self._headers, body)
+        return ParsedRequest(self._method, self._target, self._version, self._headers, body)
 
-    def _read_body(self) -> Request | None:
+    def _read_body(self) -> ParsedRequest | None:
         buf = self._buf
         n = self._remaining
         if len(buf) < n:
@@ -261,7 +262,7 @@ class RequestParser:
             del buf[:n]
         return self._complete(body)
 
-    def _read_chunked(self) -> Request | BadRequest | None:
+    def _read_chunked(self) -> ParsedRequest | BadRequest | None:
         buf = self._buf
         while True:
             state = self._state
@@ -342,7 +343,7 @@ def status_line(status: int) -> bytes:
     return line
 
 
-def connection_field(request: Request | None, keep_alive: bool) -> bytes:
+def connection_field(request: ParsedRequest | None, keep_alive: bool) -> bytes:
     """What the response says about the connection: close, keep-alive for HTTP/1.0, or nothing."""
     if not keep_alive:
         return b"Connection: close\r\n"

@@ -11,11 +11,11 @@ from llmgw.config import (
     Admission,
     APIKey,
     Engine,
-    Fleet,
+    FleetSettings,
     Listen,
     Model,
     Profile,
-    Router,
+    RouterSettings,
     TLSFiles,
     load_server_config,
 )
@@ -52,11 +52,11 @@ def test_a_minimal_file_gets_every_default(confdir: Path) -> None:
         api="tcp:8080:interface=127.0.0.1",
         admin="tcp:9090:interface=127.0.0.1",
     )
-    assert config.fleet == Fleet(unreachable_after_s=15.0, lost_after_s=120.0)
+    assert config.fleet == FleetSettings(unreachable_after_s=15.0, lost_after_s=120.0)
     assert config.engines == {"llama.cpp": Engine(name="llama.cpp", version="b6000")}
     assert config.profiles == {}
     assert config.models == {}
-    assert config.router == Router(
+    assert config.router == RouterSettings(
         admission=Admission(max_inflight_per_endpoint=16, queue=256, queue_timeout_s=30.0),
         scoring="least-outstanding",
         allow_anonymous=False,
@@ -145,7 +145,7 @@ router:
     assert config.listen.api == "unix:/run/llmgw/api.sock:mode=660"
     assert config.listen.link_endpoint.port == 7443
     assert config.listen.link_endpoint.interface == "0.0.0.0"
-    assert config.fleet == Fleet(unreachable_after_s=2.5, lost_after_s=60.0)
+    assert config.fleet == FleetSettings(unreachable_after_s=2.5, lost_after_s=60.0)
     # Naming engines replaces the default list rather than adding to it.
     assert set(config.engines) == {"vllm", "llama.cpp"}
     assert config.engines["llama.cpp"].version == "b6100"
@@ -185,7 +185,7 @@ def test_sections_left_empty_take_their_defaults(confdir: Path) -> None:
         'listen: {link: "ssl:7443"}\n' + TLS + "router:\n#  scoring: engine-load\nmodels:\n"
     )
     config = load_server_config("server.yaml")
-    assert config.router == Router()
+    assert config.router == RouterSettings()
     assert config.models == {}
 
 

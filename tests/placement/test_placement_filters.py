@@ -6,15 +6,15 @@ import attrs
 import pytest
 
 from llmgw.control import placement_filters as filters
-from llmgw.control.placement import NodeSnapshot, Request, Unplaceable, place
+from llmgw.control.placement import NodeSnapshot, PlacementRequest, Unplaceable, place
 from llmgw.records import GPU
 
 from .machines import node
 
-QWEN_14B = Request("qwen2.5-coder-14b", "llama.cpp", min_memory_gb=24)
+QWEN_14B = PlacementRequest("qwen2.5-coder-14b", "llama.cpp", min_memory_gb=24)
 
 
-def refusal(request: Request, *nodes: NodeSnapshot) -> list[str]:
+def refusal(request: PlacementRequest, *nodes: NodeSnapshot) -> list[str]:
     result = place(request, nodes)
     assert isinstance(result, Unplaceable), result
     return result.lines()
@@ -93,7 +93,7 @@ def test_a_node_that_is_down_is_refused_for_that_first():
 
 
 def test_node_selector_names_the_label_it_wanted_and_what_the_node_has():
-    request = Request("llama-70b", "vllm", gpus=8, node_selector={"gpu": "a100"})
+    request = PlacementRequest("llama-70b", "vllm", gpus=8, node_selector={"gpu": "a100"})
     assert refusal(request, node("h100x8-ib-a-1", node_id="node05")) == [
         "node05: label gpu=a100 wanted, has gpu=h100"
     ]
@@ -103,7 +103,7 @@ def test_node_selector_names_the_label_it_wanted_and_what_the_node_has():
 
 
 def test_node_selector_keeps_nodes_with_every_label():
-    request = Request("llama-70b", "vllm", gpus=8, node_selector={"gpu": "h100"})
+    request = PlacementRequest("llama-70b", "vllm", gpus=8, node_selector={"gpu": "h100"})
     result = place(request, [node("h100x8-ib-b-1"), node("rtx4090-workstation")])
     assert [r.node_id for r in result.ranks] == ["gpu03"]
 
@@ -112,13 +112,13 @@ def test_node_selector_keeps_nodes_with_every_label():
 
 
 def test_a_node_without_the_engine_is_refused():
-    request = Request("llama-70b", "vllm")
+    request = PlacementRequest("llama-70b", "vllm")
     assert refusal(request, node("vm-8gb")) == ["node05: has no vllm engine"]
 
 
 def test_a_node_that_has_no_engines_at_all_is_refused():
     bare = attrs.evolve(node("cpu-box", node_id="node05"), engines=[])
-    assert refusal(Request("gemma", "llama.cpp"), bare) == ["node05: has no llama.cpp engine"]
+    assert refusal(PlacementRequest("gemma", "llama.cpp"), bare) == ["node05: has no llama.cpp engine"]
 
 
 def test_a_node_still_installing_says_so_in_its_own_words():
@@ -127,14 +127,14 @@ def test_a_node_still_installing_says_so_in_its_own_words():
         engines=[],
         engines_reason="installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)",
     )
-    assert refusal(Request("gemma", "llama.cpp"), installing) == [
+    assert refusal(PlacementRequest("gemma", "llama.cpp"), installing) == [
         "node05: installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)"
     ]
 
 
 def test_an_agent_too_old_to_name_its_engines_is_not_refused():
     old = attrs.evolve(node("cpu-box"), engines=None)
-    result = place(Request("llama-70b", "vllm"), [old])
+    result = place(PlacementRequest("llama-70b", "vllm"), [old])
     assert [r.node_id for r in result.ranks] == ["cpu01"]
 
 
@@ -143,29 +143,29 @@ def test_an_agent_too_old_to_name_its_engines_is_not_refused():
 
 def test_a_node_with_too_few_free_gpus_says_how_many_it_has():
     h100 = node("h100x8-ib-a-1", node_id="node05", gpus_in_use={0, 1, 2, 3, 4, 5})
-    assert refusal(Request("m", "vllm", gpus=4), h100) == ["node05: has 2 free GPUs, needs 4"]
-    assert refusal(Request("m", "llama.cpp", gpus=8), node("rtx4090-workstation")) == [
+    assert refusal(PlacementRequest("m", "vllm", gpus=4), h100) == ["node05: has 2 free GPUs, needs 4"]
+    assert refusal(PlacementRequest("m", "llama.cpp", gpus=8), node("rtx4090-workstation")) == [
         "ws01: has 1 free GPU, needs 8"
     ]
     full = node("rtx4090-workstation", gpus_in_use={0})
-    assert refusal(Request("m", "llama.cpp", gpus=1), full) == ["ws01: has no free GPUs, needs 1"]
+    assert refusal(PlacementRequest("m", "llama.cpp", gpus=1), full) == ["ws01: has no free GPUs, needs 1"]
 
 
 def test_a_node_without_gpus_is_refused_a_gpu_profile():
-    assert refusal(Request("m", "llama.cpp", gpus=1), node("vm-8gb")) == ["node05: has no GPUs, needs 1"]
+    assert refusal(PlacementRequest("m", "llama.cpp", gpus=1), node("vm-8gb")) == ["node05: has no GPUs, needs 1"]
 
 
 def test_a_node_that_could_not_count_its_gpus_is_refused_a_gpu_profile():
     # Unlike memory: a shard needs real GPU indices, and none were reported.
     unknown = attrs.evolve(node("h100x8-ib-a-1", node_id="node05"), gpus=None)
-    assert refusal(Request("m", "vllm", gpus=4), unknown) == [
+    assert refusal(PlacementRequest("m", "vllm", gpus=4), unknown) == [
         "node05: did not say how many GPUs it has, needs 4"
     ]
 
 
 def test_a_cpu_profile_does_not_care_about_gpus():
     unknown = attrs.evolve(node("cpu-box"), gpus=None)
-    assert [r.gpus for r in place(Request("m", "llama.cpp"), [unknown]).ranks] == [[]]
+    assert [r.gpus for r in place(PlacementRequest("m", "llama.cpp"), [unknown]).ranks] == [[]]
 
 
 def test_free_gpu_memory_is_checked_per_card_when_asked_for():
@@ -176,7 +176,7 @@ def test_free_gpu_memory_is_checked_per_card_when_asked_for():
         GPU(3),  # did not report its memory: counted, as a node's unknown memory is
     ]
     busy = NodeSnapshot("node05", engines=["vllm"], gpus=cards)
-    request = Request("m", "vllm", gpus=3, min_gpu_free_bytes=40_000_000_000)
+    request = PlacementRequest("m", "vllm", gpus=3, min_gpu_free_bytes=40_000_000_000)
     assert refusal(request, busy) == ["node05: has 2 free GPUs with 40 GB free, needs 3"]
     result = place(attrs.evolve(request, gpus=2), [busy])
     assert result.ranks[0].gpus == [1, 3]
@@ -186,7 +186,7 @@ def test_free_gpu_memory_is_checked_per_card_when_asked_for():
 
 
 def test_a_node_on_no_fabric_cannot_host_a_multi_rank_replica():
-    request = Request("m", "llama.cpp", gpus=1, ranks=2)
+    request = PlacementRequest("m", "llama.cpp", gpus=1, ranks=2)
     assert refusal(request, node("rtx4090-workstation", node_id="node05")) == [
         "node05: is on no InfiniBand fabric; a 2-rank replica needs one"
     ]
@@ -194,7 +194,7 @@ def test_a_node_on_no_fabric_cannot_host_a_multi_rank_replica():
 
 def test_fabric_is_counted_after_the_other_filters():
     # Two nodes on ib-a, but one is cordoned: ib-a cannot take two ranks.
-    request = Request("m", "vllm", gpus=8, ranks=2)
+    request = PlacementRequest("m", "vllm", gpus=8, ranks=2)
     lines = refusal(request, node("h100x8-ib-a-1"), node("h100x8-ib-a-2", cordoned=True))
     assert lines == [
         "gpu01: is on ib-a, where only 1 node can take a rank and a 2-rank replica needs 2",

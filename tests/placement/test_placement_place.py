@@ -12,7 +12,7 @@ from llmgw.control.placement import (
     NodeSnapshot,
     Placement,
     RankPlacement,
-    Request,
+    PlacementRequest,
     Unplaceable,
     place,
 )
@@ -20,8 +20,8 @@ from llmgw.records import EngineInfo, GPU, IBAdapter, Inventory
 
 from .machines import fleet, inventory, node
 
-ONE_GPU = Request("qwen-7b", "llama.cpp", gpus=1)
-GEMMA = Request("gemma-3-270m", "llama.cpp", min_memory_gb=2)
+ONE_GPU = PlacementRequest("qwen-7b", "llama.cpp", gpus=1)
+GEMMA = PlacementRequest("gemma-3-270m", "llama.cpp", min_memory_gb=2)
 
 
 def where(result) -> list[str]:
@@ -29,7 +29,7 @@ def where(result) -> list[str]:
     return [r.node_id for r in result.ranks]
 
 
-def place_replicas(request: Request, nodes: list[NodeSnapshot], count: int, holds=frozenset()):
+def place_replicas(request: PlacementRequest, nodes: list[NodeSnapshot], count: int, holds=frozenset()):
     """What the reconciler does for a model with *count* replicas: place, apply, again."""
     placements = []
     for _ in range(count):
@@ -82,7 +82,7 @@ def test_after_packing_the_whole_node_is_still_there_for_an_eight_gpu_model():
     nodes = [node("h100x8-ib-a-1", gpus_in_use={0, 1, 2, 3, 4, 5, 6}), node("h100x8-ib-a-2")]
     first = place(ONE_GPU, nodes)
     nodes = first.apply_to(nodes, ONE_GPU.model)
-    big = place(Request("llama-70b", "vllm", gpus=8), nodes)
+    big = place(PlacementRequest("llama-70b", "vllm", gpus=8), nodes)
     assert big.ranks == [RankPlacement("gpu02", list(range(8)))]
 
 
@@ -100,12 +100,12 @@ def test_packing_does_not_steer_a_cpu_model():
 
 def test_gpus_in_use_are_not_handed_out_again():
     h100 = node("h100x8-ib-a-1", gpus_in_use={0, 2, 3})
-    result = place(Request("m", "vllm", gpus=2), [h100])
+    result = place(PlacementRequest("m", "vllm", gpus=2), [h100])
     assert result.ranks == [RankPlacement("gpu01", [1, 4])]
 
 
 def test_filling_a_node_one_replica_at_a_time_never_gives_a_gpu_twice():
-    request = Request("m", "vllm", gpus=3)
+    request = PlacementRequest("m", "vllm", gpus=3)
     placements, after = place_replicas(request, [node("h100x8-ib-a-1")], 2)
     assert [p.ranks[0].gpus for p in placements] == [[0, 1, 2], [3, 4, 5]]
     assert after[0].gpus_in_use == {0, 1, 2, 3, 4, 5}
@@ -119,7 +119,7 @@ def test_filling_a_node_one_replica_at_a_time_never_gives_a_gpu_twice():
 
 
 def test_a_two_rank_replica_stays_within_one_fabric():
-    request = Request("llama-405b", "vllm", gpus=8, ranks=2)
+    request = PlacementRequest("llama-405b", "vllm", gpus=8, ranks=2)
     result = place(request, fleet())
     assert result.fabric == "ib-a"
     assert result.ranks == [RankPlacement("gpu01", list(range(8))), RankPlacement("gpu02", list(range(8)))]
@@ -128,7 +128,7 @@ def test_a_two_rank_replica_stays_within_one_fabric():
 def test_ranks_go_to_the_fabric_that_can_take_them_all():
     # ib-a has gpu01 and gpu02, but gpu01 is busy; ib-b alone cannot take two.
     # With a second node on ib-b, the replica goes there instead.
-    request = Request("llama-405b", "vllm", gpus=8, ranks=2)
+    request = PlacementRequest("llama-405b", "vllm", gpus=8, ranks=2)
     nodes = [
         node("h100x8-ib-a-1", gpus_in_use={0}),
         node("h100x8-ib-a-2"),
@@ -140,7 +140,7 @@ def test_ranks_go_to_the_fabric_that_can_take_them_all():
 
 
 def test_a_replica_is_not_split_across_fabrics():
-    request = Request("llama-405b", "vllm", gpus=8, ranks=2)
+    request = PlacementRequest("llama-405b", "vllm", gpus=8, ranks=2)
     result = place(request, [node("h100x8-ib-a-1"), node("h100x8-ib-b-1"), node("vm-8gb")])
     assert isinstance(result, Unplaceable)
     assert result.lines() == [
@@ -151,14 +151,14 @@ def test_a_replica_is_not_split_across_fabrics():
 
 
 def test_ranks_are_on_distinct_nodes():
-    request = Request("m", "vllm", gpus=2, ranks=2)
+    request = PlacementRequest("m", "vllm", gpus=2, ranks=2)
     result = place(request, [node("h100x8-ib-a-1"), node("h100x8-ib-b-1")])
     assert isinstance(result, Unplaceable)  # gpu01 has GPUs for both ranks, but is one node
 
 
 def test_the_fabric_whose_nodes_score_better_wins():
     # ib-a's nodes already run a replica of this model; ib-b's do not.
-    request = Request("m", "vllm", gpus=1, ranks=2)
+    request = PlacementRequest("m", "vllm", gpus=1, ranks=2)
     nodes = [
         node("h100x8-ib-a-1", replicas={"m": 1}),
         node("h100x8-ib-a-2", replicas={"m": 1}),
@@ -170,7 +170,7 @@ def test_the_fabric_whose_nodes_score_better_wins():
 
 def test_a_node_on_two_fabrics_can_join_either():
     both = attrs.evolve(node("h100x8-ib-a-1", node_id="gpu00"), fabrics={"ib-a", "ib-b"})
-    request = Request("m", "vllm", gpus=8, ranks=2)
+    request = PlacementRequest("m", "vllm", gpus=8, ranks=2)
     result = place(request, [both, node("h100x8-ib-b-1")])
     assert (result.fabric, where(result)) == ("ib-b", ["gpu00", "gpu03"])
 
@@ -213,9 +213,9 @@ def test_the_same_fleet_in_any_order_gives_the_same_answer():
     requests = [
         GEMMA,
         ONE_GPU,
-        Request("m", "vllm", gpus=8, ranks=2),
-        Request("qwen2.5-coder-14b", "llama.cpp", min_memory_gb=24),
-        Request("x", "sglang"),
+        PlacementRequest("m", "vllm", gpus=8, ranks=2),
+        PlacementRequest("qwen2.5-coder-14b", "llama.cpp", min_memory_gb=24),
+        PlacementRequest("x", "sglang"),
     ]
     rng = random.Random(5)
     for request in requests:
@@ -239,7 +239,7 @@ def test_a_request_is_what_the_profile_asks_of_a_node():
         "llama-70b", engine="vllm", args=("--tensor-parallel-size", "8"), gpus=8,
         min_memory_gb=256, node_selector={"gpu": "h100"}, ranks=2,
     )
-    assert Request.from_profile("llama-3.1-70b", profile) == Request(
+    assert PlacementRequest.from_profile("llama-3.1-70b", profile) == PlacementRequest(
         model="llama-3.1-70b", engine="vllm", gpus=8, min_memory_gb=256,
         node_selector={"gpu": "h100"}, ranks=2, min_gpu_free_bytes=None,
     )

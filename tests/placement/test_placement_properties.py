@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmgw.control import placement_filters as filters
-from llmgw.control.placement import NodeSnapshot, Placement, Request, Unplaceable, place
+from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, Unplaceable, place
 from llmgw.records import GPU
 
 ENGINES = ("llama.cpp", "vllm", "sglang", "sim")
@@ -71,7 +71,7 @@ def fleets(draw):
 
 
 requests = st.builds(
-    Request,
+    PlacementRequest,
     model=st.sampled_from(MODELS),
     engine=st.sampled_from(ENGINES),
     gpus=st.one_of(st.integers(0, 2), st.integers(0, 9)),
@@ -83,7 +83,7 @@ requests = st.builds(
 holds = st.frozensets(st.text("abcdefgh0123456789-", min_size=1, max_size=6), max_size=4)
 
 
-def check_placement(request: Request, nodes: list[NodeSnapshot], result: Placement) -> None:
+def check_placement(request: PlacementRequest, nodes: list[NodeSnapshot], result: Placement) -> None:
     by_id = {node.id: node for node in nodes}
     placed = [by_id[rank.node_id] for rank in result.ranks]
     assert len(result.ranks) == request.ranks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.control.placement import NodeSnapshot, Placement, Request, Unplaceable, place
+from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, Unplaceable, place
 
 GB = 10**9
 
@@ -12,7 +12,7 @@ def node(node_id, free=None, holds=False):
 
 
 def request(disk_gb=24):
-    return Request(model="gemma", engine="llama.cpp", disk_gb=disk_gb)
+    return PlacementRequest(model="gemma", engine="llama.cpp", disk_gb=disk_gb)
 
 
 def test_a_node_with_too_little_disk_is_refused_in_its_own_words():

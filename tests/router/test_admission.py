@@ -14,14 +14,14 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, Router
+from llmgw.config.server import Admission, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import retry_after_s
 from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
 
 
 def dispatcher(clock, replicas=1, limit=2, queue=3, timeout_s=10.0, model="echo", metrics=None):
-    d = Dispatcher(clock, Router(admission=Admission(limit, queue, timeout_s)), metrics)
+    d = Dispatcher(clock, RouterSettings(admission=Admission(limit, queue, timeout_s)), metrics)
     d.set_endpoints(specs(replicas, model))
     return d
 
@@ -186,7 +186,7 @@ def test_a_lease_says_how_long_it_waited():
 
 def test_models_do_not_share_slots_or_queues():
     clock = Clock()
-    d = Dispatcher(clock, Router(admission=Admission(1, 5, 10.0)))
+    d = Dispatcher(clock, RouterSettings(admission=Admission(1, 5, 10.0)))
     d.set_endpoints(specs(1, "a") + specs(1, "b", first_port=9001))
     result(admit(d, "a"))
     assert result(admit(d, "b")) is not None
@@ -219,7 +219,7 @@ class AdmissionMachine(RuleBasedStateMachine):
     def start(self, limit, queue, replicas):
         self.clock = Clock()
         self.limit = limit
-        self.d = Dispatcher(self.clock, Router(admission=Admission(limit, queue, 5.0)))
+        self.d = Dispatcher(self.clock, RouterSettings(admission=Admission(limit, queue, 5.0)))
         self.replicas = replicas
         self.d.set_endpoints(specs(replicas))
         self.leases = []  # held, not yet released

@@ -7,7 +7,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, Router
+from llmgw.config.server import Admission, RouterSettings
 from llmgw.router import errors
 from llmgw.router.dispatch import (
     COOLDOWN_S,
@@ -27,7 +27,7 @@ def specs(n, model="echo", first_port=8001, host="127.0.0.1"):
 
 
 def dispatcher(clock, replicas=2, limit=4, queue=4, metrics=None):
-    d = Dispatcher(clock, Router(admission=Admission(limit, queue, 10.0)), metrics)
+    d = Dispatcher(clock, RouterSettings(admission=Admission(limit, queue, 10.0)), metrics)
     d.set_endpoints(specs(replicas))
     return d
 
@@ -150,7 +150,7 @@ def test_a_bad_table_is_refused_whole():
 
 
 def test_endpoints_carry_their_address_and_node():
-    d = Dispatcher(Clock(), Router())
+    d = Dispatcher(Clock(), RouterSettings())
     d.set_endpoints([EndpointSpec("echo/0", "echo", "http://[::1]:8001", "node01")])
     endpoint = d.endpoints("echo")[0]
     assert (endpoint.host, endpoint.port, endpoint.node_id) == ("::1", 8001, "node01")

@@ -8,7 +8,7 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, APIKey, Router
+from llmgw.config.server import Admission, APIKey, RouterSettings
 from llmgw.router import errors, keys
 from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
 from llmgw.router.keys import KeyRing, hash_token, new_token
@@ -22,7 +22,7 @@ def key(name, token, **kw):
 
 
 def dispatcher(clock, *api_keys, models=("echo", "gemma")):
-    d = Dispatcher(clock, Router(admission=Admission(100, 10, 30.0), keys=tuple(api_keys)))
+    d = Dispatcher(clock, RouterSettings(admission=Admission(100, 10, 30.0), keys=tuple(api_keys)))
     d.set_endpoints(
         [EndpointSpec(f"{m}/0", m, f"http://127.0.0.1:{8001 + i}") for i, m in enumerate(models)]
     )
@@ -190,13 +190,14 @@ def test_a_reload_keeps_the_buckets_of_unchanged_keys():
     outcome(d, token=ALICE).release("ok")
     outcome(d, token=BOB).release("ok")
     # bob's limit changes, alice's does not.
-    d.reconfigure(Router(admission=Admission(100, 10, 30.0), keys=(alice, key("bob", BOB, requests_per_minute=5))))
+    bob = key("bob", BOB, requests_per_minute=5)
+    d.reconfigure(RouterSettings(admission=Admission(100, 10, 30.0), keys=(alice, bob)))
     assert isinstance(outcome(d, token=ALICE), errors.RateLimited)
     assert outcome(d, token=BOB).key.name == "bob"
 
 
 def test_removing_every_key_opens_the_api():
     d = dispatcher(Clock(), key("alice", ALICE))
-    d.reconfigure(Router())
+    d.reconfigure(RouterSettings())
     assert d.open_api
     assert outcome(d, token=None).endpoint.id == "echo/0"

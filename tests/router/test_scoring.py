@@ -12,7 +12,7 @@ import math
 import pytest
 from twisted.internet.task import Clock
 
-from llmgw.config.server import Admission, Router
+from llmgw.config.server import Admission, RouterSettings
 from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
 from llmgw.router.scoring import (
     AFFINITY_HIT,
@@ -70,7 +70,7 @@ def test_least_outstanding_takes_turns_among_ties_instead_of_always_the_first():
 def test_idle_endpoints_share_sequential_requests_through_the_dispatcher():
     clock = Clock()
     metrics = Recorder()
-    d = Dispatcher(clock, Router(), metrics)
+    d = Dispatcher(clock, RouterSettings(), metrics)
     d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
     used = collections.Counter()
     for _ in range(9):
@@ -115,7 +115,7 @@ def test_a_prefix_spills_to_the_next_endpoint_when_its_home_is_over_the_bound():
 def test_affinity_through_the_dispatcher_hits_then_spills_under_load():
     clock = Clock()
     metrics = Recorder()
-    d = Dispatcher(clock, Router(admission=Admission(16, 10, 30.0), scoring="prefix-affinity"), metrics)
+    d = Dispatcher(clock, RouterSettings(admission=Admission(16, 10, 30.0), scoring="prefix-affinity"), metrics)
     d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
     leases = [take(d, prefix=LONG) for _ in range(6)]
     homes = collections.Counter(lease.endpoint.id for lease in leases)
@@ -182,7 +182,7 @@ def test_prefix_affinity_options_are_checked():
 
 
 def test_the_dispatcher_passes_prefix_options_on():
-    d = Dispatcher(Clock(), Router(scoring="prefix-affinity"), prefix_chars=8)
+    d = Dispatcher(Clock(), RouterSettings(scoring="prefix-affinity"), prefix_chars=8)
     d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(8)])
     homes = set()
     for tail in ("x", "yy", "a different tail"):

@@ -15,21 +15,21 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llmgw.sim.connection import HTTPConnection
-from llmgw.sim.engine import Sim
-from llmgw.http11 import DateHeader, BadRequest, Request, RequestParser
+from llmgw.sim.engine import SimEngine
+from llmgw.http11 import DateHeader, BadRequest, ParsedRequest, RequestParser
 from llmgw.sim.options import SimOptions
 
 ERROR_STATUSES = {400, 413, 431, 501, 505}
 
 
-def drain(parser: RequestParser) -> list[Request | BadRequest]:
+def drain(parser: RequestParser) -> list[ParsedRequest | BadRequest]:
     """Every outcome the parser has now; stops at "need more" or at an error."""
-    out: list[Request | BadRequest] = []
+    out: list[ParsedRequest | BadRequest] = []
     while True:
         item = parser.next_request()
         if item is None:
             return out
-        assert isinstance(item, (Request, BadRequest))
+        assert isinstance(item, (ParsedRequest, BadRequest))
         out.append(item)
         if isinstance(item, BadRequest):
             assert item.status in ERROR_STATUSES
@@ -86,11 +86,11 @@ def valid_requests(draw) -> tuple[bytes, dict]:
 def test_valid_requests_survive_any_split_and_pipelining(requests, cuts):
     stream = b"".join(raw for raw, _ in requests)
     parser = RequestParser()
-    got: list[Request | BadRequest] = []
+    got: list[ParsedRequest | BadRequest] = []
     for piece in split(stream, cuts):
         parser.feed(piece)
         got += drain(parser)
-    assert [type(g) for g in got] == [Request] * len(requests)
+    assert [type(g) for g in got] == [ParsedRequest] * len(requests)
     for request, (_, want) in zip(got, requests):
         assert request.method == want["method"]
         assert request.target == want["target"]
@@ -229,7 +229,7 @@ fragments = st.sampled_from([
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 def test_the_connection_answers_whatever_it_is_fed_without_raising(parts, cuts):
     async def run() -> FakeTransport:
-        sim = Sim(SimOptions(model="m", log_requests=True), port=0, out=io.StringIO())
+        sim = SimEngine(SimOptions(model="m", log_requests=True), port=0, out=io.StringIO())
         conn = HTTPConnection(sim, set(), DateHeader(), max_body_bytes=1000)
         transport = FakeTransport()
         conn.connection_made(transport)

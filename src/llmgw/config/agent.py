@@ -81,7 +81,7 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
     """Read agent.yaml at *path*; raise ``ConfigError`` naming file, line and key."""
     document = read_document(path)
     if document.root is None:
-        raise document.source.error(
+        raise document.origin.error(
             1, (), "the file is empty; it needs hub: and tls: (see docs/configuration.rst)"
         )
     return SCHEMA.build(Loader(document), document.root, (), path=os.path.abspath(os.fspath(path)))

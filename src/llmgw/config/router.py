@@ -15,7 +15,7 @@ import attrs
 from llmgw.config.common import HUB_URL, TLS
 from llmgw.config.endpoints import check_listener
 from llmgw.config.schema import Loader, Nullable, Section, Str
-from llmgw.config.server import ROUTER_SECTION, Router
+from llmgw.config.server import ROUTER_SECTION, RouterSettings
 from llmgw.config.yamlpos import read_document
 from llmgw.tlsfiles import TLSFiles
 
@@ -32,7 +32,7 @@ class RouterProcessConfig:
     listen: RouterListen = attrs.Factory(RouterListen)
     hub: str | None = None
     tls: TLSFiles | None = None
-    router: Router = attrs.Factory(Router)
+    router: RouterSettings = attrs.Factory(RouterSettings)
 
 
 SCHEMA = Section(
@@ -57,7 +57,7 @@ def load_router_config(path: str | os.PathLike[str]) -> RouterProcessConfig:
     document = read_document(path)
     loader = Loader(document)
     if document.root is None:
-        raise document.source.error(
+        raise document.origin.error(
             1, (), "the file is empty; it needs hub: and tls:, or router.endpoints (see docs/configuration.rst)"
         )
     config = SCHEMA.build(loader, document.root, (), path=os.path.abspath(os.fspath(path)))
@@ -65,7 +65,7 @@ def load_router_config(path: str | os.PathLike[str]) -> RouterProcessConfig:
         raise loader.fail(loader.line(("hub",)), ("hub",),
                           "joining the hub needs tls: {ca, cert, key} with a router certificate")
     if config.hub is None and not config.router.endpoints:
-        raise document.source.error(
+        raise document.origin.error(
             1, (), "the router knows no engines: give hub: and tls: to follow the control plane, "
             "or list router.endpoints"
         )

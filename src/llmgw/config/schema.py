@@ -34,12 +34,12 @@ class Loader:
 
     def __init__(self, document: Document) -> None:
         self.document = document
-        self.source = document.source
+        self.origin = document.origin
         self.lines: dict[KeyPath, int] = {}
 
     def fail(self, node: Node | int, path: KeyPath, message: str) -> ConfigError:
         line = node if isinstance(node, int) else line_of(node)
-        return self.source.error(line, path, message)
+        return self.origin.error(line, path, message)
 
     def line(self, path: KeyPath) -> int:
         """The line of the value at *path*, or of its nearest parent that was written."""
@@ -218,10 +218,10 @@ class File(Type):
         if not value:
             raise loader.fail(node, path, "empty file path; give the path of the file")
         expanded = os.path.expanduser(value)
-        full = os.path.abspath(os.path.join(loader.source.directory, expanded))
+        full = os.path.abspath(os.path.join(loader.origin.directory, expanded))
         where = "" if os.path.isabs(expanded) else (
             f" (relative paths are read from the config file's directory, "
-            f"{loader.source.directory})"
+            f"{loader.origin.directory})"
         )
         if not os.path.exists(full):
             raise loader.fail(node, path, f"file does not exist: {full}{where}; fix the path")

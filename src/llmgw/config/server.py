@@ -60,7 +60,7 @@ class Listen:
 
 
 @attrs.frozen
-class Fleet:
+class FleetSettings:
     """How long a silent node stays a member: unreachable first, then lost."""
 
     unreachable_after_s: float = 15.0
@@ -149,7 +149,9 @@ def _check_engine_url(text: str) -> None:
 
 
 @attrs.frozen
-class Router:
+class RouterSettings:
+    """server.yaml's router: section (router.yaml's too): admission, scoring, keys, static engines."""
+
     admission: Admission = attrs.Factory(Admission)
     scoring: str = "least-outstanding"
     allow_anonymous: bool = False
@@ -167,11 +169,11 @@ class ServerConfig:
     path: str
     listen: Listen
     tls: TLSFiles
-    fleet: Fleet = attrs.Factory(Fleet)
+    fleet: FleetSettings = attrs.Factory(FleetSettings)
     engines: dict[str, Engine] = attrs.Factory(_default_engines)
     profiles: dict[str, Profile] = attrs.Factory(dict)
     models: dict[str, Model] = attrs.Factory(dict)
-    router: Router = attrs.Factory(Router)
+    router: RouterSettings = attrs.Factory(RouterSettings)
 
 
 _LABEL_VALUE = Str(what="a string (a label value)")
@@ -210,7 +212,7 @@ ROUTER_FIELDS = {
         )
     ),
 }
-ROUTER_SECTION = Section(Router, ROUTER_FIELDS)
+ROUTER_SECTION = Section(RouterSettings, ROUTER_FIELDS)
 
 
 SCHEMA = Section(
@@ -226,7 +228,7 @@ SCHEMA = Section(
         ),
         "tls": TLS,
         "fleet": Section(
-            Fleet,
+            FleetSettings,
             {
                 "unreachable_after_s": Number(min=0, exclusive=True),
                 "lost_after_s": Number(min=0, exclusive=True),
@@ -273,7 +275,7 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
     document = read_document(path)
     loader = Loader(document)
     if document.root is None:
-        raise document.source.error(
+        raise document.origin.error(
             1,
             (),
             "the file is empty; it needs at least listen: and tls: (see docs/configuration.rst)",

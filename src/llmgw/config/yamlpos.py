@@ -64,7 +64,7 @@ def line_of(node: Node) -> int:
 
 
 @attrs.frozen
-class Source:
+class Origin:
     """A document's origin: the name errors print and the directory paths are relative to."""
 
     name: str
@@ -97,8 +97,8 @@ def is_null(node: Node) -> bool:
 class Document:
     """One parsed file: its root node, and the means to read its scalars."""
 
-    def __init__(self, source: Source, root: Node | None) -> None:
-        self.source = source
+    def __init__(self, origin: Origin, root: Node | None) -> None:
+        self.origin = origin
         self.root = root
         self._constructor = yaml.constructor.SafeConstructor()
         # A mapping merged in many places is read once: nested ``<<: [*a, *a]``
@@ -113,7 +113,7 @@ class Document:
             # An unknown tag (``!foo x``), a malformed ``!!binary``, or a date
             # that only looks like one (``2024-13-45``).
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise self.source.error(
+            raise self.origin.error(
                 line_of(node),
                 path,
                 f"cannot read this value: {problem}; quote it, or fix or remove its tag",
@@ -145,7 +145,7 @@ class Document:
             key = self._key(key_node, path)
             if key in explicit:
                 first = line_of(explicit[key][1])
-                raise self.source.error(
+                raise self.origin.error(
                     line_of(key_node),
                     path + (key,),
                     f"key given twice (first on line {first}); keep one",
@@ -159,13 +159,13 @@ class Document:
         sources: Sequence[Node] = node.value if isinstance(node, SequenceNode) else [node]
         for source in sources:
             if not isinstance(source, MappingNode):
-                raise self.source.error(
+                raise self.origin.error(
                     line_of(source),
                     path,
                     f"a '<<' merge needs a mapping or a list of mappings, got {describe(source)}",
                 )
             if id(source) in merging:
-                raise self.source.error(
+                raise self.origin.error(
                     line_of(source), path, "a '<<' merge includes itself; remove the loop"
                 )
             yield source
@@ -178,7 +178,7 @@ class Document:
             hint = f'; quote it: "{node.value}"'
         else:
             hint = "; use a plain name"
-        raise self.source.error(
+        raise self.origin.error(
             line_of(node), path, f"keys must be strings, got {describe(node)}{hint}"
         )
 
@@ -195,18 +195,18 @@ def read_document(path: str | os.PathLike[str]) -> Document:
             data = f.read()
     except OSError as e:
         raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
-    source = Source(name=name, directory=os.path.dirname(os.path.abspath(name)))
-    return parse_document(data, source)
+    origin = Origin(name=name, directory=os.path.dirname(os.path.abspath(name)))
+    return parse_document(data, origin)
 
 
-def parse_document(data: bytes, source: Source) -> Document:
+def parse_document(data: bytes, origin: Origin) -> Document:
     """Compose *data* (UTF-8, optionally with a byte order mark) into a ``Document``."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(
-            f"{source.name}:{line}: (document): not UTF-8 text (byte {e.start}); "
+            f"{origin.name}:{line}: (document): not UTF-8 text (byte {e.start}); "
             "save the file as UTF-8"
         ) from None
     try:
@@ -219,17 +219,17 @@ def parse_document(data: bytes, source: Source) -> Document:
         what = what.replace("found '\\x00'", "found the end of the file")
         if "'\\t'" in what:
             what += "; indent with spaces, not tabs"
-        raise ConfigError(f"{source.name}:{line}: (document): YAML syntax: {what}") from None
+        raise ConfigError(f"{origin.name}:{line}: (document): YAML syntax: {what}") from None
     except yaml.reader.ReaderError as e:
         line = text[: e.position].count("\n") + 1
         raise ConfigError(
-            f"{source.name}:{line}: (document): character U+{e.character:04X} is not allowed "
+            f"{origin.name}:{line}: (document): character U+{e.character:04X} is not allowed "
             "in YAML; remove it"
         ) from None
     except yaml.YAMLError as e:  # pragma: no cover - PyYAML raises only the above
-        raise ConfigError(f"{source.name}:1: (document): YAML syntax: {e}") from None
+        raise ConfigError(f"{origin.name}:1: (document): YAML syntax: {e}") from None
     except RecursionError:
         raise ConfigError(
-            f"{source.name}:1: (document): nested too deeply to read; flatten it"
+            f"{origin.name}:1: (document): nested too deeply to read; flatten it"
         ) from None
-    return Document(source, root)
+    return Document(origin, root)

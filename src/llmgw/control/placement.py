@@ -108,7 +108,7 @@ class NodeSnapshot:
 
 
 @attrs.frozen
-class Request:
+class PlacementRequest:
     """What one replica needs: per rank, ``gpus`` GPUs on each of ``ranks`` nodes."""
 
     model: str
@@ -124,7 +124,7 @@ class Request:
     disk_gb: float | None = attrs.field(default=None, validator=_non_negative)
 
     @classmethod
-    def from_profile(cls, model_name: str, profile: Profile) -> Request:
+    def from_profile(cls, model_name: str, profile: Profile) -> PlacementRequest:
         """The request for one replica of *model_name* run with *profile*."""
         return cls(
             model=model_name,
@@ -185,7 +185,7 @@ class Unplaceable:
 
 
 def place(
-    request: Request, nodes: Iterable[NodeSnapshot], holds: frozenset[str] = frozenset()
+    request: PlacementRequest, nodes: Iterable[NodeSnapshot], holds: frozenset[str] = frozenset()
 ) -> Placement | Unplaceable:
     """One replica of *request* on *nodes*; *holds* is the ids of nodes that already hold its weights.
 
@@ -202,7 +202,7 @@ def place(
 
 
 def _place_ranks(
-    request: Request,
+    request: PlacementRequest,
     kept: Sequence[NodeSnapshot],
     holds: frozenset[str],
     reasons: dict[str, str],
@@ -227,7 +227,7 @@ def _place_ranks(
     return Placement([RankPlacement(n.id, _gpus_for(request, n)) for n in chosen], fabric=fabric)
 
 
-def _gpus_for(request: Request, node: NodeSnapshot) -> list[int]:
+def _gpus_for(request: PlacementRequest, node: NodeSnapshot) -> list[int]:
     """The lowest free indices that qualify: simple, and the same answer every time."""
     if request.gpus == 0:
         return []

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING
 from llmgw.states import NodeState
 
 if TYPE_CHECKING:
-    from llmgw.control.placement import NodeSnapshot, Request
+    from llmgw.control.placement import NodeSnapshot, PlacementRequest
 
 Reasons = dict[str, str]
-Filter = Callable[["Request", Sequence["NodeSnapshot"]], tuple[list["NodeSnapshot"], Reasons]]
+Filter = Callable[["PlacementRequest", Sequence["NodeSnapshot"]], tuple[list["NodeSnapshot"], Reasons]]
 
 GB = 1e9  # decimal, as `ctl nodes` shows memory and as min_memory_gb is read
 
 
-def each_node(check: Callable[[Request, NodeSnapshot], str | None]) -> Filter:
+def each_node(check: Callable[[PlacementRequest, NodeSnapshot], str | None]) -> Filter:
     """A filter from a check of one node that returns why it is refused, or None."""
 
-    def filter(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+    def filter(request: PlacementRequest, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
         kept, reasons = [], {}
         for node in nodes:
             why = check(request, node)
@@ -44,7 +44,7 @@ def each_node(check: Callable[[Request, NodeSnapshot], str | None]) -> Filter:
 
 
 @each_node
-def ready(request: Request, node: NodeSnapshot) -> str | None:
+def ready(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """Heartbeats arriving, and not cordoned by an operator."""
     if node.state != NodeState.READY:
         return f"is {node.state}"
@@ -54,7 +54,7 @@ def ready(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
-def labels(request: Request, node: NodeSnapshot) -> str | None:
+def labels(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """Every label of the profile's node_selector, with the value it asks for."""
     for key in sorted(request.node_selector):
         wanted = request.node_selector[key]
@@ -66,7 +66,7 @@ def labels(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
-def engine(request: Request, node: NodeSnapshot) -> str | None:
+def engine(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """The engine installed and seen to run; a node too old to say is not refused."""
     if node.engines is None or request.engine in node.engines:
         return None
@@ -74,7 +74,7 @@ def engine(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
-def memory(request: Request, node: NodeSnapshot) -> str | None:
+def memory(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """At least min_memory_gb of memory in all; a node that did not say is not refused."""
     need = request.min_memory_gb
     has = node.memory_total_bytes
@@ -84,7 +84,7 @@ def memory(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
-def disk(request: Request, node: NodeSnapshot) -> str | None:
+def disk(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """Room for the weights, shaped like the memory check — and skipped on a node holding them.
 
     Holding the file is what used the space: without the exception the node
@@ -98,7 +98,7 @@ def disk(request: Request, node: NodeSnapshot) -> str | None:
 
 
 @each_node
-def gpus(request: Request, node: NodeSnapshot) -> str | None:
+def gpus(request: PlacementRequest, node: NodeSnapshot) -> str | None:
     """Enough GPUs that no shard holds, each with enough free memory when that is asked for.
 
     A node that did not report its GPUs is refused a GPU request, unlike one that
@@ -124,7 +124,7 @@ def gpus(request: Request, node: NodeSnapshot) -> str | None:
     return None
 
 
-def fabric(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+def fabric(request: PlacementRequest, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
     """A replica of several ranks needs that many nodes on one InfiniBand fabric.
 
     Keeps every node of every fabric with enough nodes left after the other
@@ -157,7 +157,7 @@ def fabric(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSn
 FILTERS: tuple[Filter, ...] = (ready, labels, engine, memory, disk, gpus, fabric)
 
 
-def run(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
+def run(request: PlacementRequest, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:
     """Every filter in turn; a node refused by one is not shown to the next."""
     kept, reasons = list(nodes), {}
     for step in FILTERS:
@@ -166,7 +166,7 @@ def run(request: Request, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnaps
     return kept, reasons
 
 
-def usable_gpus(request: Request, node: NodeSnapshot) -> list[int]:
+def usable_gpus(request: PlacementRequest, node: NodeSnapshot) -> list[int]:
     """Free GPU indices with at least min_gpu_free_bytes free, lowest first.
 
     A card that did not report its memory counts as usable, as a node that did

@@ -15,29 +15,29 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from llmgw.control.placement import NodeSnapshot, Request
+    from llmgw.control.placement import NodeSnapshot, PlacementRequest
 
 
 @attrs.frozen
 class Scorer:
     name: str
     weight: float
-    score: Callable[[Request, NodeSnapshot, frozenset[str]], float]
+    score: Callable[[PlacementRequest, NodeSnapshot, frozenset[str]], float]
 
 
-def spread(request: Request, node: NodeSnapshot, holds: frozenset[str]) -> float:
+def spread(request: PlacementRequest, node: NodeSnapshot, holds: frozenset[str]) -> float:
     """Minus the replicas of this model already on the node: two replicas on one
     node are one failure away from none."""
     return -float(node.replicas.get(request.model, 0))
 
 
-def holds_weights(request: Request, node: NodeSnapshot, holds: frozenset[str]) -> float:
+def holds_weights(request: PlacementRequest, node: NodeSnapshot, holds: frozenset[str]) -> float:
     """1 on a node that already holds the model's weights, which then starts without
     moving tens of gigabytes; 0 elsewhere, and everywhere while *holds* is empty."""
     return 1.0 if node.id in holds else 0.0
 
 
-def pack_gpus(request: Request, node: NodeSnapshot, holds: frozenset[str]) -> float:
+def pack_gpus(request: PlacementRequest, node: NodeSnapshot, holds: frozenset[str]) -> float:
     """1 / (1 + GPUs left free after placing here), for a GPU request; 0 otherwise.
 
     Best fit: a one-GPU model goes to the node with one GPU free rather than
@@ -56,17 +56,17 @@ SCORERS: tuple[Scorer, ...] = (
 )
 
 
-def scores(request: Request, node: NodeSnapshot, holds: frozenset[str] = frozenset()) -> dict[str, float]:
+def scores(request: PlacementRequest, node: NodeSnapshot, holds: frozenset[str] = frozenset()) -> dict[str, float]:
     """Each scorer's weighted contribution for *node*, by scorer name: what a log or ctl can show."""
     return {s.name: s.weight * s.score(request, node, holds) for s in SCORERS}
 
 
-def total(request: Request, node: NodeSnapshot, holds: frozenset[str] = frozenset()) -> float:
+def total(request: PlacementRequest, node: NodeSnapshot, holds: frozenset[str] = frozenset()) -> float:
     return sum(scores(request, node, holds).values())
 
 
 def ranked(
-    request: Request, nodes: Sequence[NodeSnapshot], holds: frozenset[str] = frozenset()
+    request: PlacementRequest, nodes: Sequence[NodeSnapshot], holds: frozenset[str] = frozenset()
 ) -> list[NodeSnapshot]:
     """*nodes*, best first; equal scores in node id order."""
     return sorted(nodes, key=lambda node: (-total(request, node, holds), node.id))

@@ -205,7 +205,7 @@ class Reconciler:
         ]
 
     def _launch(self, replica_id: str, entry: Entry, slot: Slot, now: float) -> None:
-        request = attrs.evolve(placement.Request.from_profile(entry.model.name, entry.profile),
+        request = attrs.evolve(placement.PlacementRequest.from_profile(entry.model.name, entry.profile),
                                disk_gb=entry.model.disk_gb)
         if self._snapshots is None:
             self._snapshots = self.snapshots()

@@ -63,7 +63,9 @@ _ROUTER_ROLES = {
 
 
 @attrs.frozen
-class Identity:
+class SessionIdentity:
+    """Who a hub session is: its WAMP authid and authrole, from its certificate or ``attach_local``."""
+
     authid: str
     role: str
 
@@ -95,7 +97,7 @@ class _Invocation:
 class HubSession:
     """One client's session, remote (over WebSocket) or local (the control plane)."""
 
-    def __init__(self, hub: Hub, identity: Identity | None = None):
+    def __init__(self, hub: Hub, identity: SessionIdentity | None = None):
         self._hub = hub
         self._identity = identity
         self._transport = None
@@ -185,10 +187,10 @@ class Hub:
         Tests attach other roles the same way; they are held to the same rules
         as over the network, since authorization looks only at the role.
         """
-        hub_side = HubSession(self, Identity(authid, role))
+        hub_side = HubSession(self, SessionIdentity(authid, role))
         _LocalLink(self._clock, hub_side, app_session).open()
 
-    def _identity_from(self, transport) -> Identity | None:
+    def _identity_from(self, transport) -> SessionIdentity | None:
         tls = getattr(transport, "transport", None)
         get = getattr(tls, "getPeerCertificate", None)
         peer = get() if get is not None else None
@@ -203,7 +205,7 @@ class Hub:
         except PKIError as e:
             log.warn("refusing a client certificate: {why}", why=str(e))
             return None
-        return Identity(ident.name, ident.role)
+        return SessionIdentity(ident.name, ident.role)
 
     # -- opening and closing --
 

@@ -31,14 +31,14 @@ Pure and clock-driven: no sockets, no global reactor; tests drive it with
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from llmgw.config.server import APIKey, Router
+from llmgw.config.server import APIKey, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import ModelQueue, capacity, free
 from llmgw.router.keys import KeyRing
@@ -78,23 +78,22 @@ class EndpointSpec:
     node_id: str | None = None
 
 
-class Request(Protocol):
-    """What admission needs to know of an HTTP request."""
-
-    api_key: str | None
-    prefix: str
-    stream: bool
-    path: str
-
-
 @attrs.frozen
 class RequestInfo:
-    """A plain ``Request``, for callers and tests that have no request object of their own."""
+    """What the router read of a client's request, for the dispatcher to admit and place it.
 
-    api_key: str | None = None
-    prefix: str = ""
-    stream: bool = False
+    The HTTP path (``server.py``) builds one per request with every field;
+    tests name only the fields they care about.
+    """
+
     path: str = "/v1/chat/completions"
+    model: str = ""
+    stream: bool = False
+    body: dict = attrs.Factory(dict)
+    api_key: str | None = None
+    # The prompt's leading text (chat: the messages' contents in order;
+    # completions: the prompt; embeddings: the input), at most 2,048 characters.
+    prefix: str = ""
 
 
 def _address(spec: EndpointSpec) -> tuple[str, int]:
@@ -113,7 +112,7 @@ class _Attempt:
 
     __slots__ = ("model", "request", "key", "tried", "queued_at")
 
-    def __init__(self, model: str, request: Request, key: APIKey | None):
+    def __init__(self, model: str, request: RequestInfo, key: APIKey | None):
         self.model = model
         self.request = request
         self.key = key
@@ -181,7 +180,7 @@ class Dispatcher:
     def __init__(
         self,
         clock: IReactorTime,
-        config: Router,
+        config: RouterSettings,
         metrics=None,
         *,
         prefix_chars: int = DEFAULT_PREFIX_CHARS,
@@ -206,7 +205,7 @@ class Dispatcher:
 
     # -- configuration and the endpoint table ---------------------------------
 
-    def reconfigure(self, config: Router) -> None:
+    def reconfigure(self, config: RouterSettings) -> None:
         """Take a reloaded ``router:`` section; rate-limit state survives for unchanged keys."""
         keys = KeyRing(config.keys, self._clock)
         keys.carry_over(self._keys)
@@ -220,7 +219,7 @@ class Dispatcher:
         self._pump_all()
 
     @property
-    def config(self) -> Router:
+    def config(self) -> RouterSettings:
         return self._config
 
     @property
@@ -291,7 +290,7 @@ class Dispatcher:
 
     # -- admitting a request --------------------------------------------------
 
-    def admit(self, model: str, request: Request) -> defer.Deferred[Lease]:
+    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[Lease]:
         """A lease on an endpoint of *model* for *request*, or a failure the HTTP path maps to a status."""
         try:
             key = None

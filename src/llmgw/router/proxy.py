@@ -12,12 +12,13 @@ chunked framing included, unless the client needs another framing (HTTP/1.0,
 ``Connection: close``).  Callbacks rather than coroutines on this path for the
 same reason: a coroutine and its Deferred cost more than the work they wrap.
 
-The contract with the rest of the router is ``Dispatcher.admit`` →
-``Lease``, ``Lease.usage``/``Lease.release``/``Lease.retry`` and the ``Metrics``
-hooks, all below.  A request is retried on another engine only while nothing of
-its answer has gone to the client: a connection refused or timed out, one
-closed before a whole response head arrived, a response head that cannot be
-read, or an engine answering 502 or 503.  Once a byte went out, a failure
+The contract with the rest of the router is ``Admitter.admit`` →
+``EngineLease``, ``EngineLease.usage``/``release``/``retry`` and the ``Metrics``
+hooks, all below; ``dispatch.Dispatcher`` and its ``Lease`` meet it.  A
+request is retried on another engine only while nothing of its answer has
+gone to the client: a connection refused or timed out, one closed before a
+whole response head arrived, a response head that cannot be read, or an
+engine answering 502 or 503.  Once a byte went out, a failure
 truncates the client's response (the connection closes) instead.
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
@@ -35,7 +35,8 @@ from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseE
 from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
 
 if TYPE_CHECKING:
-    from llmgw.http11 import Request
+    from llmgw.http11 import ParsedRequest
+    from llmgw.router.dispatch import RequestInfo
     from llmgw.router.server import RouterProtocol
 
 log = Logger()
@@ -46,30 +47,18 @@ USAGE_TAIL_BYTES = 4096
 MAX_ATTEMPTS = 3
 
 
-@attrs.frozen
-class RequestInfo:
-    """What the dispatcher may look at to admit and place a request."""
+class EngineAddress(Protocol):
+    """What the HTTP path needs of an endpoint: which one it is and where to connect."""
 
-    path: str
-    model: str
-    stream: bool
-    body: dict
-    api_key: str | None
-    # The prompt's leading text (chat: the messages' contents in order;
-    # completions: the prompt; embeddings: the input), at most 2,048 characters.
-    prefix: str
-
-
-class Endpoint(Protocol):
     id: str
     host: str
     port: int
 
 
-class Lease(Protocol):
-    """A place for one request on one engine, held until ``release``."""
+class EngineLease(Protocol):
+    """What the HTTP path needs of a lease: a place for one request on one engine, held until ``release``."""
 
-    endpoint: Endpoint
+    endpoint: EngineAddress
 
     def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         """The tokens the engine said the request took (None: it did not say); called before ``release``."""
@@ -84,12 +73,14 @@ class Lease(Protocol):
         answered 502/503 before any byte reached the client.
         """
 
-    def retry(self) -> defer.Deferred[Lease] | None:
+    def retry(self) -> defer.Deferred[EngineLease] | None:
         """After ``release("upstream_failed")`` and before any byte reached the client: a lease on another engine, or None."""
 
 
-class Dispatcher(Protocol):
-    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[Lease]:
+class Admitter(Protocol):
+    """What the HTTP path needs of a dispatcher: ``dispatch.Dispatcher``, or a test's stand-in."""
+
+    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[EngineLease]:
         """A lease once the request may go to an engine; fails with a ``llmgw.router.errors`` error when it may not."""
 
     def models(self) -> list[str]:
@@ -111,20 +102,6 @@ class Metrics(Protocol):
         """A request went to another engine after one failed it."""
 
 
-class NullMetrics:
-    def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens) -> None:
-        pass
-
-    def client_gone(self, model) -> None:
-        pass
-
-    def upstream_error(self, model, endpoint_id, kind) -> None:
-        pass
-
-    def retried(self, model) -> None:
-        pass
-
-
 class Exchange:
     """A request from admission until its response is relayed (or it fails)."""
 
@@ -134,7 +111,7 @@ class Exchange:
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
     )
 
-    def __init__(self, router: RouterProtocol, request: Request, info: RequestInfo, started: float):
+    def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         self.router = router
         self.factory = router.factory
         self.info = info
@@ -144,10 +121,10 @@ class Exchange:
             request.target.encode("latin-1"), len(request.body)), request.body
         self.close_after = not request.keep_alive or request.version < (1, 1)
         self.version11 = request.version >= (1, 1)
-        self.lease: Lease | None = None
+        self.lease: EngineLease | None = None
         # The engine of the latest attempt; it outlives the lease when an
         # engine's 502/503 is relayed after the lease was released.
-        self.endpoint: Endpoint | None = None
+        self.endpoint: EngineAddress | None = None
         self.upstream: UpstreamConnection | None = None
         self.head = None
         self.passthrough = False
@@ -179,7 +156,7 @@ class Exchange:
         d.addCallbacks(self._admitted, self._refused)
         d.addErrback(self._internal_error)
 
-    def _admitted(self, lease: Lease) -> None:
+    def _admitted(self, lease: EngineLease) -> None:
         self.admitting = None
         if self.finished:
             lease.release("client_gone")
@@ -230,7 +207,7 @@ class Exchange:
             return
         self._send(conn)
 
-    def _connect_failed(self, failure, lease: Lease) -> None:
+    def _connect_failed(self, failure, lease: EngineLease) -> None:
         if self.finished or lease is not self.lease:
             return
         self._failed(failure_kind(failure), "%s: %s" % (lease.endpoint.id, failure.getErrorMessage()))
@@ -387,7 +364,7 @@ class Exchange:
         else:
             self._wait_for(d)
 
-    def _next(self, lease: Lease) -> defer.Deferred | None:
+    def _next(self, lease: EngineLease) -> defer.Deferred | None:
         self.attempts += 1
         if self.attempts >= self.factory.max_attempts:
             return None

@@ -21,10 +21,12 @@ import json
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from llmgw.http11 import BadRequest, DateHeader, Request, RequestParser, response_bytes
+from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
-from llmgw.router.proxy import MAX_ATTEMPTS, Dispatcher, Exchange, Metrics, NullMetrics, RequestInfo
+from llmgw.router.dispatch import RequestInfo
+from llmgw.router.metrics import NullMetrics
+from llmgw.router.proxy import MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -102,7 +104,7 @@ class RouterProtocol(Protocol):
                 self._reading_paused = False
                 self.transport.resumeProducing()
 
-    def _handle(self, request: Request) -> None:
+    def _handle(self, request: ParsedRequest) -> None:
         factory = self.factory
         started = factory.clock.seconds()
         path = request.path
@@ -129,7 +131,7 @@ class RouterProtocol(Protocol):
                                         "/v1/completions, /v1/embeddings and GET /v1/models" % (request.method, path)),
                         close, "", path, started)
 
-    def _read(self, request: Request, path: str, started: float, close: bool) -> RequestInfo | None:
+    def _read(self, request: ParsedRequest, path: str, started: float, close: bool) -> RequestInfo | None:
         """The request's RequestInfo, or None after answering why it cannot have one."""
         try:
             body = json.loads(request.body)
@@ -215,7 +217,7 @@ class RouterFactory(Factory):
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Admitter,
         clock,
         *,
         max_body_bytes: int,

@@ -14,7 +14,7 @@ from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 
 from llmgw.config.endpoints import parse_server_endpoint
-from llmgw.config.server import Router as RouterConfig
+from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
 from llmgw.router.dispatch import Dispatcher, EndpointSpec
 from llmgw.router.enginemetrics import EnginePoller
@@ -24,7 +24,7 @@ log = Logger()
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def check_open_api(config: RouterConfig, listen_api: str, where: str) -> None:
+def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
     """An API without keys is served only on loopback, or when allow_anonymous says so."""
     if config.keys:
         return
@@ -45,7 +45,7 @@ def check_open_api(config: RouterConfig, listen_api: str, where: str) -> None:
 class Router(service.MultiService):
     """Dispatcher, engine-load poller and API listener, with the table kept current."""
 
-    def __init__(self, reactor, config: RouterConfig, listen_api: str, metrics=None):
+    def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None):
         super().__init__()
         self._reactor = reactor
         self.config = config
@@ -72,7 +72,7 @@ class Router(service.MultiService):
         self._factory.close()  # the idle engine connections
         return super().stopService()
 
-    def reconfigure(self, config: RouterConfig) -> None:
+    def reconfigure(self, config: RouterSettings) -> None:
         """A reloaded router: section (keys, admission, static endpoints)."""
         self.config = config
         self.dispatcher.reconfigure(config)

@@ -21,7 +21,7 @@ from llmgw.http11 import (
     LAST_CHUNK,
     BadRequest,
     DateHeader,
-    Request,
+    ParsedRequest,
     RequestParser,
     chunk,
     connection_field,
@@ -38,7 +38,7 @@ LINGER_S = 2.0
 
 
 class Application(Protocol):
-    def handle(self, conn: HTTPConnection, request: Request) -> Coroutine[Any, Any, None] | None:
+    def handle(self, conn: HTTPConnection, request: ParsedRequest) -> Coroutine[Any, Any, None] | None:
         """Answer ``request`` now through ``conn`` and return None, or return a coroutine that will."""
 
     def bad_request(self, conn: HTTPConnection, error: BadRequest) -> None:
@@ -64,7 +64,7 @@ class HTTPConnection(asyncio.Protocol):
         self.peer = "-"
         self.lost = False
         self._task: asyncio.Task | None = None
-        self._current: Request | None = None
+        self._current: ParsedRequest | None = None
         self._close_after = False
         self._chunked = True
         self._reading_paused = False

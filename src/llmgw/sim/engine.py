@@ -22,7 +22,7 @@ from typing import Callable, Coroutine, TextIO
 from llmgw.sim import api
 from llmgw.sim.api import CHAT, COMPLETION, EMBEDDING, ApiError
 from llmgw.sim.connection import HTTPConnection
-from llmgw.http11 import EVENT_STREAM, BadRequest, Request
+from llmgw.http11 import EVENT_STREAM, BadRequest, ParsedRequest
 from llmgw.sim.metrics import CONTENT_TYPE as METRICS_TYPE
 from llmgw.sim.metrics import SimMetrics
 from llmgw.sim.options import SimOptions
@@ -36,7 +36,7 @@ class Job:
 
     __slots__ = ("kind", "request", "embedding", "stream", "include_usage", "prompt_tokens", "words", "n", "finish", "inputs", "started")
 
-    def __init__(self, kind: str, request: Request, started: float):
+    def __init__(self, kind: str, request: ParsedRequest, started: float):
         self.kind = kind
         self.request = request
         self.started = started
@@ -50,7 +50,7 @@ class Job:
         self.embedding = (0, False)  # (dimensions, base64?)
 
 
-class Sim:
+class SimEngine:
     def __init__(
         self,
         options: SimOptions,
@@ -83,7 +83,7 @@ class Sim:
         self._id_prefix = os.urandom(4).hex()
         self._ids = itertools.count(1)
         self.renderer = api.Renderer(options.model, f"llmgw-sim-{port}", int(clock()))
-        self._routes: dict[str, dict[str, Callable[[HTTPConnection, Request], Coroutine | None]]] = {
+        self._routes: dict[str, dict[str, Callable[[HTTPConnection, ParsedRequest], Coroutine | None]]] = {
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completions},
             "/v1/embeddings": {"POST": self._embeddings},
@@ -113,7 +113,7 @@ class Sim:
 
     # The application the connections call
 
-    def handle(self, conn: HTTPConnection, request: Request) -> Coroutine | None:
+    def handle(self, conn: HTTPConnection, request: ParsedRequest) -> Coroutine | None:
         route = self._routes.get(request.path)
         if route is None:
             if request.path.startswith("/v1/models/"):
@@ -138,31 +138,31 @@ class Sim:
 
     # Small endpoints
 
-    def _error(self, conn: HTTPConnection, request: Request, error: ApiError, started: float) -> None:
+    def _error(self, conn: HTTPConnection, request: ParsedRequest, error: ApiError, started: float) -> None:
         self.metrics.count(error.status)
         conn.respond(error.status, error.body(), extra=error.headers)
         if self._log:
             self._log_line(conn, request, error.status, started, error.message)
 
-    def _health(self, conn: HTTPConnection, request: Request) -> None:
+    def _health(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         status = 200 if self.ready else 503
         conn.respond(status, _HEALTH_OK if self.ready else _HEALTH_LOADING)
         if self._log:
             self._log_line(conn, request, status, None, "")
 
-    def _metrics(self, conn: HTTPConnection, request: Request) -> None:
+    def _metrics(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         body = self.metrics.render(running=self.running, waiting=self.waiting, cache_usage=self.cache_usage)
         conn.respond(200, body, content_type=METRICS_TYPE)
         if self._log:
             self._log_line(conn, request, 200, None, "")
 
-    def _models(self, conn: HTTPConnection, request: Request) -> None:
+    def _models(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         self.metrics.count(200)
         conn.respond(200, self.renderer.models)
         if self._log:
             self._log_line(conn, request, 200, None, "")
 
-    def _model(self, conn: HTTPConnection, request: Request) -> None:
+    def _model(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         started = time.perf_counter()
         if request.method != "GET":
             return self._error(conn, request, ApiError(405, f"{request.path} accepts GET, not {request.method}", headers=b"Allow: GET\r\n"), started)
@@ -176,16 +176,16 @@ class Sim:
 
     # Inference
 
-    def _chat(self, conn: HTTPConnection, request: Request) -> Coroutine | None:
+    def _chat(self, conn: HTTPConnection, request: ParsedRequest) -> Coroutine | None:
         return self._inference(conn, request, CHAT)
 
-    def _completions(self, conn: HTTPConnection, request: Request) -> Coroutine | None:
+    def _completions(self, conn: HTTPConnection, request: ParsedRequest) -> Coroutine | None:
         return self._inference(conn, request, COMPLETION)
 
-    def _embeddings(self, conn: HTTPConnection, request: Request) -> Coroutine | None:
+    def _embeddings(self, conn: HTTPConnection, request: ParsedRequest) -> Coroutine | None:
         return self._inference(conn, request, EMBEDDING)
 
-    def _inference(self, conn: HTTPConnection, request: Request, kind: str) -> Coroutine | None:
+    def _inference(self, conn: HTTPConnection, request: ParsedRequest, kind: str) -> Coroutine | None:
         job = Job(kind, request, time.perf_counter())
         try:
             if not self.ready:
@@ -357,7 +357,9 @@ class Sim:
             self.say(f"sim: exiting with code 1 after {self._answered} requests (--fail-after {fail_after})")
             self._on_exit(1)
 
-    def _log_line(self, conn: HTTPConnection, request: Request, status: int | None, started: float | None, note: str) -> None:
+    def _log_line(
+        self, conn: HTTPConnection, request: ParsedRequest, status: int | None, started: float | None, note: str
+    ) -> None:
         parts = ["sim:", conn.peer, request.method, request.path, "-" if status is None else str(status)]
         if note:
             parts.append(note)

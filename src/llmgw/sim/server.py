@@ -9,7 +9,7 @@ import sys
 from typing import Sequence, TextIO
 
 from llmgw.sim.connection import HTTPConnection
-from llmgw.sim.engine import Sim
+from llmgw.sim.engine import SimEngine
 from llmgw.http11 import DateHeader
 from llmgw.sim.options import SimOptions, parse
 
@@ -29,7 +29,7 @@ async def serve(options: SimOptions, *, out: TextIO = sys.stdout) -> int:
 
     connections: set[HTTPConnection] = set()
     date = DateHeader()
-    sim: Sim | None = None
+    sim: SimEngine | None = None
     try:
         server = await loop.create_server(
             lambda: HTTPConnection(sim, connections, date, max_body_bytes=options.max_body_bytes),
@@ -43,7 +43,7 @@ async def serve(options: SimOptions, *, out: TextIO = sys.stdout) -> int:
         print(f"sim: cannot listen on {options.host}:{options.port}: {e.strerror or e}", file=sys.stderr)
         return 1
     port = server.sockets[0].getsockname()[1]
-    sim = Sim(options, port=port, out=out, on_exit=stop)
+    sim = SimEngine(options, port=port, out=out, on_exit=stop)
     sim.start(loop)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, 0)
