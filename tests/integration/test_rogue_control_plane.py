@@ -15,7 +15,6 @@ import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.types import ComponentConfig, RegisterOptions
-from harness import Cluster
 from twisted.internet import defer, endpoints, reactor
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
@@ -23,6 +22,7 @@ from llmgw.agent.weights import cache_name
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.link.tls import TLSFiles, server_options
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 
 import pytest
 import pytest_twisted
@@ -23,22 +22,11 @@ from llmgw.agent.weights import (
     cache_name,
     partial_name,
 )
+from tests.support.wait import sleep, until
 
 from .modelserver import ModelServer, Served, listing, model_bytes, sha
 
 MODEL = "/models/gemma-3-270m-q4_k_m.gguf"
-
-
-async def sleep(seconds: float) -> None:
-    await task.deferLater(reactor, seconds, lambda: None)
-
-
-async def until(predicate, what: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"within {timeout} s: {what}")
-        await sleep(0.01)
 
 
 def make(weights_dir, clock=None, **kw):
