@@ -337,7 +337,8 @@ async def test_another_process_writing_the_partial_is_waited_for(http, weights_d
     holder = os.open(weights_dir / partial_name(source), os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     d = fetcher.fetch(source)
-    await sleep(0.1)
+    # Its next look at the lock is on the test's clock: until that moves, it waits.
+    await until(lambda: clock.getDelayedCalls(), "the fetch to wait for the other process's lock")
     assert not d.called and http.seen == []  # one download at a time, even across agents
     # The other agent finishes: renames its partial and lets go.
     with open(weights_dir / partial_name(source), "wb") as f:
