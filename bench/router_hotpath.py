@@ -46,8 +46,8 @@ def serve_router(upstream_port: int, profile: str | None, freeze: bool) -> int:
     from twisted.internet import reactor
 
     sys.path.insert(0, str(ROOT / "src"))
-    sys.path.insert(0, str(ROOT / "tests" / "router"))
-    from routerharness import StaticDispatcher, StaticEndpoint
+    sys.path.insert(0, str(ROOT))
+    from tests.router.routerharness import StaticDispatcher, StaticEndpoint
 
     from llmgw.router.server import RouterFactory
 

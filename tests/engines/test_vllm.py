@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from llmgw.engines import adapter_for
 from llmgw.engines.base import HealthProbe
 from llmgw.records import EngineInfo
+from tests.support.wait import wait_for
 
 from .helpers import shard
 
@@ -146,13 +146,6 @@ esac
     return write, log
 
 
-def wait_for(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-
-
 def lines(log):
     return log.read_text().splitlines() if log.exists() else []
 
@@ -163,7 +156,7 @@ def test_rank_0_serves_once_the_head_answers_and_stops_the_head_when_vllm_ends(s
     done = subprocess.run(p.argv, capture_output=True, text=True, timeout=30)
     # The engine's exit status is vllm's.
     assert done.returncode == 3
-    wait_for(lambda: "ray stopped" in lines(log))
+    wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
     assert lines(log) == [
         "ray start --head --port=6379 --disable-usage-stats --block",
         "vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
@@ -190,11 +183,12 @@ while :; do sleep 0.05; done
     p = plan(multi(0), binary=vllm)
     engine = subprocess.Popen(p.argv, start_new_session=True)
     try:
-        wait_for(lambda: any(line.startswith("vllm serve") for line in lines(log)))
+        wait_for(lambda: any(line.startswith("vllm serve") for line in lines(log)), 10, "vllm serve to start",
+                 detail=lambda: "\n".join(lines(log)))
         # Only the shell is signalled: it must pass the stop on.
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(timeout=10) == 0
-        wait_for(lambda: "ray stopped" in lines(log))
+        wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
         assert "vllm stopped" in lines(log)
     finally:
         try:

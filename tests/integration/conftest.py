@@ -1,13 +1,5 @@
-"""Fixtures for the integration tests: see harness.py for the processes they start."""
+"""Fixtures for the integration tests: the processes they start are tests/support/cluster.py's."""
 
 from __future__ import annotations
 
-import pytest
-from harness import Cluster
-
-
-@pytest.fixture
-def cluster(tmp_path, pki):
-    c = Cluster(tmp_path, pki)
-    yield c
-    c.stop()
+from tests.support.cluster import cluster  # noqa: F401 - a fixture

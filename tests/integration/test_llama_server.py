@@ -15,7 +15,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from harness import wait_for
+
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.llama_server]
 

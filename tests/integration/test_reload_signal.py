@@ -8,7 +8,7 @@ import signal
 import urllib.request
 
 import pytest
-from harness import wait_for
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

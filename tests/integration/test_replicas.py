@@ -14,7 +14,9 @@ import threading
 
 import openai
 import pytest
-from harness import environment, wait_for
+
+from tests.support.cluster import environment
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

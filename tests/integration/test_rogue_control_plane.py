@@ -15,7 +15,6 @@ import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.types import ComponentConfig, RegisterOptions
-from harness import Cluster
 from twisted.internet import defer, endpoints, reactor
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
@@ -24,6 +23,7 @@ from llmgw.link.hub import Hub
 from llmgw.link.tls import server_options
 from llmgw.tlsfiles import TLSFiles
 from llmgw.weightnames import cache_name
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 

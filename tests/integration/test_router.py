@@ -20,8 +20,9 @@ import urllib.request
 
 import openai
 import pytest
-from harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -303,7 +304,7 @@ def test_the_admin_listener_serves_metrics_promtool_accepts(cluster):
 
 
 def _router_process(cluster, text: str, name: str = "router"):
-    from harness import Process, environment, twistd
+    from tests.support.cluster import Process, environment, twistd
 
     config = cluster.base / f"{name}.yaml"
     config.write_text(text)
@@ -313,7 +314,7 @@ def _router_process(cluster, text: str, name: str = "router"):
 
 
 def _sim(cluster, model: str):
-    from harness import Process, environment
+    from tests.support.cluster import Process, environment
 
     log = cluster.base / f"sim-{model}.log"
     proc = Process(f"sim-{model}", [sys.executable, "-m", "llmgw.sim", "--host", "127.0.0.1", "--port", "0",
@@ -325,7 +326,7 @@ def _sim(cluster, model: str):
 
 
 def test_a_router_process_serves_static_endpoints_without_a_control_plane(cluster):
-    from harness import free_port
+    from tests.support.net import free_port
 
     url = _sim(cluster, "echo")
     port = free_port()
@@ -348,7 +349,7 @@ router:
 
 
 def test_router_processes_follow_the_hubs_endpoint_table(cluster):
-    from harness import free_port
+    from tests.support.net import free_port
 
     start(cluster, replicas={"echo": 2, "slow": 1})
     port = free_port()
@@ -381,7 +382,8 @@ tls: {{ca: pki/ca.crt, cert: pki/r1.crt, key: pki/r1.key}}
 
 
 def test_an_open_api_on_a_public_interface_is_refused_at_start(cluster):
-    from harness import TWISTD, environment, free_port
+    from tests.support.cluster import TWISTD, environment
+    from tests.support.net import free_port
 
     config = cluster.base / "open.yaml"
     config.write_text(f"""

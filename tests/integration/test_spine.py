@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from harness import ROOT, TWISTD, environment, wait_for
+from tests.support.cluster import ROOT, TWISTD, environment
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,63 +1,35 @@
 """Weights end to end: a node fetches a model over HTTP with progress people can see, and gives back only what it fetched.
 
 The model file is served by a small HTTP server this test starts on
-127.0.0.1, throttled so the download lasts long enough to be watched.
+127.0.0.1, which holds the download open part-way until the test has seen
+its progress (see tests/support/modelfile.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
-from harness import environment, wait_for
+
+from tests.support.cluster import environment
+from tests.support.modelfile import ModelFile
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
 SIZE = 3_000_000
 
 
-class _Slow(http.server.BaseHTTPRequestHandler):
-    payload = b""
-    chunk = 100_000
-    pause = 0.1  # ~1 MB/s: the server's pace, not the test's waiting
-    requests: list = []
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        type(self).requests.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.payload)))
-        self.end_headers()
-        for start in range(0, len(self.payload), self.chunk):
-            try:
-                self.wfile.write(self.payload[start:start + self.chunk])
-                self.wfile.flush()
-            except OSError:
-                return
-            time.sleep(self.pause)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def model_server():
-    payload = os.urandom(SIZE)
-    handler = type("Handler", (_Slow,), {"payload": payload, "requests": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/gemma-test.gguf"
-    server.sha256 = hashlib.sha256(payload).hexdigest()
-    server.handler = handler
-    yield server
-    server.shutdown()
+    """gemma-test.gguf, held at its first megabyte until the test releases it."""
+    served = ModelFile("gemma-test.gguf", os.urandom(SIZE), stops=(1_000_000,)).start()
+    yield served
+    served.stop()
 
 
 def catalog(url: str, sha256: str) -> str:
@@ -111,11 +83,13 @@ def test_a_node_fetches_a_model_with_visible_progress_then_serves_it(cluster, mo
             return r["state"] == "fetching" and r["progress"] and r["progress"]["bytes_done"] > 0 and r
 
         seen = wait_for(fetching, 30, "the download to show in ctl replicas")
+        assert model_server.reached == 1 and seen["progress"]["bytes_done"] <= 1_000_000  # still held
         assert seen["progress"]["bytes_total"] == SIZE
         assert seen["progress"]["file_name"] == "gemma-test.gguf"
         assert "downloading gemma-test.gguf" in seen["reason"] and f"/{SIZE // 1_000_000} MB" in seen["reason"]
         table = cluster.ctl("replicas").stdout
         assert "node01: downloading gemma-test.gguf" in table
+        model_server.release()
 
         def ready():
             (r,) = replicas(cluster)
@@ -127,7 +101,7 @@ def test_a_node_fetches_a_model_with_visible_progress_then_serves_it(cluster, mo
         sizes = [p["bytes_done"] for p in progress]
         assert len(progress) >= 2 and sizes == sorted(sizes)
         assert progress[-1]["final"] is True
-        assert len(model_server.handler.requests) == 1
+        assert len(model_server.requests) == 1
     finally:
         events.terminate()
         events.wait(timeout=10)
@@ -158,6 +132,7 @@ def test_a_wrong_sha256_is_refused_and_leaves_nothing_under_the_final_name(clust
     cluster.start_server()
     cluster.start_agent("node01")
     cluster.wait_node("node01", "ready")
+    model_server.release()  # nothing to watch here: the whole file at once
     cluster.write_server_config(catalog(model_server.url, "0" * 64))
     assert cluster.ctl("reload").returncode == 0
 

@@ -1,33 +1,12 @@
-"""Sim engines as real processes, and a router in the test's reactor in front of them."""
+"""Sim engines as real processes (tests/support/sim.py), and a router in the test's reactor in front of them."""
 
 from __future__ import annotations
 
-import pytest
 import pytest_twisted
-from routerharness import Router, SimProcess
 
+from tests.support.sim import sim, start_sim  # noqa: F401 - fixtures
 
-@pytest.fixture(scope="module")
-def sim():
-    """A simulator with the defaults (answers at once), shared by a test module."""
-    process = SimProcess()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def start_sim():
-    """start_sim(*flags) -> a SimProcess stopped at the end of the test."""
-    started: list[SimProcess] = []
-
-    def start(*args: str, **kw) -> SimProcess:
-        process = SimProcess(*args, **kw)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
+from .routerharness import Router
 
 
 @pytest_twisted.async_yield_fixture

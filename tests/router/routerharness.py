@@ -9,21 +9,14 @@ lease's usage, outcome and retries), so tests can see the contract being kept.
 from __future__ import annotations
 
 import json
-import socket
-import sys
-import time
-from pathlib import Path
 
 import attrs
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer, reactor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
-
-from simharness import MODEL, SimProcess, connect, read_response, sse_events  # noqa: E402,F401
-
-from llmgw.router import errors  # noqa: E402
-from llmgw.router.server import RouterFactory  # noqa: E402
-
+from llmgw.router import errors
+from llmgw.router.server import RouterFactory
+from tests.support.net import connect, free_port, read_response
+from tests.support.sim import MODEL, SimProcess
 
 
 @attrs.frozen
@@ -120,12 +113,8 @@ def endpoint_of(sim: SimProcess, name: str | None = None) -> StaticEndpoint:
 
 
 def dead_endpoint(name: str = "dead") -> StaticEndpoint:
-    """An endpoint on a port nobody listens on (bound, then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return StaticEndpoint(name, "127.0.0.1", port)
+    """An endpoint on a port nobody listens on."""
+    return StaticEndpoint(name, "127.0.0.1", free_port())
 
 
 class RecordingMetrics:
@@ -172,22 +161,6 @@ class Router:
     async def stop(self) -> None:
         await self.port.stopListening()
         self.factory.close()
-
-
-async def sleep(seconds: float) -> None:
-    await task.deferLater(reactor, seconds, lambda: None)
-
-
-async def until(predicate, what: str, timeout: float = 10.0, interval: float = 0.01):
-    """Wait, with the reactor running, for ``predicate()`` to be true; fail saying what did not happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"within {timeout:g} s: {what} (last: {value!r})")
-        await sleep(interval)
 
 
 def exchange(port: int, raw: bytes, responses: int = 1, *, then_closed: bool = False):

@@ -7,10 +7,12 @@ import json
 import openai
 import pytest
 import pytest_twisted
-from routerharness import MODEL, StaticDispatcher, chat, endpoint_of, exchange, post
 from twisted.internet import threads
 
 from llmgw.router import errors
+from tests.support.sim import MODEL
+
+from .routerharness import StaticDispatcher, chat, endpoint_of, exchange, post
 
 
 def error_of(body: bytes) -> dict:

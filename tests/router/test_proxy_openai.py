@@ -7,8 +7,12 @@ import asyncio
 import openai
 import pytest
 import pytest_twisted
-from routerharness import MODEL, StaticDispatcher, endpoint_of, until
 from twisted.internet import threads
+
+from tests.support.sim import MODEL
+from tests.support.wait import until
+
+from .routerharness import StaticDispatcher, endpoint_of
 
 
 def client(router, **kw) -> openai.OpenAI:

@@ -6,22 +6,14 @@ import signal
 import socket
 
 import pytest_twisted
-from routerharness import (
-    MODEL,
-    StaticDispatcher,
-    StaticEndpoint,
-    chat,
-    connect,
-    endpoint_of,
-    exchange,
-    post,
-    read_response,
-    sse_events,
-    until,
-)
 from twisted.internet import protocol, reactor, threads
 
 from llmgw.router.upstream import RELAY_BUFFER_BYTES
+from tests.support.net import connect, read_response, sse_events
+from tests.support.sim import MODEL
+from tests.support.wait import until
+
+from .routerharness import StaticDispatcher, StaticEndpoint, chat, endpoint_of, exchange, post
 
 
 def buffered(transport) -> int:

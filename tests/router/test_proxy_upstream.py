@@ -8,19 +8,13 @@ import signal
 import openai
 import psutil
 import pytest_twisted
-from routerharness import (
-    MODEL,
-    StaticDispatcher,
-    StaticEndpoint,
-    chat,
-    connect,
-    dead_endpoint,
-    endpoint_of,
-    exchange,
-    post,
-    until,
-)
 from twisted.internet import protocol, reactor, threads
+
+from tests.support.net import connect
+from tests.support.sim import MODEL
+from tests.support.wait import until
+
+from .routerharness import StaticDispatcher, StaticEndpoint, chat, dead_endpoint, endpoint_of, exchange, post
 
 
 def established_to(sim) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from simharness import MODEL, connect, read_response, sse_events
+
+from tests.support.net import connect, read_response, sse_events
+from tests.support.sim import MODEL
 
 CHAT = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 3}).encode()
 

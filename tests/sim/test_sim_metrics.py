@@ -7,7 +7,10 @@ import threading
 
 import openai
 from prometheus_client.parser import text_string_to_metric_families
-from simharness import MODEL, connect, wait_for
+
+from tests.support.net import connect
+from tests.support.sim import MODEL
+from tests.support.wait import wait_for
 
 TEN_WORDS = "one two three four five six seven eight nine ten"
 

@@ -9,7 +9,8 @@ import struct
 
 import openai
 import pytest
-from simharness import MODEL
+
+from tests.support.sim import MODEL
 
 PROMPT = "the quick brown fox"
 

@@ -11,7 +11,11 @@ import time
 
 import openai
 import pytest
-from simharness import MODEL, ROOT, connect, wait_for
+
+from tests.support.cluster import ROOT
+from tests.support.net import connect
+from tests.support.sim import MODEL
+from tests.support.wait import wait_for
 
 
 def test_port_0_prints_the_port_it_got_and_serves_on_it(sim):

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import psutil
 import pytest_twisted
-from conftest import WORKER, Reports, alive, make_spec, until
 from twisted.internet import defer, protocol, reactor
 
 import llmgw
 from llmgw.agent.statefiles import safe_name
+from tests.support.wait import until
+
+from .helpers import WORKER, Reports, alive, make_spec
 
 HERE = Path(__file__).parent
 

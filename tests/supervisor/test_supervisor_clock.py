@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 from twisted.internet import task
 
-from conftest import make_spec
-
 from llmgw.agent.logtail import LogFollower
 from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, StateDir, safe_name
+from tests.support.wait import wait_for
+
+from .helpers import make_spec
 
 
 class NeverHealthy:
@@ -96,10 +96,8 @@ def test_stop_waits_the_grace_period_then_kills_the_group(tmp_path, process):
     assert process.poll() is None and results == []
     assert [r.state for r in reports] == ["starting", "ready", "draining"]
     clock.advance(1.0)  # 10 s after SIGTERM: SIGKILL
-    deadline = time.monotonic() + 5
-    while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "SIGKILL did not land"
-        time.sleep(0.01)
+    wait_for(lambda: psutil.Process(process.pid).status() == psutil.STATUS_ZOMBIE, 5, "SIGKILL to land",
+             interval=0.01)
     clock.advance(0.1)
     assert [r.state for r in reports] == ["starting", "ready", "draining", "stopped"]
     assert results[0].reason == "stopped; SIGKILL after 10 s"

@@ -9,12 +9,13 @@ import stat
 
 import pytest
 import pytest_twisted
-from conftest import make_spec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.agent.logtail import MAX_READ_BYTES, LogFollower
 from llmgw.agent.statefiles import Record, RecordError, StateDir, safe_name
+
+from .helpers import make_spec
 
 
 @given(st.text(min_size=1, max_size=300))

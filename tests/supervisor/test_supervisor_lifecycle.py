@@ -10,13 +10,15 @@ import urllib.request
 import psutil
 import pytest
 import pytest_twisted
-from conftest import WORKER, alive, make_spec, sleep, until
 from twisted.internet import reactor, threads
 
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.statefiles import safe_name
 from llmgw.engines.base import LaunchPlan
 from llmgw.states import ShardState
+from tests.support.wait import sleep, until
+
+from .helpers import WORKER, alive, make_spec, plan_standin
 
 
 def record_of(harness, shard_id):
@@ -294,7 +296,6 @@ async def test_a_report_callback_that_raises_does_not_stop_supervision(harness):
         raise RuntimeError("link down")
 
     from llmgw.agent.supervisor import Supervisor
-    from conftest import plan_standin
 
     sup = Supervisor(reactor, harness.state_dir, plan_standin, flaky, poll_interval=0.05, health_interval=0.05)
     harness.supervisors.append(sup)

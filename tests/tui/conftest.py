@@ -12,9 +12,9 @@ second pytest invocation.  Asked for on its own with that reactor
 (``pytest tests/tui``), the run stops and prints the command above.
 
 Every async test here uses the session's loop (``pytestmark`` in each
-module), because the reactor is bound to one loop.  The directory is a
-package so that this conftest is imported as ``tui.conftest`` and never
-takes the place of another directory's plain ``conftest`` module.
+module), because the reactor is bound to one loop.  The real-process tests
+start servers and agents as tests/integration does, with the ``cluster``
+fixture of tests/support/cluster.py.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from tests.support.cluster import cluster  # noqa: F401 - a fixture
+
 COMMAND = "python -m pytest tests/tui -p no:twisted"
-INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
 
 
 def _reactor_taken() -> bool:
@@ -54,11 +55,6 @@ def pytest_ignore_collect(collection_path, config):
     return True
 
 
-# The real-process tests start servers and agents as tests/integration does.
-if str(INTEGRATION) not in sys.path:
-    sys.path.insert(0, str(INTEGRATION))
-
-
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def reactor():
     """Twisted's asyncio reactor on the session's loop, running (so its thread pool resolves names)."""
@@ -70,12 +66,3 @@ async def reactor():
     yield reactor
     if reactor.threadpool is not None:
         reactor.threadpool.stop()
-
-
-@pytest.fixture
-def cluster(tmp_path, pki):
-    from harness import Cluster
-
-    c = Cluster(tmp_path, pki)
-    yield c
-    c.stop()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import pytest_asyncio
 
-from llmgw.link.client import parse_hub_url
-from llmgw.link.tls import TLSFiles
+from llmgw.huburl import parse_hub_url
+from llmgw.tlsfiles import TLSFiles
 from llmgw.tui.backend import ActionFailed, LogsUnavailable, NotConnected, WampBackend
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
+from tests.support.wait import until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -40,13 +40,10 @@ class Recorder:
         self.events.append(("shard", shard_id))
 
     async def until(self, predicate, what: str, timeout: float = 20.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [e for e in self.events if predicate(e)]
-            if found:
-                return found[-1]
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; events: {self.events[-10:]}")
+        """The latest event that satisfies *predicate*, once there is one."""
+        found = await until_async(lambda: [e for e in self.events if predicate(e)], what, timeout,
+                                  detail=lambda: f"events: {self.events[-10:]}")
+        return found[-1]
 
 
 @pytest_asyncio.fixture(loop_scope="session", params=["fake", pytest.param("wamp", marks=pytest.mark.integration)])

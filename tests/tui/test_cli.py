@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from harness import environment
+
+from tests.support.cluster import environment
 
 pytestmark = pytest.mark.integration
 

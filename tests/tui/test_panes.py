@@ -131,30 +131,42 @@ async def test_enter_on_a_replica_opens_its_details_and_its_shards_log():
         assert "shard       echo/0/0 on node01: ready" in text
         assert "logs · echo/0 · node01 · echo/0/0" in text
         # d/c/u act on nodes; on a replica they are not offered.
-        await pilot.press("d")
-        assert not isinstance(app.screen, ConfirmScreen)
+        # Keys are handled in order: once the help shows, "d" has been handled too.
+        await pilot.press("d", "question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
 
 
 async def test_the_log_follows_new_lines_while_visible_and_is_not_fetched_while_hidden():
     fake = small_fleet()
     app = DashboardApp(fake, clock=fixed_clock)
+
+    def logs_fetched() -> int:
+        return len([c for c in fake.calls if c[0] == "logs"])
+
+    async def poll_then_refetch(pilot, log) -> None:
+        """Poll as the pane's timer does, then wait for a replicas refetch, which the app asks for after it."""
+        log.poll()
+        asked = len(fake.calls)
+        fake.set_replicas(fake.replica_views)
+        await until(pilot, lambda: ("replicas",) in fake.calls[asked:], "the replicas refetch")
+
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: loaded(app), "the fleet to load")
-        await pilot.pause(0.3)
-        assert not [c for c in fake.calls if c[0] == "logs"], "no log is fetched while no log pane shows"
-        await pilot.press("3")
         log = app.screen.query_one("#logs")
+        await poll_then_refetch(pilot, log)
+        assert logs_fetched() == 0, "no log is fetched while no log pane shows"
+        await pilot.press("3")
         await until(pilot, lambda: log.lines[-1:] == ["agent line 5"], "the node's log")
         fake.log_lines[("node01", None)].extend(["agent line 6", "agent line 7"])
         log.poll()
         await until(pilot, lambda: "agent line 7" in screen_text(app), "the new lines")
         assert screen_text(app).count("agent line 5") == 1, "lines already shown are not shown again"
         await pilot.press("1")
-        await pilot.pause(0.1)
-        fetched = len([c for c in fake.calls if c[0] == "logs"])
-        log.poll()
-        await pilot.pause(0.2)
-        assert len([c for c in fake.calls if c[0] == "logs"]) == fetched
+        await until(pilot, lambda: not log.visible(), "the log pane to be hidden")
+        fetched = logs_fetched()
+        await poll_then_refetch(pilot, log)
+        assert logs_fetched() == fetched, "a hidden pane fetches nothing"
 
 
 async def test_s_switches_the_log_to_the_nodes_next_source():
@@ -233,9 +245,8 @@ async def test_node_verbs_act_only_on_the_nodes_pane():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: loaded(app), "the fleet to load")
         await pilot.press("tab", "d")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: any("select a node" in n.message for n in app._notifications), "the hint")
         assert not isinstance(app.screen, ConfirmScreen)
-        assert any("select a node" in n.message for n in app._notifications)
 
 
 async def test_the_banner_shows_while_disconnected_and_a_new_snapshot_clears_it():
@@ -323,23 +334,28 @@ async def test_events_during_a_snapshot_are_applied_after_it():
         await until(pilot, lambda: ("snapshot",) in fake.calls, "the snapshot to be asked for")
         assert "loading the fleet" in screen_text(app)
         fake.listener.node_changed(node_view("node01", state="unreachable"))
-        await pilot.pause(0.2)
+        app.flush()  # what the flush timer does meanwhile: nothing, until the snapshot is in
+        assert app.store.pending == 1
         fake.hold_snapshot.set()
         await until(pilot, lambda: column(app, "nodes", "node01", "state") == "unreachable", "the event on top")
 
 
 async def test_shard_events_refetch_the_replicas_once_per_burst():
     fake = small_fleet()
+    # Only settled replicas, so no poll of moving ones adds a refetch of its own.
+    fake.replica_views = [replica_view("echo/0", "node01")]
     app = DashboardApp(fake, clock=fixed_clock)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: loaded(app), "the fleet to load")
         before = fake.calls.count(("replicas",))
-        new = [*fake.replica_views[:3], replica_view("qwen/0", "node01", endpoint="http://10.0.0.1:8200")]
+        new = [*fake.replica_views, replica_view("qwen/0", "node01", endpoint="http://10.0.0.1:8200")]
         for _ in range(20):
             fake.set_replicas(new)
         await until(pilot, lambda: column(app, "replicas", "qwen/0", "state") == "ready", "qwen/0 ready")
-        await pilot.pause(0.3)
-        assert fake.calls.count(("replicas",)) - before == 1
+        # One event after the burst: its refetch is the second, had the burst made only one.
+        fake.set_replicas([*new, replica_view("late/0", "node01")])
+        await until(pilot, lambda: column(app, "replicas", "late/0", "state") == "ready", "late/0 ready")
+        assert fake.calls.count(("replicas",)) - before == 2
 
 
 async def test_last_seen_keeps_counting_between_events():

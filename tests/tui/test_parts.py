@@ -5,13 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness import environment
-
 from llmgw.tui import columns
 from llmgw.tui.fake import node_view, replica_view
 from llmgw.tui.logs import overlap
 from llmgw.tui.store import FleetStore, urgent
 from llmgw.tui.table import natural
+from tests.support.cluster import environment
 
 GB = 10**9
 

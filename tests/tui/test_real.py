@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harness import wait_for
 
-from llmgw.link.client import parse_hub_url
-from llmgw.link.tls import TLSFiles
+from llmgw.huburl import parse_hub_url
+from llmgw.tlsfiles import TLSFiles
 from llmgw.tui.app import DashboardApp
 from llmgw.tui.backend import WampBackend
 from llmgw.tui.confirm import ConfirmScreen
 from llmgw.tui.details import DetailsScreen
 from llmgw.tui.logs import LogPane
+from tests.support.modelfile import ModelFile
+from tests.support.wait import wait_for
 
 from .tui_helpers import column, rows, screen_text, until
 
@@ -145,31 +146,25 @@ async def test_a_restarted_server_shows_disconnected_then_a_fresh_snapshot(clust
 
 
 async def test_a_downloads_progress_moves_on_the_replicas_pane(cluster, reactor):
-    import http.server
-    import threading
-
-    from test_weights import SIZE as MODEL_SIZE
-    from test_weights import _Slow
-
-    handler = type("Handler", (_Slow,), {"payload": b"w" * MODEL_SIZE, "requests": [], "pause": 0.3})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/tui-model.gguf"
+    # Held at a third and at two thirds until the pane has shown each.
+    served = ModelFile("tui-model.gguf", b"w" * 3_000_000, stops=(1_000_000, 2_000_000)).start()
     try:
         await asyncio.to_thread(start_fleet, cluster, ("node01",))
         app = dashboard(cluster, reactor)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: column(app, "nodes", "node01", "state") == "ready", "node01", timeout=20)
             await pilot.press("tab")  # the replicas pane
-            cluster.write_server_config(CATALOG + f'  fetched: {{source: "{url}", profile: sim-fast, replicas: 1}}\n')
+            cluster.write_server_config(CATALOG + f'  fetched: {{source: "{served.url}", profile: sim-fast, replicas: 1}}\n')
             assert (await asyncio.to_thread(cluster.ctl, "reload")).returncode == 0
             first = await until(pilot, lambda: "%" in screen_text(app) and _percent(screen_text(app)),
                                 "a progress bar on the replicas pane", timeout=30)
+            served.release()
             await until(pilot, lambda: (_percent(screen_text(app)) or 0) > first, "the bar to move", timeout=30)
+            served.release()
             await until(pilot, lambda: column(app, "replicas", "fetched/0", "state") == "ready",
                         "the replica ready after its download", timeout=60)
     finally:
-        server.shutdown()
+        served.stop()
 
 
 def _percent(text: str) -> int | None:

@@ -15,7 +15,7 @@ from llmgw.tui.app import DashboardApp
 from llmgw.tui.details import DetailsScreen
 from llmgw.tui.logs import LogPane
 
-from .tui_helpers import fixed_clock, small_fleet
+from .tui_helpers import fixed_clock, screen_text, small_fleet, until
 
 pytest.importorskip("pytest_textual_snapshot")
 
@@ -24,11 +24,8 @@ SIZE = (80, 24)
 
 async def _loaded(pilot) -> None:
     app = pilot.app
-    for _ in range(200):
-        if app.store.loaded and app.link_problem is None:
-            break
-        await pilot.pause(0.02)
-    await pilot.pause(0.1)
+    await until(pilot, lambda: app.store.loaded and app.link_problem is None, "the fleet to load")
+    await pilot.pause()
 
 
 def test_nodes_pane(snap_compare):
@@ -44,11 +41,11 @@ def test_node_details_with_its_log(snap_compare):
     async def open_details(pilot):
         await _loaded(pilot)
         await pilot.press("down", "enter")
-        for _ in range(200):
-            if isinstance(pilot.app.screen, DetailsScreen) and pilot.app.screen.query_one(LogPane).lines:
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        # node02 has no log lines: the pane says so once the fetch has answered.
+        await until(pilot, lambda: isinstance(pilot.app.screen, DetailsScreen)
+                    and pilot.app.screen.query_one(LogPane).target is not None
+                    and "no lines yet" in screen_text(pilot.app), "the details with the node's empty log")
+        await pilot.pause()
 
     assert snap_compare(DashboardApp(small_fleet(), clock=fixed_clock), terminal_size=SIZE, run_before=open_details)
 
@@ -69,6 +66,7 @@ def test_disconnected_banner(snap_compare):
     async def drop(pilot):
         await _loaded(pilot)
         fake.disconnect("link to wss://hub.example:7443/ failed: connection refused (is the server running and listening there?)")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "disconnected" in screen_text(pilot.app), "the banner")
+        await pilot.pause()
 
     assert snap_compare(DashboardApp(fake, clock=fixed_clock), terminal_size=SIZE, run_before=drop)

@@ -14,7 +14,9 @@ import sys
 import uuid
 
 import pytest
-from harness import ROOT, environment, wait_for
+
+from tests.support.cluster import ROOT, environment
+from tests.support.wait import wait_for
 
 pytestmark = [
     pytest.mark.integration,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
-import time
 from typing import Any, Callable
 
 from rich.console import Console
 
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
+from tests.support.wait import until_async
 
 GB = 1_000_000_000
 NOW = 1000.0
@@ -25,14 +25,8 @@ def screen_text(app) -> str:
 
 async def until(pilot, predicate: Callable[[], Any], what: str, timeout: float = 5.0):
     """Pump the app until *predicate* is true; fail naming *what*, with the screen, at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the screen:\n{screen_text(pilot.app)}")
-        await pilot.pause(0.05)
+    return await until_async(predicate, what, timeout, pause=pilot.pause,
+                             detail=lambda: f"the screen:\n{screen_text(pilot.app)}")
 
 
 def rows(app, pane: str) -> dict[str, list[str]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 
 import pytest
 import pytest_twisted
@@ -23,22 +22,11 @@ from llmgw.agent.weights import (
     cache_name,
     partial_name,
 )
+from tests.support.wait import sleep, until
 
 from .modelserver import ModelServer, Served, listing, model_bytes, sha
 
 MODEL = "/models/gemma-3-270m-q4_k_m.gguf"
-
-
-async def sleep(seconds: float) -> None:
-    await task.deferLater(reactor, seconds, lambda: None)
-
-
-async def until(predicate, what: str, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"within {timeout} s: {what}")
-        await sleep(0.01)
 
 
 def make(weights_dir, clock=None, **kw):
@@ -349,7 +337,8 @@ async def test_another_process_writing_the_partial_is_waited_for(http, weights_d
     holder = os.open(weights_dir / partial_name(source), os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     d = fetcher.fetch(source)
-    await sleep(0.1)
+    # Its next look at the lock is on the test's clock: until that moves, it waits.
+    await until(lambda: clock.getDelayedCalls(), "the fetch to wait for the other process's lock")
     assert not d.called and http.seen == []  # one download at a time, even across agents
     # The other agent finishes: renames its partial and lets go.
     with open(weights_dir / partial_name(source), "wb") as f:

@@ -18,7 +18,7 @@ from twisted.internet import defer, endpoints, error
 from twisted.logger import Logger
 
 from llmgw.errors import HubUnreachable
-from llmgw.huburl import HubAddress, parse_hub_url
+from llmgw.huburl import HubAddress
 from llmgw.link import uris
 from llmgw.link.tls import client_options
 from llmgw.tlsfiles import TLSFiles

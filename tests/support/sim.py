@@ -1,6 +1,6 @@
-"""The simulator as a real process on 127.0.0.1, and just enough HTTP to talk to it over raw sockets.
+"""The simulator as a real process on 127.0.0.1, and the fixtures that start it.
 
-Everything waits for a condition with a deadline and says what it waited for.
+A conftest that wants them imports them: ``from tests.support.sim import sim, start_sim``.
 """
 
 from __future__ import annotations
@@ -8,28 +8,18 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cluster import ROOT
+from tests.support.net import connect, read_response
+
 MODEL = "sim-test"
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 class SimProcess:
@@ -108,6 +98,7 @@ class SimProcess:
         self.proc.send_signal(signum)
 
     def wait(self, timeout: float = 10) -> int:
+        """The exit status, once the process has exited (within *timeout*)."""
         return self.proc.wait(timeout=timeout)
 
     def stop(self) -> None:
@@ -122,50 +113,24 @@ class SimProcess:
         self.proc.stdout.close()
 
 
-def connect(port: int, timeout: float = 10) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.settimeout(timeout)
-    return s
+@pytest.fixture(scope="module")
+def sim():
+    """A simulator with the defaults (answers at once), shared by a test module."""
+    process = SimProcess()
+    yield process
+    process.stop()
 
 
-def read_response(f) -> tuple[int, dict[str, str], bytes]:
-    """One response from a buffered socket file: Content-Length, chunked, or read until close."""
-    status_line = f.readline()
-    assert status_line.startswith(b"HTTP/1.1 "), f"not a response: {status_line!r}"
-    status = int(status_line.split()[1])
-    headers: dict[str, str] = {}
-    while True:
-        line = f.readline()
-        assert line.endswith(b"\r\n"), f"truncated head: {line!r}"
-        if line == b"\r\n":
-            break
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if status == 100:
-        return status, headers, b""
-    if "content-length" in headers:
-        body = f.read(int(headers["content-length"]))
-    elif headers.get("transfer-encoding") == "chunked":
-        parts = []
-        while True:
-            size = int(f.readline().split(b";")[0], 16)
-            if size == 0:
-                assert f.readline() == b"\r\n"
-                break
-            parts.append(f.read(size))
-            assert f.read(2) == b"\r\n"
-        body = b"".join(parts)
-    else:
-        body = f.read()
-    return status, headers, body
+@pytest.fixture
+def start_sim():
+    """start_sim(*flags, model=...) -> a SimProcess stopped at the end of the test."""
+    started: list[SimProcess] = []
 
+    def start(*args: str, **kw) -> SimProcess:
+        process = SimProcess(*args, **kw)
+        started.append(process)
+        return process
 
-def sse_events(body: bytes) -> list[str]:
-    """The data of each server-sent event in a body."""
-    events = body.decode().split("\n\n")
-    assert events[-1] == "", f"the stream does not end with a blank line: {body[-40:]!r}"
-    out = []
-    for event in events[:-1]:
-        assert event.startswith("data: "), event
-        out.append(event[len("data: "):])
-    return out
+    yield start
+    for process in started:
+        process.stop()

@@ -1,7 +1,8 @@
-"""Harness for real processes on 127.0.0.1: `twistd -n llmgw-server`, `twistd -n llmgw-agent`, `llmgw ctl`.
+"""Real processes on 127.0.0.1: `twistd -n llmgw-server`, `twistd -n llmgw-agent`, `llmgw ctl`.
 
 Everything waits for a condition with a deadline and says what it was
 waiting for; nothing sleeps in the hope that something has happened.
+A conftest that wants the ``cluster`` fixture imports it from here.
 """
 
 from __future__ import annotations
@@ -10,34 +11,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
+
 from llmgw import pki as pkimod
+from tests.support.net import free_port, listening
+from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # `python -m twisted` is the newer `twist` runner; twistd is this.
 TWISTD = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 def environment(**extra) -> dict[str, str]:
@@ -143,13 +129,9 @@ fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
         self.server = proc
         self.processes.append(proc)
         if wait:
-            wait_for(lambda: self._listening() or not proc.running(), 20, "the hub to listen")
+            wait_for(lambda: listening(self.link_port) or not proc.running(), 20, "the hub to listen")
             assert proc.running(), f"the server exited:\n{proc.output()}"
         return proc
-
-    def _listening(self) -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", self.link_port)) == 0
 
     def agent_config(self, node: str, extra: str = "") -> Path:
         if not (self.pki / f"{node}.crt").exists():
@@ -195,10 +177,7 @@ heartbeat_interval_s: 1
             found = self.nodes().get(node)
             return found if found and found["state"] == state else None
 
-        try:
-            return wait_for(check, timeout, f"node {node} to be {state}", interval=0.3)
-        except AssertionError:
-            raise AssertionError(f"node {node} never became {state}\n{self.logs()}") from None
+        return wait_for(check, timeout, f"node {node} to be {state}", interval=0.3, detail=self.logs)
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name} ({p.log}) -----\n{p.output()[-4000:]}" for p in self.processes)
@@ -208,3 +187,11 @@ heartbeat_interval_s: 1
             proc.stop()
         # Engines outlive their agents by design; a test's must not outlive the test.
         stop_engines(self.base.glob("*/state"))
+
+
+@pytest.fixture
+def cluster(tmp_path, pki):
+    """A Cluster in the test's temporary directory, every process it started stopped afterwards."""
+    c = Cluster(tmp_path, pki)
+    yield c
+    c.stop()

@@ -1,0 +1,66 @@
+"""Ports on 127.0.0.1, and just enough HTTP/1.1 over raw sockets to see exactly what a server sent."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A port nobody listens on now (bound, then closed): for a listener yet to start, or a dead endpoint."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def connect(port: int, timeout: float = 10) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.settimeout(timeout)
+    return s
+
+
+def read_response(f) -> tuple[int, dict[str, str], bytes]:
+    """One response from a buffered socket file: Content-Length, chunked, or read until close."""
+    status_line = f.readline()
+    assert status_line.startswith(b"HTTP/1.1 "), f"not a response: {status_line!r}"
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = f.readline()
+        assert line.endswith(b"\r\n"), f"truncated head: {line!r}"
+        if line == b"\r\n":
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if status == 100:
+        return status, headers, b""
+    if "content-length" in headers:
+        body = f.read(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        parts = []
+        while True:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                assert f.readline() == b"\r\n"
+                break
+            parts.append(f.read(size))
+            assert f.read(2) == b"\r\n"
+        body = b"".join(parts)
+    else:
+        body = f.read()
+    return status, headers, body
+
+
+def sse_events(body: bytes) -> list[str]:
+    """The data of each server-sent event in a body."""
+    events = body.decode().split("\n\n")
+    assert events[-1] == "", f"the stream does not end with a blank line: {body[-40:]!r}"
+    out = []
+    for event in events[:-1]:
+        assert event.startswith("data: "), event
+        out.append(event[len("data: "):])
+    return out

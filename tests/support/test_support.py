@@ -1,0 +1,59 @@
+"""The support package's own promises: waiters say what they awaited, and a held download stays held."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import urllib.request
+
+import pytest
+import pytest_twisted
+
+from tests.support.modelfile import ModelFile
+from tests.support.wait import NeverHappened, until, wait_for
+
+
+def test_wait_for_returns_the_first_true_value():
+    looks = iter([None, 0, [], "there"])
+    assert wait_for(lambda: next(looks), 5, "the fourth look", interval=0) == "there"
+
+
+def test_wait_for_names_what_it_awaited_and_the_last_value_at_the_deadline():
+    with pytest.raises(NeverHappened) as raised:
+        wait_for(lambda: [], 0.05, "the queue to fill", interval=0.01, detail=lambda: "the server said nothing")
+    assert str(raised.value) == ("timed out after 0.05 s waiting for the queue to fill (last: [])\n"
+                                 "the server said nothing")
+
+
+@pytest_twisted.ensureDeferred
+async def test_until_waits_with_the_reactor_running_and_fails_the_same_way():
+    from twisted.internet import reactor
+
+    fired = []
+    reactor.callLater(0.05, fired.append, "late")
+    assert await until(lambda: fired, "the call") == ["late"]
+    with pytest.raises(NeverHappened, match=r"waiting for nothing \(last: None\)"):
+        await until(lambda: None, "nothing", timeout=0.05)
+
+
+def test_a_held_download_sends_up_to_its_stop_and_the_rest_only_once_released():
+    payload = bytes(range(256)) * 1000
+    served = ModelFile("m.gguf", payload, stops=(100_000,), chunk=30_000).start()
+    got = bytearray()
+    try:
+        def read():
+            with urllib.request.urlopen(served.url, timeout=10) as r:
+                while piece := r.read(10_000):
+                    got.extend(piece)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        wait_for(lambda: served.reached == 1 and len(got) == 100_000, 10, "the first 100 kB, then the stop",
+                 detail=lambda: f"{len(got)} bytes read")
+        served.release()
+        reader.join(10)
+        assert not reader.is_alive()
+        assert hashlib.sha256(got).hexdigest() == served.sha256
+        assert served.requests == ["/m.gguf"]
+    finally:
+        served.stop()
