@@ -19,6 +19,7 @@ from llmgw.control.plane import ControlSession
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.records import Inventory
+from llmgw.states import NodeState
 from llmgw.wire import to_wire
 
 
@@ -143,7 +144,7 @@ async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
     node = await plane.attach("node01", uris.ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
     left = defer.Deferred()
-    plane.fleet._emit = lambda kind, ident, event: event["change"] == "state" and left.callback(event)
+    plane.fleet._emit = lambda kind, ident, event: event.change == "state" and left.callback(event)
     node.leave()
     event = await left.addTimeout(5, reactor)
-    assert event["node"]["state"] == "unreachable"
+    assert event.node.state == NodeState.UNREACHABLE
