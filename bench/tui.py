@@ -32,8 +32,11 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from llmgw.states import ReplicaState  # noqa: E402
 from llmgw.tui.app import DashboardApp  # noqa: E402
 from llmgw.tui.fake import FakeBackend, simulated_fleet  # noqa: E402
 from llmgw.tui.nodes import NodesPane  # noqa: E402
@@ -90,8 +93,8 @@ async def bench(n_nodes: int, n_replicas: int, size: tuple[int, int], repeat: in
             t.add("first snapshot, into empty tables", time.perf_counter() - start)
             t.add("  render after the first snapshot", render(app))
             await pilot.pause()
-            for node in nodes:
-                node["memory_available_bytes"] = (i + 3) * 10**9
+            fake.nodes = {node_id: attrs.evolve(node, memory_available_bytes=(i + 3) * 10**9)
+                          for node_id, node in fake.nodes.items()}
             start = time.perf_counter()
             app.store.load(*(await fake.snapshot()))
             for view in app.fleet_views():
@@ -101,8 +104,8 @@ async def bench(n_nodes: int, n_replicas: int, size: tuple[int, int], repeat: in
             await pilot.pause()
 
         for i in range(repeat):
-            node = dict(app.store.nodes[nodes[i % n_nodes]["id"]])
-            fake.emit_node(dict(node, cordoned=not node.get("cordoned")))
+            node = app.store.nodes[nodes[i % n_nodes].id]
+            fake.emit_node(attrs.evolve(node, cordoned=not node.cordoned))
             start = time.perf_counter()
             app.flush()
             t.add("apply 1 state change", time.perf_counter() - start)
@@ -111,8 +114,8 @@ async def bench(n_nodes: int, n_replicas: int, size: tuple[int, int], repeat: in
 
         for i in range(max(3, repeat // 10)):
             for node in nodes:
-                fake.emit_node(dict(app.store.nodes[node["id"]], memory_available_bytes=(i + 7) * 10**9,
-                                    seen_ago_s=0.0))
+                fake.emit_node(attrs.evolve(app.store.nodes[node.id], memory_available_bytes=(i + 7) * 10**9,
+                                            seen_ago_s=0.0))
             clock[0] += 3
             start = time.perf_counter()
             app._tick()
@@ -121,8 +124,8 @@ async def bench(n_nodes: int, n_replicas: int, size: tuple[int, int], repeat: in
             await pilot.pause()
 
         for i in range(max(3, repeat // 10)):
-            changed = [dict(r, state="starting" if (i + j) % 2 else "ready") if j < 20 else r
-                       for j, r in enumerate(replicas)]
+            changed = [attrs.evolve(r, state=ReplicaState.STARTING if (i + j) % 2 else ReplicaState.READY)
+                       if j < 20 else r for j, r in enumerate(replicas)]
             start = time.perf_counter()
             app.store.set_replicas(changed)
             for view in app.fleet_views():

@@ -36,8 +36,8 @@ def test_register_makes_a_ready_node_and_says_so(fleet, events):
     fleet.register("node01", 7, inventory())
     assert fleet.nodes["node01"].state == NodeState.READY
     kind, ident, event = events[-1]
-    assert (kind, ident, event["change"]) == ("node", "node01", "registered")
-    assert event["node"]["state"] == NodeState.READY and event["node"]["address"] == "10.0.0.5"
+    assert (kind, ident, event.change) == ("node", "node01", "registered")
+    assert event.node.state == NodeState.READY and event.node.address == "10.0.0.5"
 
 
 def test_silence_makes_a_node_unreachable_then_lost(fleet, clock, events):
@@ -52,7 +52,7 @@ def test_silence_makes_a_node_unreachable_then_lost(fleet, clock, events):
     clock.advance(44)
     fleet.check()
     assert fleet.nodes["node01"].state == NodeState.LOST
-    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [NodeState.UNREACHABLE, NodeState.LOST]
+    assert [e[2].node.state for e in events if e[2].change == "state"] == [NodeState.UNREACHABLE, NodeState.LOST]
     # checking again changes nothing and emits nothing
     before = len(events)
     fleet.check()
@@ -142,8 +142,8 @@ def test_memory_changes_are_logged(fleet, capture_log):
 def test_views_show_absent_as_none(fleet):
     fleet.register("node01", 7, Inventory(node_id="node01"))
     (view,) = fleet.views()
-    assert view["id"] == "node01" and view["state"] == NodeState.READY
-    assert view["memory_total_bytes"] is None and view["gpus"] is None and view["filesystems"] is None
+    assert view.id == "node01" and view.state == NodeState.READY
+    assert view.memory_total_bytes is None and view.gpus is None and view.filesystems is None
 
 
 @pytest.fixture

@@ -14,12 +14,16 @@ from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
 
+from llmgw.config.server import Model, Profile
+from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.records import Inventory
-from llmgw.wire import to_wire
+from llmgw.records import Inventory, ShardSpec, ShardStatus
+from llmgw.states import NodeState
+from llmgw.views import EndpointEntry, EndpointTable
+from llmgw.wire import from_wire, to_wire
 
 
 class Client(ApplicationSession):
@@ -143,7 +147,25 @@ async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
     node = await plane.attach("node01", uris.ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
     left = defer.Deferred()
-    plane.fleet._emit = lambda kind, ident, event: event["change"] == "state" and left.callback(event)
+    plane.fleet._emit = lambda kind, ident, event: event.change == "state" and left.callback(event)
     node.leave()
     event = await left.addTimeout(5, reactor)
-    assert event["node"]["state"] == "unreachable"
+    assert event.node.state == NodeState.UNREACHABLE
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wire_form(plane):
+    router = await plane.attach("router01", uris.ROLE_ROUTER)
+    published = defer.Deferred()
+    await router.subscribe(lambda table: published.called or published.callback(table), uris.EVENT_ENDPOINTS)
+    assert await router.call(uris.ROUTER_ENDPOINTS) == {"endpoints": [], "unavailable": {}}
+    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
+    ready = ShardStatus(spec, "ready", endpoint="http://10.0.0.1:4001")
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", shards=[ready])))
+    echo = Entry(Model(name="echo", profile="sim"), Profile(name="sim", engine="sim"), "f1")
+    plane.catalog = type("Catalog", (), {"entries": {"echo": echo}})()
+    plane.publish_endpoints()
+    table = from_wire(EndpointTable, await published.addTimeout(5, reactor))
+    assert table.endpoints == [EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "node01")]
+    assert await router.call(uris.ROUTER_ENDPOINTS) == to_wire(table)

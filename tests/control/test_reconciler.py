@@ -24,6 +24,7 @@ from llmgw.control.reconciler import RESTOP_AFTER_S, Reconciler, Slot
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Heartbeat, Inventory, ShardSpec, ShardStatus
 from llmgw.states import NodeState
+from llmgw.wire import to_wire
 
 GB = 1_000_000_000
 
@@ -120,8 +121,9 @@ class World:
         return [(node_id, spec.shard_id) for node_id, spec in self.starts]
 
     def view(self, replica_id):
-        (found,) = [v for v in self.reconciler.views() if v["replica"] == replica_id]
-        return found
+        """The replica's view as ``ctl replicas --json`` shows it."""
+        (found,) = [v for v in self.reconciler.views() if v.replica == replica_id]
+        return to_wire(found)
 
 
 @pytest.fixture
@@ -360,7 +362,7 @@ def test_a_model_that_left_the_catalog_is_stopped_and_asked_again_after_30_s(wor
     world.reconciler.tick()
     assert world.stops == [("node01", "echo/0/0")]
     (view,) = world.reconciler.views()
-    assert (view["replica"], view["reason"]) == ("echo/0", "its model left the catalog")
+    assert (view.replica, view.reason) == ("echo/0", "its model left the catalog")
     # The node has not said it stopped: wait before asking again.
     world.clock.advance(RESTOP_AFTER_S - 1)
     world.reconciler.tick()
@@ -494,7 +496,7 @@ def test_a_replica_is_stale_once_its_profile_changes(world):
     view = world.view("echo/0")
     assert view["stale"] is True
     assert view["fingerprint"] == world.catalog["echo"].fingerprint
-    assert world.reconciler.status()[0]["stale"] == 1
+    assert world.reconciler.status()[0].stale == 1
 
 
 def test_a_replica_from_an_agent_too_old_to_report_a_fingerprint_is_neither_stale_nor_current(world):
@@ -504,7 +506,7 @@ def test_a_replica_from_an_agent_too_old_to_report_a_fingerprint_is_neither_stal
     world.reconciler.tick()
     assert world.starts == []
     assert world.view("echo/0")["stale"] is None
-    assert world.reconciler.status()[0]["stale"] == 0
+    assert world.reconciler.status()[0].stale == 0
 
 
 def test_the_endpoint_is_shown_only_while_the_replica_serves(world):
@@ -530,9 +532,9 @@ def test_views_list_every_slot_of_the_catalog_and_the_age_of_what_runs(world):
     world.report("echo/0/0", "ready")
     world.clock.advance(30)
     views = world.reconciler.views()
-    assert [v["replica"] for v in views] == ["echo/0", "echo/1", "tiny/0"]
-    assert [v["age_s"] for v in views] == [30.0, 30.0, None]
-    assert [v["state"] for v in views] == ["ready", "starting", "pending"]
+    assert [v.replica for v in views] == ["echo/0", "echo/1", "tiny/0"]
+    assert [v.age_s for v in views] == [30.0, 30.0, None]
+    assert [v.state for v in views] == ["ready", "starting", "pending"]
 
 
 def test_status_says_desired_against_ready_for_each_model(world):
@@ -541,7 +543,7 @@ def test_status_says_desired_against_ready_for_each_model(world):
     world.node("node02")
     world.reconciler.tick()
     world.report("echo/0/0", "ready")
-    assert world.reconciler.status() == [
+    assert to_wire(world.reconciler.status()) == [
         {"model": "echo", "profile": "sim-fast", "engine": "sim", "desired": 2, "ready": 1,
          "states": {"ready": 1, "starting": 1}, "stale": 0, "weights_by_fabric": {}},
         {"model": "tiny", "profile": "big", "engine": "sim", "desired": 1, "ready": 0,

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from llmgw.ctl import render
+from llmgw.views import FleetStatus, NodeView, ReplicaView
+from llmgw.wire import from_wire
+
+GB = 1_000_000_000
 
 
 def node(**kw):
-    return {"id": "node05", "state": "ready", **kw}
+    """A node view as ctl decodes it from an answer holding these keys."""
+    return from_wire(NodeView, {"id": "node05", "state": "ready", **kw})
 
 
 def test_an_old_agent_that_reports_nothing_shows_dashes_not_zeros():
@@ -22,7 +27,8 @@ def test_a_node_without_gpus_says_none_and_one_not_asked_says_dash():
 
 
 def test_gpus_are_grouped_by_model_with_memory_in_use():
-    cards = [{"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80e9, "memory_used_bytes": 1e9}] * 8
+    cards = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * GB, "memory_used_bytes": GB}
+             for i in range(8)]
     assert render.gpus(node(gpus=cards)) == "8x H100 80GB HBM3 (8.0 GB / 640 GB used)"
 
 
@@ -36,8 +42,8 @@ def test_a_cpu_without_avx2_is_flagged_and_the_warning_is_printed_under_the_tabl
 
 def test_shared_filesystems_are_shown_apart_from_local_disk():
     n = node(filesystems=[
-        {"mountpoint": "/", "shared": False, "free_bytes": 50e9, "total_bytes": 200e9},
-        {"mountpoint": "/lustre", "shared": True, "free_bytes": 8e12, "total_bytes": 10e12},
+        {"mountpoint": "/", "shared": False, "free_bytes": 50 * GB, "total_bytes": 200 * GB},
+        {"mountpoint": "/lustre", "shared": True, "free_bytes": 8000 * GB, "total_bytes": 10000 * GB},
     ])
     assert render.disk(n) == "50.0 GB free / 200 GB, shared 8.0 TB free / 10.0 TB"
 
@@ -54,14 +60,14 @@ def test_a_node_that_is_not_ready_says_why():
 
 
 def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
-    table = render.replicas_table([
+    table = render.replicas_table(from_wire(list[ReplicaView], [
         {"model": "echo", "replica": "echo/0", "state": "ready", "nodes": ["node01"],
          "endpoint": "http://10.0.0.1:4000", "age_s": 190, "stale": True, "reason": None},
         {"model": "big", "replica": "big/0", "state": "pending", "nodes": [], "endpoint": None,
          "age_s": None, "stale": None, "reason": "no node can hold it: node05: has 8 GB of memory, needs 24"},
         {"model": "old", "replica": "old/0", "state": "ready", "nodes": ["node02"], "endpoint": "http://x:1",
          "age_s": 5, "stale": None, "reason": None},
-    ])
+    ]))
     lines = table.splitlines()
     assert lines[1].split() == ["echo", "echo/0", "ready", "node01", "http://10.0.0.1:4000", "3m", "stale"]
     assert lines[2].split()[:4] == ["big", "big/0", "pending", "-"]
@@ -70,8 +76,14 @@ def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
 
 
 def test_status_counts_ready_against_desired():
-    text = render.status_text({"models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,
-                                           "states": {"ready": 1, "pending": 1}, "stale": 0}],
-                               "nodes": {"ready": 2, "lost": 1}})
+    text = render.status_text(from_wire(FleetStatus, {
+        "models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,
+                    "states": {"ready": 1, "pending": 1}, "stale": 0}],
+        "nodes": {"ready": 2, "lost": 1}}))
     assert text.splitlines()[1].split()[:4] == ["echo", "sim", "1", "2"]
     assert text.splitlines()[-1] == "nodes: 1 lost, 2 ready"
+
+
+def test_a_figure_an_older_server_did_not_send_shows_as_a_dash():
+    text = render.status_text(from_wire(FleetStatus, {"models": [{"model": "echo"}]}))
+    assert text.splitlines()[1].split() == ["echo", "-", "-", "-", "-", "-"]

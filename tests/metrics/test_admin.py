@@ -17,6 +17,8 @@ from twisted.web.server import Site
 from llmgw.admin.web import admin_resource
 from llmgw.control.collector import FleetCollector
 from llmgw.router.metrics import RouterMetrics
+from llmgw.states import ReplicaState
+from llmgw.views import ReplicaView
 
 # Twisted warns when a short local reply has been read whole before readBody
 # gets to it; nothing here needs to abort a connection.
@@ -48,7 +50,7 @@ def exercise(metrics: RouterMetrics) -> None:
 def registry(fleet, clock):
     registry = CollectorRegistry()
     exercise(RouterMetrics(registry))
-    registry.register(FleetCollector(fleet, clock, replicas=lambda: [{"model": "qwen", "state": "ready"}]))
+    registry.register(FleetCollector(fleet, clock, replicas=lambda: [ReplicaView("qwen", "qwen/0", ReplicaState.READY)]))
     return registry
 
 

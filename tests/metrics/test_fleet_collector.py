@@ -7,6 +7,8 @@ from prometheus_client import CollectorRegistry
 
 from llmgw.control.collector import FleetCollector
 from llmgw.records import Heartbeat
+from llmgw.states import ReplicaState
+from llmgw.views import ReplicaView
 
 from .conftest import GIB, shard
 
@@ -104,9 +106,15 @@ def test_shards_by_model_and_state(fleet, registry):
     assert value(registry, "llmgw_shards", model="qwen", state="starting") == 0
 
 
+def test_a_shard_fetching_its_weights_is_counted(fleet, registry):
+    assert value(registry, "llmgw_shards", model="qwen", state="fetching") == 0
+    fleet.shard_status("gpu01", shard("qwen", 2, "fetching"))
+    assert value(registry, "llmgw_shards", model="qwen", state="fetching") == 1
+
+
 def test_replicas_come_from_the_reconciler_when_there_is_one(fleet, clock):
-    views = [{"model": "qwen", "state": "ready"}, {"model": "qwen", "state": "pending"},
-             {"model": "llama", "state": "pending"}]
+    views = [ReplicaView("qwen", "qwen/0", ReplicaState.READY), ReplicaView("qwen", "qwen/1", ReplicaState.PENDING),
+             ReplicaView("llama", "llama/0", ReplicaState.PENDING)]
     registry = CollectorRegistry()
     registry.register(FleetCollector(fleet, clock, replicas=lambda: views))
     assert value(registry, "llmgw_replicas", model="qwen", state="ready") == 1

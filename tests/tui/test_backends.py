@@ -8,9 +8,11 @@ import pytest
 import pytest_asyncio
 
 from llmgw.huburl import parse_hub_url
+from llmgw.states import NodeState, ReplicaState
 from llmgw.tlsfiles import TLSFiles
 from llmgw.tui.backend import ActionFailed, LogsUnavailable, NotConnected, WampBackend
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
+from llmgw.views import ReplicaView
 from tests.support.wait import until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -36,7 +38,7 @@ class Recorder:
     def node_changed(self, view):
         self.events.append(("node", view))
 
-    def shard_changed(self, shard_id, event):
+    def shard_changed(self, shard_id):
         self.events.append(("shard", shard_id))
 
     async def until(self, predicate, what: str, timeout: float = 20.0):
@@ -72,14 +74,12 @@ async def test_the_link_comes_up_and_a_snapshot_has_the_views(backend):
     try:
         await listener.until(lambda e: e[0] == "up", "link_up")
         nodes, replicas = await backend.snapshot()
-        (node,) = [n for n in nodes if n["id"] == "node01"]
-        for key in ("state", "cordoned", "seen_ago_s", "address", "cpu", "memory_total_bytes", "gpus", "engines"):
-            assert key in node
-        assert node["state"] == "ready"
-        assert [r["replica"] for r in replicas] == ["echo/0"]
-        for key in ("model", "state", "nodes", "endpoint", "stale", "reason", "shards"):
-            assert key in replicas[0]
-        assert isinstance(await backend.replicas(), list)
+        (node,) = [n for n in nodes if n.id == "node01"]
+        assert type(node.state) is NodeState and node.state == NodeState.READY
+        assert node.seen_ago_s is not None and node.address and node.engines
+        assert [r.replica for r in replicas] == ["echo/0"]
+        assert all(isinstance(r, ReplicaView) and type(r.state) is ReplicaState for r in replicas)
+        assert all(isinstance(r, ReplicaView) for r in await backend.replicas())
     finally:
         await backend.stop()
 
@@ -91,9 +91,9 @@ async def test_cordon_and_uncordon_answer_and_send_the_nodes_new_view(backend):
     try:
         await listener.until(lambda e: e[0] == "up", "link_up")
         assert await backend.cordon("node01") == {"node": "node01", "cordoned": True}
-        await listener.until(lambda e: e[0] == "node" and e[1]["id"] == "node01" and e[1]["cordoned"], "a cordoned view")
+        await listener.until(lambda e: e[0] == "node" and e[1].id == "node01" and e[1].cordoned, "a cordoned view")
         assert (await backend.uncordon("node01"))["cordoned"] is False
-        await listener.until(lambda e: e[0] == "node" and e[1]["cordoned"] is False, "an uncordoned view")
+        await listener.until(lambda e: e[0] == "node" and e[1].cordoned is False, "an uncordoned view")
         drained = await backend.drain("node01")
         assert drained["node"] == "node01" and drained["cordoned"] is True and isinstance(drained["stopped"], list)
         with pytest.raises(ActionFailed, match="nope"):

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from llmgw.states import ReplicaState
 from llmgw.tui.app import DashboardApp
 from llmgw.tui.confirm import ConfirmScreen
 from llmgw.tui.details import DetailsScreen
@@ -76,8 +77,9 @@ async def test_the_replicas_pane_shows_state_nodes_endpoint_reason_and_progress(
 
 async def test_a_download_of_unknown_size_shows_bytes_so_far_without_a_bar():
     fake = small_fleet()
-    fake.replica_views = [replica_view("big/0", "node01", state="downloading",
-                                       progress={"bytes_done": 3_500_000_000, "bytes_total": None, "rate_bps": None, "file_name": None})]
+    fake.replica_views = [replica_view("big/0", "node01", state=ReplicaState.FETCHING,
+                                       progress={"source": "https://models.example/big.gguf", "bytes_done": 3_500_000_000,
+                                                 "bytes_total": None, "rate_bps": None, "file_name": "big.gguf"})]
     app = DashboardApp(fake, clock=fixed_clock)
     async with app.run_test(size=(200, 30)) as pilot:
         await until(pilot, lambda: loaded(app), "the fleet to load")

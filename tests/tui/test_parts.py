@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import attrs
+
+from llmgw.records import Progress
+from llmgw.states import NodeState
 from llmgw.tui import columns
 from llmgw.tui.fake import node_view, replica_view
 from llmgw.tui.logs import overlap
@@ -35,12 +39,12 @@ def test_gpu_utilisation_shows_only_when_every_card_reported_it():
 
 
 def test_progress_is_a_bar_with_a_total_and_bytes_without_one():
-    assert columns.progress({"bytes_done": 0, "bytes_total": 4 * GB, "rate_bps": None}).plain == \
-        "━━━━━━━━━━━━   0% 0.0 GB / 4.0 GB"
-    assert columns.progress({"bytes_done": 4 * GB, "bytes_total": 4 * GB, "rate_bps": 2e9}).plain == \
-        "━━━━━━━━━━━━ 100% 4.0 GB / 4.0 GB 2.0 GB/s"
-    assert columns.progress({"bytes_done": 1 * GB, "bytes_total": None, "rate_bps": 5e7}).plain == "1.0 GB so far 50 MB/s"
-    assert columns.progress({"bytes_done": None, "bytes_total": None}).plain == "- so far"
+    def progress(done, total, rate):
+        return columns.progress(Progress("https://x/m.gguf", "m.gguf", done, total, rate)).plain
+
+    assert progress(0, 4 * GB, None) == "━━━━━━━━━━━━   0% 0.0 GB / 4.0 GB"
+    assert progress(4 * GB, 4 * GB, 2e9) == "━━━━━━━━━━━━ 100% 4.0 GB / 4.0 GB 2.0 GB/s"
+    assert progress(1 * GB, None, 5e7) == "1.0 GB so far 50 MB/s"
 
 
 def test_a_long_reason_is_cut_in_the_table_only():
@@ -70,9 +74,9 @@ def test_overlap_finds_where_new_lines_start():
 
 def test_a_heartbeat_is_not_urgent_but_a_state_or_cordon_is():
     base = node_view("n")
-    assert not urgent(base, {**base, "memory_available_bytes": 1, "seen_ago_s": 0.0, "last_seen": 5.0})
-    assert urgent(base, {**base, "state": "unreachable"})
-    assert urgent(base, {**base, "cordoned": True})
+    assert not urgent(base, attrs.evolve(base, memory_available_bytes=1, seen_ago_s=0.0, last_seen=5.0))
+    assert urgent(base, attrs.evolve(base, state=NodeState.UNREACHABLE))
+    assert urgent(base, attrs.evolve(base, cordoned=True))
     assert urgent(None, base)
 
 
@@ -83,18 +87,18 @@ def test_the_store_keeps_only_a_nodes_latest_view_and_holds_them_while_syncing()
     store.queue_node(node_view("n", state="lost"))
     assert store.take_nodes(figures=True) == {}, "nothing is applied before the snapshot"
     store.load([node_view("n", seen_ago_s=2.0)], [])
-    assert store.take_nodes()["n"]["state"] == "lost", "what came after the snapshot's answer goes on top"
+    assert store.take_nodes()["n"].state == NodeState.LOST, "what came after the snapshot's answer goes on top"
     store.load([node_view("n", seen_ago_s=2.0)], [])
     for free in (1, 2, 3):
         store.queue_node(node_view("n", memory_available_bytes=free * GB, seen_ago_s=0.0))
     assert store.take_nodes() == {}, "figures wait for the slow pass"
     taken = store.take_nodes(figures=True)
-    assert taken["n"]["memory_available_bytes"] == 3 * GB
+    assert taken["n"].memory_available_bytes == 3 * GB
     now[0] += 30
     assert store.seen_ago("n") == 30.0
     assert store.counts() == (1, 1, 0, 0)
     store.queue_node(node_view("n", state="unreachable"))
-    assert store.take_nodes()["n"]["state"] == "unreachable"
+    assert store.take_nodes()["n"].state == NodeState.UNREACHABLE
     assert store.counts() == (1, 0, 0, 0)
 
 

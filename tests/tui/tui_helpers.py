@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
+from llmgw.states import ReplicaState
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
 from tests.support.wait import until_async
 
@@ -48,7 +49,7 @@ def column(app, pane: str, key: str, name: str) -> str | None:
 
 
 def small_fleet() -> FakeBackend:
-    """Three nodes (one old agent, one without AVX2) and four replicas, one of them downloading."""
+    """Three nodes (one old agent, one without AVX2) and four replicas, one of them fetching its weights."""
     nodes = [
         node_view("node01"),
         node_view("node02", cpu={"model": "Intel Atom C3758", "logical_cores": 8, "avx2": False},
@@ -61,10 +62,12 @@ def small_fleet() -> FakeBackend:
     replicas = [
         replica_view("echo/0", "node01", endpoint="http://10.0.0.1:8100"),
         replica_view("echo/1", None, reason="no node fits: node01 has 80 GB of GPU memory free, needs 140"),
-        replica_view("llama/0", "node01", state="failed", endpoint=None,
+        replica_view("llama/0", "node01", state=ReplicaState.FAILED,
                      reason="node01: engine exited with status 1 (next try in 30 s)"),
-        replica_view("qwen/0", "node01", state="downloading", endpoint=None,
-                     progress={"bytes_done": 6 * GB, "bytes_total": 16 * GB, "rate_bps": 250e6, "file_name": "model-00002.safetensors"}),
+        replica_view("qwen/0", "node01", state=ReplicaState.FETCHING,
+                     reason="node01: downloading model-00002.safetensors 6000/16000 MB, 250 MB/s",
+                     progress={"source": "https://models.example/qwen/model-00002.safetensors", "bytes_done": 6 * GB,
+                               "bytes_total": 16 * GB, "rate_bps": 250e6, "file_name": "model-00002.safetensors"}),
     ]
     logs = {
         ("node01", None): [f"agent line {i}" for i in range(1, 6)],

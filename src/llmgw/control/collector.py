@@ -26,10 +26,12 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llmgw.control.fleet import Fleet
-from llmgw.states import NodeState
+from llmgw.states import SHARD_ALIVE, NodeState, ShardState
+from llmgw.views import ReplicaView
 
 NODE_STATES = tuple(NodeState)
-SHARD_STATES = ("starting", "ready", "draining", "failed")
+# Every state a shard the fleet keeps can be in (a stopped one is forgotten).
+SHARD_STATES = tuple(s for s in ShardState if s in SHARD_ALIVE or s == ShardState.FAILED)
 
 
 def _label(value) -> str:
@@ -43,13 +45,13 @@ def _label(value) -> str:
 class FleetCollector(Collector):
     """Cluster figures derived from ``fleet`` on every collect.
 
-    ``replicas``, when given, is the reconciler's ``views`` (a list of dicts
-    with ``model`` and ``state``): replicas have states the fleet cannot see —
+    ``replicas``, when given, is the reconciler's ``views`` (``ReplicaView``
+    records, of which it reads ``model`` and ``state``): replicas have states the fleet cannot see —
     ``pending`` for one nothing could place — so they come from there.
     Without it, that family is not emitted.
     """
 
-    def __init__(self, fleet: Fleet, clock, replicas: Callable[[], Iterable[dict]] | None = None):
+    def __init__(self, fleet: Fleet, clock, replicas: Callable[[], Iterable[ReplicaView]] | None = None):
         self._fleet = fleet
         self._clock = clock
         self._replicas = replicas
@@ -117,7 +119,7 @@ class FleetCollector(Collector):
         if self._replicas is not None:
             replicas: dict[tuple[str, str], int] = {}
             for view in self._replicas():
-                key = (view["model"], view["state"])
+                key = (view.model, view.state)
                 replicas[key] = replicas.get(key, 0) + 1
             for (model, state), n in sorted(replicas.items()):
                 f.replicas.add_metric([model, state], n)

@@ -5,21 +5,22 @@ have stopped for ``unreachable_after`` seconds (or its link closed), and
 ``lost`` after ``lost_after``; hearing from it again makes it ready.  Those
 transitions are the table at the bottom of this module, on ``NodeState``
 members; nothing else decides a node's state.  Every change goes through ``_update``, which
-stores the new record and emits ``(kind, id, view)``; nothing else writes
+stores the new record and emits ``(kind, id, event)``, an event record of
+``llmgw.views``; nothing else writes
 ``nodes``, so the events a TUI or ctl follows are the whole story.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable
+from typing import Callable
 
 import attrs
 from twisted.logger import Logger
 
 from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
 from llmgw.states import NodeState, ShardState
-from llmgw.wire import to_wire
+from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent
 
 log = Logger()
 
@@ -45,27 +46,23 @@ class Node:
     reason: str | None = None
     cordoned: bool = False
 
-    def view(self, now: float) -> dict[str, Any]:
+    def view(self, now: float) -> NodeView:
         """The node as ctl, the TUI and events show it: flat, absent stays None."""
-        facts = to_wire(self.inventory)
-        # The record's own id and cordon are the truth; shards have their own view.
-        for key in ("node_id", "cordoned", "shards"):
-            facts.pop(key)
-        return {
-            "id": self.id,
-            "state": self.state,
-            "reason": self.reason,
-            "cordoned": self.cordoned,
-            "last_seen": self.last_seen,
-            "seen_ago_s": round(max(0.0, now - self.last_seen), 1),
-            "state_since": self.state_since,
-            "registered_at": self.registered_at,
-            **facts,
-        }
+        return NodeView(
+            id=self.id,
+            state=self.state,
+            reason=self.reason,
+            cordoned=self.cordoned,
+            last_seen=self.last_seen,
+            seen_ago_s=round(max(0.0, now - self.last_seen), 1),
+            state_since=self.state_since,
+            registered_at=self.registered_at,
+            **{name: getattr(self.inventory, name) for name in NODE_FACTS},
+        )
 
 
 @attrs.frozen
-class Shard:
+class ReportedShard:
     """A shard as its node last reported it."""
 
     node_id: str
@@ -88,7 +85,7 @@ class Fleet:
     def __init__(
         self,
         clock,
-        emit: Callable[[str, str, dict], None],
+        emit: Callable[[str, str, NodeEvent | ShardEvent | ProgressEvent], None],
         unreachable_after: float = 15.0,
         lost_after: float = 120.0,
     ):
@@ -99,24 +96,24 @@ class Fleet:
         self.nodes: dict[str, Node] = {}
         # Keyed by (node, shard id): after a lost node comes back, the same
         # slot can run on two nodes, and both copies must be seen to stop one.
-        self.shards: dict[tuple[str, str], Shard] = {}
+        self.shards: dict[tuple[str, str], ReportedShard] = {}
         # Downloads under way, by (node, source): one download serves every
         # shard on that node waiting for the source.
         self.progress: dict[tuple[str, str], Progress] = {}
 
     def _update(self, new: Node, change: str) -> None:
         self.nodes[new.id] = new
-        self._emit("node", new.id, {"change": change, "node": new.view(self._clock.seconds())})
+        self._emit("node", new.id, NodeEvent(change, new.view(self._clock.seconds())))
 
     def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None) -> None:
         """The one way shards change: store (or forget, when ``status`` is None) and emit."""
         if status is None:
             gone = self.shards.pop((node_id, shard_id), None)
             if gone is not None:
-                self._emit("shard", shard_id, {"change": "removed", "node_id": node_id, "shard": to_wire(gone.status)})
+                self._emit("shard", shard_id, ShardEvent("removed", node_id, gone.status))
             return
-        self.shards[(node_id, shard_id)] = Shard(node_id, status)
-        self._emit("shard", shard_id, {"change": "status", "node_id": node_id, "shard": to_wire(status)})
+        self.shards[(node_id, shard_id)] = ReportedShard(node_id, status)
+        self._emit("shard", shard_id, ShardEvent("status", node_id, status))
 
     # -- what agents say --
 
@@ -169,7 +166,7 @@ class Fleet:
             self.progress.pop(key, None)
         else:
             self.progress[key] = progress
-        self._emit("progress", node_id, {"node_id": node_id, "progress": to_wire(progress)})
+        self._emit("progress", node_id, ProgressEvent(node_id, progress))
 
     def forget_shard(self, node_id: str, shard_id: str) -> None:
         self._update_shard(node_id, shard_id, None)
@@ -182,8 +179,8 @@ class Fleet:
             log.info("node {id} {what}", id=node_id, what="cordoned" if cordoned else "uncordoned")
             self._update(attrs.evolve(node, cordoned=cordoned), "cordon")
 
-    def replicas(self) -> dict[str, list[Shard]]:
-        out: dict[str, list[Shard]] = {}
+    def replicas(self) -> dict[str, list[ReportedShard]]:
+        out: dict[str, list[ReportedShard]] = {}
         for shard in self.shards.values():
             out.setdefault(shard.replica_id, []).append(shard)
         return out
@@ -254,7 +251,7 @@ class Fleet:
                 id=node_id, a=before / 1e9, b=memory_total / 1e9,
             )
 
-    def views(self) -> list[dict[str, Any]]:
+    def views(self) -> list[NodeView]:
         now = self._clock.seconds()
         return [self.nodes[k].view(now) for k in sorted(self.nodes)]
 

@@ -16,9 +16,12 @@ from twisted.logger import Logger
 from llmgw.control.fleet import Fleet, NotRegistered
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
+from llmgw.control.routing import endpoint_table
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
+from llmgw.states import NodeState, ShardState
+from llmgw.views import EndpointTable, FleetStatus
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -34,7 +37,7 @@ class ControlSession(ApplicationSession):
         # The fleet emits through this session, so it is built once we can publish.
         self.fleet: Fleet = fleet_factory(self._emit)
         self.catalog = catalog
-        self._table: dict | None = None
+        self._table: EndpointTable | None = None
         # In-process consumers of the endpoint table and of reloaded
         # configuration (the server's own router).
         self.table_listeners: list = []
@@ -63,14 +66,14 @@ class ControlSession(ApplicationSession):
         await self.register(self.cordon, uris.CP_CORDON)
         await self.register(self.uncordon, uris.CP_UNCORDON)
         await self.register(self.reload, uris.CP_RELOAD)
-        await self.register(self.endpoint_table, uris.ROUTER_ENDPOINTS)
+        await self.register(lambda: to_wire(self.endpoint_table()), uris.ROUTER_ENDPOINTS)
         await self.register(self.logs, uris.CP_LOGS)
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")
 
-    def _emit(self, kind: str, ident: str, event: dict) -> None:
+    def _emit(self, kind: str, ident: str, event) -> None:
         if self.is_attached():
-            self.publish(uris.EVENT_PREFIX + kind, ident, event)
+            self.publish(uris.EVENT_PREFIX + kind, ident, to_wire(event))
 
     @staticmethod
     def _node_caller(details) -> str:
@@ -130,24 +133,26 @@ class ControlSession(ApplicationSession):
         results = {}
         if collect:
             for node_id, files in found.items():
-                if not files or self.fleet.nodes[node_id].state != "ready":
+                if not files or self.fleet.nodes[node_id].state != NodeState.READY:
                     continue
                 answer = await self.call(uris.node_uri(node_id, uris.NODE_COLLECT_WEIGHTS), [f["path"] for f in files],
                                          options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
                 results[node_id] = to_wire(self._decode(CollectResult, answer))
         return {"unwanted": found, "collected": results if collect else None}
 
+    # What operators are answered is a view record (``llmgw.views``) in its wire form.
+
     def nodes(self):
-        return self.fleet.views()
+        return to_wire(self.fleet.views())
 
     def replicas(self):
-        return self.reconciler.views()
+        return to_wire(self.reconciler.views())
 
     def status(self):
-        return {"models": self.reconciler.status(), "nodes": {
-            state: sum(1 for n in self.fleet.nodes.values() if n.state == state)
-            for state in sorted({n.state for n in self.fleet.nodes.values()})
-        }}
+        states = sorted({n.state for n in self.fleet.nodes.values()})
+        return to_wire(FleetStatus(self.reconciler.status(), {
+            state: sum(1 for n in self.fleet.nodes.values() if n.state == state) for state in states
+        }))
 
     def _known(self, node_id):
         if node_id not in self.fleet.nodes:
@@ -169,7 +174,7 @@ class ControlSession(ApplicationSession):
     async def drain(self, node_id):
         """Cordon a node and stop its shards; the reconciler places them elsewhere."""
         await self.cordon(node_id, True)
-        shards = [s for s in self.fleet.shards.values() if s.node_id == node_id and s.status.state != "failed"]
+        shards = [s for s in self.fleet.shards.values() if s.node_id == node_id and s.status.state != ShardState.FAILED]
         for shard in shards:
             await self.call(uris.node_uri(node_id, uris.NODE_DRAIN_SHARD), shard.id,
                             options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
@@ -209,24 +214,10 @@ class ControlSession(ApplicationSession):
 
     # -- the routers' endpoint table --
 
-    def endpoint_table(self) -> dict:
+    def endpoint_table(self) -> EndpointTable:
         """Ready replicas the routers may send to, and why the other models have none."""
-        views = self.reconciler.views()
         catalog = self.catalog.entries if self.catalog is not None else {}
-        endpoints = [
-            {"id": v["replica"], "model": v["model"], "url": v["endpoint"], "node_id": v["nodes"][0]}
-            for v in views
-            if v["state"] == "ready" and v["endpoint"] and v["model"] in catalog
-        ]
-        served = {e["model"] for e in endpoints}
-        unavailable: dict[str, str] = {}
-        for v in views:
-            if v["model"] in catalog and v["model"] not in served and v["model"] not in unavailable:
-                unavailable[v["model"]] = v["reason"] or f"its replica is {v['state']}"
-        for name in catalog:
-            if name not in served and name not in unavailable:
-                unavailable[name] = "the catalog asks for no replicas of it"
-        return {"endpoints": endpoints, "unavailable": unavailable}
+        return endpoint_table(self.fleet, catalog, self.reconciler.views())
 
     def publish_endpoints(self) -> None:
         """Tell routers the table when it changes (each tick calls this)."""
@@ -240,7 +231,7 @@ class ControlSession(ApplicationSession):
             except Exception:
                 log.failure("an endpoint table listener failed")
         if self.is_attached():
-            self.publish(uris.EVENT_ENDPOINTS, table)
+            self.publish(uris.EVENT_ENDPOINTS, to_wire(table))
 
     # -- commands to agents --
 

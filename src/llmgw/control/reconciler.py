@@ -27,10 +27,10 @@ from twisted.logger import Logger
 
 from llmgw.control import placement, weights
 from llmgw.control.catalog import Entry
-from llmgw.control.fleet import Fleet, Shard
+from llmgw.control.fleet import Fleet, ReportedShard
 from llmgw.records import ShardSpec
-from llmgw.states import SHARD_ALIVE, NodeState, ShardState
-from llmgw.wire import to_wire
+from llmgw.states import SHARD_ALIVE, NodeState, ReplicaState, ShardState
+from llmgw.views import ModelStatus, ReplicaView, ShardView
 
 log = Logger()
 
@@ -103,7 +103,7 @@ class Reconciler:
         for slot_id in [s for s in self.slots if _split(s)[0] not in catalog]:
             del self.slots[slot_id]
 
-    def _converge_slot(self, replica_id: str, entry: Entry, shards: list[Shard], now: float) -> None:
+    def _converge_slot(self, replica_id: str, entry: Entry, shards: list[ReportedShard], now: float) -> None:
         slot = self.slots.setdefault(replica_id, Slot())
         if slot.launching:
             return
@@ -135,13 +135,13 @@ class Reconciler:
             return
         self._launch(replica_id, entry, slot, now)
 
-    def _one_per_rank(self, shards: list[Shard], now: float) -> list[Shard]:
+    def _one_per_rank(self, shards: list[ReportedShard], now: float) -> list[ReportedShard]:
         """Keep one live shard per rank; stop the rest.
 
         Two can exist when a lost node comes back after its slot was placed
         elsewhere.  The ready one wins, then the older one.
         """
-        by_rank: dict[int, list[Shard]] = {}
+        by_rank: dict[int, list[ReportedShard]] = {}
         for shard in shards:
             if shard.status.state in SHARD_ALIVE and self._node_usable(shard.node_id):
                 by_rank.setdefault(shard.status.spec.rank, []).append(shard)
@@ -164,7 +164,7 @@ class Reconciler:
         slot.explain(f"failed: {why} (attempt {slot.failures})", failed=True)
         log.warn("replica {id} {reason}; next try in {delay:.0f} s", id=replica_id, reason=slot.reason, delay=delay)
 
-    def _stop_all(self, shards: list[Shard], now: float, why: str) -> None:
+    def _stop_all(self, shards: list[ReportedShard], now: float, why: str) -> None:
         for shard in shards:
             if shard.status.state == ShardState.FAILED:
                 self.fleet.forget_shard(shard.node_id, shard.id)
@@ -269,7 +269,7 @@ class Reconciler:
 
     # -- what ctl shows --
 
-    def views(self) -> list[dict]:
+    def views(self) -> list[ReplicaView]:
         now = self._clock.seconds()
         catalog = self._catalog()
         observed = self.fleet.replicas()
@@ -281,13 +281,13 @@ class Reconciler:
         for replica_id, shards in sorted(observed.items()):
             model, _ = _split(replica_id)
             view = self._view(replica_id, model, catalog.get(model), shards, now)
-            view["reason"] = view["reason"] or (
+            out.append(attrs.evolve(view, reason=view.reason or (
                 "its model left the catalog" if model not in catalog else "the model was scaled down"
-            )
-            out.append(view)
+            )))
         return out
 
-    def _view(self, replica_id: str, model: str, entry: Entry | None, shards: list[Shard], now: float) -> dict:
+    def _view(self, replica_id: str, model: str, entry: Entry | None, shards: list[ReportedShard],
+              now: float) -> ReplicaView:
         slot = self.slots.get(replica_id, Slot())
         shards = sorted(shards, key=lambda s: s.status.spec.rank)
         usable = [s for s in shards if self._node_usable(s.node_id)]
@@ -295,25 +295,24 @@ class Reconciler:
         if usable:
             state = _replica_state([s.status.state for s in usable])
         elif slot.launching:
-            state = "starting"
+            state = ReplicaState.STARTING
         else:
             # A start a node refused is a failure too, not a replica nobody tried.
-            state = "failed" if waiting and slot.failed else "pending"
+            state = ReplicaState.FAILED if waiting and slot.failed else ReplicaState.PENDING
         reason = None
-        if state == "failed":
-            reason = next((f"{s.node_id}: {s.status.reason}" for s in usable if s.status.state == "failed"),
+        if state == ReplicaState.FAILED:
+            reason = next((f"{s.node_id}: {s.status.reason}" for s in usable if s.status.state == ShardState.FAILED),
                           slot.reason)
             if waiting:
                 reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
-        elif state == "pending":
+        elif state == ReplicaState.PENDING:
             reason = slot.reason or "waiting for the reconciler"
         progress = None
-        if state == "fetching":
-            fetching = next((s for s in usable if s.status.state == "fetching"), None)
+        if state == ReplicaState.FETCHING:
+            fetching = next((s for s in usable if s.status.state == ShardState.FETCHING), None)
             if fetching is not None:
-                found = self.fleet.progress.get((fetching.node_id, fetching.status.spec.source))
-                progress = to_wire(found) if found is not None else None
-                reason = f"{fetching.node_id}: " + (downloading(found) if found is not None
+                progress = self.fleet.progress.get((fetching.node_id, fetching.status.spec.source))
+                reason = f"{fetching.node_id}: " + (downloading(progress) if progress is not None
                                                     else f"fetching {fetching.status.spec.source}")
         leader = usable[0].status if usable and usable[0].status.spec.rank == 0 else None
         fingerprints = {s.status.spec.fingerprint for s in usable}
@@ -324,47 +323,55 @@ class Reconciler:
         else:
             stale = fingerprints != {entry.fingerprint}
         since = [s.status.since for s in usable if s.status.since is not None]
-        return {
-            "model": model,
-            "replica": replica_id,
-            "state": state,
-            "nodes": [s.node_id for s in usable],
-            "endpoint": leader.endpoint if leader is not None and state in ("ready", "draining") else None,
-            "age_s": round(now - min(since), 1) if since else None,
-            "stale": stale,
-            "fingerprint": entry.fingerprint if entry is not None else None,
-            "reason": reason,
-            "progress": progress,
-            "shards": [{"shard": s.id, "node": s.node_id, "state": s.status.state, "pid": s.status.pid,
-                        "endpoint": s.status.endpoint, "reason": s.status.reason} for s in shards],
-        }
+        serving = leader is not None and state in (ReplicaState.READY, ReplicaState.DRAINING)
+        return ReplicaView(
+            model=model,
+            replica=replica_id,
+            state=state,
+            nodes=[s.node_id for s in usable],
+            endpoint=leader.endpoint if serving else None,
+            age_s=round(now - min(since), 1) if since else None,
+            stale=stale,
+            fingerprint=entry.fingerprint if entry is not None else None,
+            reason=reason,
+            progress=progress,
+            shards=[ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,
+                              endpoint=s.status.endpoint, reason=s.status.reason) for s in shards],
+        )
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[ModelStatus]:
         """Per model: desired against ready."""
         views = self.views()
         out = []
         for name, entry in sorted(self._catalog().items()):
-            mine = [v for v in views if v["model"] == name]
-            out.append({
-                "model": name,
-                "profile": entry.profile.name,
-                "engine": entry.profile.engine,
-                "desired": entry.model.replicas,
-                "ready": sum(1 for v in mine if v["state"] == "ready"),
-                "states": {state: sum(1 for v in mine if v["state"] == state) for state in sorted({v["state"] for v in mine})},
-                "stale": sum(1 for v in mine if v["stale"]),
+            mine = [v for v in views if v.model == name]
+            states = sorted({v.state for v in mine})
+            out.append(ModelStatus(
+                model=name,
+                profile=entry.profile.name,
+                engine=entry.profile.engine,
+                desired=entry.model.replicas,
+                ready=sum(1 for v in mine if v.state == ReplicaState.READY),
+                states={state: sum(1 for v in mine if v.state == state) for state in states},
+                stale=sum(1 for v in mine if v.stale),
                 # Nodes holding the weights, per fabric ("-": on none); a shared filer
                 # counts on every node mounting it.
-                "weights_by_fabric": weights.held_by_fabric(self.fleet, entry.model.source),
-            })
+                weights_by_fabric=weights.held_by_fabric(self.fleet, entry.model.source),
+            ))
         return out
 
 
-def _replica_state(states: list[str]) -> str:
-    for state in ("failed", "draining", "fetching", "starting"):
-        if state in states:
-            return state
-    return "ready" if states and all(s == "ready" for s in states) else "starting"
+#: A replica is in the first of these states any of its shards is in.
+_SUMMED = ((ShardState.FAILED, ReplicaState.FAILED), (ShardState.DRAINING, ReplicaState.DRAINING),
+           (ShardState.FETCHING, ReplicaState.FETCHING), (ShardState.STARTING, ReplicaState.STARTING))
+
+
+def _replica_state(states: list[str]) -> ReplicaState:
+    for shard_state, replica_state in _SUMMED:
+        if shard_state in states:
+            return replica_state
+    ready = states and all(s == ShardState.READY for s in states)
+    return ReplicaState.READY if ready else ReplicaState.STARTING
 
 
 def downloading(progress) -> str:

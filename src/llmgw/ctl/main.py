@@ -12,7 +12,10 @@ import json
 import sys
 
 from llmgw.ctl import render
+from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
+from llmgw.views import FleetStatus, NodeView, ReplicaView
+from llmgw.wire import WireError, from_wire, to_wire
 
 
 def add_parser(subparsers) -> None:
@@ -72,7 +75,6 @@ def _run(command):
         from autobahn.wamp.exception import ApplicationError
 
         from llmgw.config.ctl import resolve_ctl_settings
-        from llmgw.errors import Refused
         from llmgw.huburl import parse_hub_url
         from llmgw.link.client import connect_once
 
@@ -128,23 +130,39 @@ def react(main, reactor=None) -> int:
 
 def _print(args, result, text) -> int:
     if args.json:
-        json.dump(result, sys.stdout, indent=2)
+        json.dump(to_wire(result), sys.stdout, indent=2)
         print()
     else:
         print(text(result))
     return 0
 
 
+def decode(kind, answer, uri: str):
+    """The control plane's answer as its view record (``llmgw.views``); see docs/link.rst.
+
+    Keys this ctl does not know (a newer server's) are dropped and keys an
+    older server did not send are None, so ``--json`` prints the same keys
+    whichever server answered.
+    """
+    try:
+        return from_wire(kind, answer)
+    except WireError as e:
+        raise LlmgwError(f"{uri} answered something this ctl cannot read ({e}); is the server a much "
+                      "older or newer llmgw?") from None
+
+
 async def cmd_nodes(session, args) -> int:
-    return _print(args, await session.call(uris.CP_NODES), render.nodes_table)
+    views = decode(list[NodeView], await session.call(uris.CP_NODES), uris.CP_NODES)
+    return _print(args, views, render.nodes_table)
 
 
 async def cmd_replicas(session, args) -> int:
-    return _print(args, await session.call(uris.CP_REPLICAS), render.replicas_table)
+    views = decode(list[ReplicaView], await session.call(uris.CP_REPLICAS), uris.CP_REPLICAS)
+    return _print(args, views, render.replicas_table)
 
 
 async def cmd_status(session, args) -> int:
-    return _print(args, await session.call(uris.CP_STATUS), render.status_text)
+    return _print(args, decode(FleetStatus, await session.call(uris.CP_STATUS), uris.CP_STATUS), render.status_text)
 
 
 def _node_verb(verb: str):

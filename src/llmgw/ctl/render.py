@@ -1,4 +1,4 @@
-"""Turning the control plane's views into text a person reads.
+"""Turning the control plane's views (``llmgw.views``) into text a person reads.
 
 What a node did not report shows as ``-``, never as 0: an old agent is not a
 small machine, and an unmounted filer is not a full disk.
@@ -7,6 +7,10 @@ small machine, and an unmounted filer is not a full disk.
 from __future__ import annotations
 
 from typing import Any, Iterable
+
+from llmgw.records import Filesystem
+from llmgw.states import NodeState
+from llmgw.views import FleetStatus, NodeView, ReplicaView
 
 DASH = "-"
 
@@ -32,21 +36,21 @@ def ago(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d ago"
 
 
-def cpu(node: dict[str, Any]) -> str:
-    c = node.get("cpu")
+def cpu(node: NodeView) -> str:
+    c = node.cpu
     if not c:
         return DASH
-    model = c.get("model") or DASH
-    cores = c.get("logical_cores")
+    model = c.model or DASH
+    cores = c.logical_cores
     text = f"{model} ({cores})" if cores else model
-    if c.get("avx2") is False:
+    if c.avx2 is False:
         text += " NO AVX2!"
     return text
 
 
-def memory(node: dict[str, Any]) -> str:
-    total = node.get("memory_total_bytes")
-    available = node.get("memory_available_bytes")
+def memory(node: NodeView) -> str:
+    total = node.memory_total_bytes
+    available = node.memory_available_bytes
     if total is None:
         return DASH
     if available is None:
@@ -54,66 +58,61 @@ def memory(node: dict[str, Any]) -> str:
     return f"{gb(available)} free / {gb(total)}"
 
 
-def gpus(node: dict[str, Any]) -> str:
-    cards = node.get("gpus")
+def gpus(node: NodeView) -> str:
+    cards = node.gpus
     if cards is None:
         return DASH
     if not cards:
         return "none"
     names: dict[str, int] = {}
     for card in cards:
-        name = (card.get("name") or "GPU").replace("NVIDIA ", "")
+        name = (card.name or "GPU").replace("NVIDIA ", "")
         names[name] = names.get(name, 0) + 1
     kinds = ", ".join(f"{n}x {name}" for name, n in names.items())
-    used = [c.get("memory_used_bytes") for c in cards]
-    total = [c.get("memory_total_bytes") for c in cards]
+    used = [c.memory_used_bytes for c in cards]
+    total = [c.memory_total_bytes for c in cards]
     if None in used or None in total:
         return kinds
     return f"{kinds} ({gb(sum(used))} / {gb(sum(total))} used)"
 
 
-def _space(filesystems: Iterable[dict[str, Any]]) -> str | None:
+def _space(filesystems: Iterable[Filesystem]) -> str | None:
     filesystems = list(filesystems)
-    free = [f.get("free_bytes") for f in filesystems]
-    total = [f.get("total_bytes") for f in filesystems]
+    free = [f.free_bytes for f in filesystems]
+    total = [f.total_bytes for f in filesystems]
     if not filesystems or None in free or None in total:
         return None
     return f"{gb(sum(free))} free / {gb(sum(total))}"
 
 
-def disk(node: dict[str, Any]) -> str:
+def disk(node: NodeView) -> str:
     """Local space, with shared filesystems apart: a filer's space is everyone's."""
-    filesystems = node.get("filesystems")
+    filesystems = node.filesystems
     if filesystems is None:
         return DASH
-    local = _space(f for f in filesystems if not f.get("shared"))
-    shared = _space(f for f in filesystems if f.get("shared"))
+    local = _space(f for f in filesystems if not f.shared)
+    shared = _space(f for f in filesystems if f.shared)
     parts = [local or DASH]
     if shared:
         parts.append(f"shared {shared}")
     return ", ".join(parts)
 
 
-def nodes_table(nodes: list[dict[str, Any]]) -> str:
+def nodes_table(nodes: list[NodeView]) -> str:
     if not nodes:
         return "no nodes have registered yet"
     header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "LAST SEEN")
     rows = []
     notes = []
     for n in nodes:
-        state = n.get("state") or DASH
-        if n.get("cordoned"):
+        state = n.state or DASH
+        if n.cordoned:
             state += ",cordoned"
-        rows.append(
-            (
-                n["id"], state, n.get("address") or DASH, cpu(n), memory(n), gpus(n), disk(n),
-                ago(n.get("seen_ago_s")),
-            )
-        )
-        for warning in n.get("warnings") or []:
-            notes.append(f"  {n['id']}: {warning}")
-        if n.get("reason") and n.get("state") != "ready":
-            notes.append(f"  {n['id']}: {n['state']}: {n['reason']}")
+        rows.append((n.id, state, n.address or DASH, cpu(n), memory(n), gpus(n), disk(n), ago(n.seen_ago_s)))
+        for warning in n.warnings or []:
+            notes.append(f"  {n.id}: {warning}")
+        if n.reason and n.state != NodeState.READY:
+            notes.append(f"  {n.id}: {n.state}: {n.reason}")
     return table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
 
 
@@ -123,20 +122,19 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def replicas_table(replicas: list[dict[str, Any]]) -> str:
+def replicas_table(replicas: list[ReplicaView]) -> str:
     """One row per replica; the reason (or a download's progress) on a line under it."""
     if not replicas:
         return "the catalog asks for no replicas"
     header = ("MODEL", "REPLICA", "STATE", "NODES", "ENDPOINT", "AGE", "STALE")
     rows, notes = [], {}
     for r in replicas:
-        stale = {True: "stale", False: "", None: "?" if r.get("nodes") else ""}[r.get("stale")]
+        stale = {True: "stale", False: "", None: "?" if r.nodes else ""}[r.stale]
         rows.append((
-            r["model"], r["replica"], r["state"], ",".join(r.get("nodes") or []) or DASH,
-            r.get("endpoint") or DASH, age(r.get("age_s")), stale,
+            r.model, r.replica, r.state or DASH, ",".join(r.nodes or []) or DASH, r.endpoint or DASH, age(r.age_s), stale,
         ))
-        if r.get("reason"):
-            notes[len(rows) - 1] = f"    {r['reason']}"
+        if r.reason:
+            notes[len(rows) - 1] = f"    {r.reason}"
     lines = table(header, rows).splitlines()
     out = [lines[0]]
     for index, line in enumerate(lines[1:]):
@@ -158,18 +156,20 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-def status_text(status: dict[str, Any]) -> str:
-    models = status.get("models") or []
-    nodes = status.get("nodes") or {}
+def _figure(value: Any) -> str:
+    return DASH if value is None else str(value)
+
+
+def status_text(status: FleetStatus) -> str:
     header = ("MODEL", "ENGINE", "READY", "DESIRED", "STATES", "STALE", "WEIGHTS HELD (BY FABRIC)")
     rows = [
-        (m["model"], m["engine"], str(m["ready"]), str(m["desired"]),
-         ", ".join(f"{n} {state}" for state, n in sorted(m["states"].items())) or DASH,
-         str(m["stale"]) if m["stale"] else "",
-         ", ".join(f"{fabric}: {n}" for fabric, n in sorted((m.get("weights_by_fabric") or {}).items())) or DASH)
-        for m in models
+        (m.model, m.engine or DASH, _figure(m.ready), _figure(m.desired),
+         ", ".join(f"{n} {state}" for state, n in sorted(m.states.items())) or DASH,
+         str(m.stale) if m.stale else "",
+         ", ".join(f"{fabric}: {n}" for fabric, n in sorted((m.weights_by_fabric or {}).items())) or DASH)
+        for m in status.models
     ]
-    fleet = ", ".join(f"{n} {state}" for state, n in sorted(nodes.items())) or "no nodes"
+    fleet = ", ".join(f"{n} {state}" for state, n in sorted(status.nodes.items())) or "no nodes"
     body = table(header, rows) if rows else "the catalog has no models"
     return f"{body}\nnodes: {fleet}"
 

@@ -11,6 +11,8 @@ from autobahn.twisted.wamp import ApplicationSession
 from twisted.logger import Logger
 
 from llmgw.link import uris
+from llmgw.views import EndpointTable
+from llmgw.wire import WireError, from_wire
 
 log = Logger()
 
@@ -27,10 +29,20 @@ class TableSession(ApplicationSession):
 
     async def onJoin(self, details):
         # Subscribe first, then ask: a change between the two is not missed.
-        await self.subscribe(self.router.apply_table, uris.EVENT_ENDPOINTS)
-        table = await self.call(uris.ROUTER_ENDPOINTS)
+        await self.subscribe(self.follow, uris.EVENT_ENDPOINTS)
+        table = self.follow(await self.call(uris.ROUTER_ENDPOINTS))
+        if table is not None:
+            log.info("following the endpoint table: {n} endpoints", n=len(table.endpoints))
+
+    def follow(self, payload) -> EndpointTable | None:
+        """A table from the hub; one that does not fit is refused and the last one keeps serving."""
+        try:
+            table = from_wire(EndpointTable, payload)
+        except WireError as e:
+            log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
+            return None
         self.router.apply_table(table)
-        log.info("following the endpoint table: {n} endpoints", n=len(table["endpoints"]))
+        return table
 
     def onLeave(self, details):
         # Keep serving the last table while the hub is away: engines do not

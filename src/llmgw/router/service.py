@@ -7,8 +7,6 @@ hub, or from ``router.endpoints`` with no control plane at all).
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.application import internet, service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
@@ -18,6 +16,7 @@ from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
 from llmgw.router.dispatch import Dispatcher, EndpointSpec
 from llmgw.router.enginemetrics import EnginePoller
+from llmgw.views import EndpointTable
 
 log = Logger()
 
@@ -51,7 +50,7 @@ class Router(service.MultiService):
         self.config = config
         self.metrics = metrics
         self.dispatcher = Dispatcher(reactor, config, metrics=metrics)
-        self._table: dict[str, Any] = {"endpoints": [], "unavailable": {}}
+        self._table = EndpointTable()
         self._agent = None
         self._poller = EnginePoller(reactor, self._fetch_metrics)
         from llmgw.router.server import RouterFactory
@@ -78,18 +77,18 @@ class Router(service.MultiService):
         self.dispatcher.reconfigure(config)
         self._apply()
 
-    def apply_table(self, table: dict[str, Any]) -> None:
+    def apply_table(self, table: EndpointTable) -> None:
         """The control plane's table: ready replicas, and why other models have none."""
         self._table = table
         self._apply()
 
     def _apply(self) -> None:
-        specs = [EndpointSpec(e["id"], e["model"], e["url"], e.get("node_id")) for e in self._table["endpoints"]]
+        specs = [EndpointSpec(e.id, e.model, e.url, e.node_id) for e in self._table.endpoints]
         specs += [
             EndpointSpec(f"static:{e.model}:{e.url}", e.model, e.url, None) for e in self.config.endpoints
         ]
         served = {s.model for s in specs}
-        unavailable = {m: why for m, why in self._table.get("unavailable", {}).items() if m not in served}
+        unavailable = {m: why for m, why in self._table.unavailable.items() if m not in served}
         try:
             self.dispatcher.set_endpoints(specs, unavailable)
         except ValueError as e:

@@ -12,7 +12,7 @@ row by row.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from textual import on, work
 from textual.app import App
@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from llmgw.ctl import render
+from llmgw.states import ReplicaState
 from llmgw.tui.backend import ActionFailed, Backend, NotConnected
 from llmgw.tui.common import FleetView
 from llmgw.tui.confirm import ConfirmScreen
@@ -27,15 +28,16 @@ from llmgw.tui.details import DetailsScreen
 from llmgw.tui.fleet import FleetScreen
 from llmgw.tui.help import HelpScreen
 from llmgw.tui.store import FLUSH_S, FleetStore
+from llmgw.views import NodeView
 
 SEEN_TICK_S = 2.0
 # Shard events come in bursts (a replica's shards all change at once): one
 # refetch per burst, at most this often.
 REFETCH_S = 0.5
-# While a replica is moving (downloading, starting, waiting to retry) its
+# While a replica is moving (fetching, starting, waiting to retry) its
 # view changes without a shard event; fetch them this often meanwhile.
 MOVING_POLL_S = 5.0
-MOVING_STATES = ("pending", "starting", "downloading", "installing", "failed", "draining")
+MOVING_STATES = frozenset(ReplicaState) - {ReplicaState.READY}
 SNAPSHOT_RETRY_S = 5.0
 
 CONNECTING = "connecting to the hub…"
@@ -101,10 +103,10 @@ class DashboardApp(App):
     def link_down(self, reason: str) -> None:
         self.post_message(self.LinkDown(reason))
 
-    def node_changed(self, view: dict[str, Any]) -> None:
+    def node_changed(self, view: NodeView) -> None:
         self.store.queue_node(view)
 
-    def shard_changed(self, shard_id: str, event: dict[str, Any]) -> None:
+    def shard_changed(self, shard_id: str | None) -> None:
         self.store.mark_replicas()
 
     @on(LinkUp)
@@ -173,7 +175,7 @@ class DashboardApp(App):
             view.replicas_changed(self.store)
 
     def _poll_moving(self) -> None:
-        if any(r.get("progress") or r.get("state") in MOVING_STATES for r in self.store.replicas.values()):
+        if any(r.progress is not None or r.state in MOVING_STATES for r in self.store.replicas.values()):
             self.store.mark_replicas()
 
     def _tick(self) -> None:

@@ -24,6 +24,8 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
+from llmgw.views import NodeEvent, NodeView, ReplicaView
+from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
 # {"sources": [...], "lines": [...]}.  A source of None is the agent's own log.
@@ -63,11 +65,11 @@ class FleetListener(Protocol):
     def link_down(self, reason: str) -> None:
         """The session is gone; the backend is reconnecting by itself."""
 
-    def node_changed(self, view: dict[str, Any]) -> None:
+    def node_changed(self, view: NodeView) -> None:
         """A node event: the whole node view, as ``llmgw.cp.nodes`` gives it."""
 
-    def shard_changed(self, shard_id: str, event: dict[str, Any]) -> None:
-        """A shard event; replicas derive from shards, so the app refetches them."""
+    def shard_changed(self, shard_id: str | None) -> None:
+        """A shard changed, or a download moved (None); replicas derive from both, so the app refetches them."""
 
 
 class Backend(abc.ABC):
@@ -91,7 +93,7 @@ class Backend(abc.ABC):
         """Close the link and stop reconnecting."""
 
     @abc.abstractmethod
-    async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def snapshot(self) -> tuple[list[NodeView], list[ReplicaView]]:
         """(node views, replica views).
 
         Every node event the listener receives after this is called is newer
@@ -100,7 +102,7 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def replicas(self) -> list[dict[str, Any]]:
+    async def replicas(self) -> list[ReplicaView]:
         """The replica views alone: cheap, refetched after shard events."""
 
     @abc.abstractmethod
@@ -212,13 +214,17 @@ class WampBackend(Backend):
             self.listener.link_down(reason)
 
     def _node_event(self, node_id, event) -> None:
-        view = (event or {}).get("node")
-        if not self._snapshotting and self.listener is not None and isinstance(view, dict):
-            self.listener.node_changed(view)
+        if self._snapshotting or self.listener is None:
+            return
+        try:
+            view = from_wire(NodeEvent, event).node
+        except WireError:
+            return  # not a node view this dashboard can show; the next snapshot has the node
+        self.listener.node_changed(view)
 
-    def _shard_event(self, shard_id, event) -> None:
+    def _shard_event(self, shard_id) -> None:
         if self.listener is not None:
-            self.listener.shard_changed(shard_id, event or {})
+            self.listener.shard_changed(shard_id)
 
     # -- calls --
 
@@ -254,10 +260,10 @@ class WampBackend(Backend):
             nodes = await self._call(uris.CP_NODES, answered=answered)
         finally:
             self._snapshotting = False
-        return nodes, await self._call(uris.CP_REPLICAS)
+        return _decode(list[NodeView], nodes, uris.CP_NODES), await self.replicas()
 
     async def replicas(self):
-        return await self._call(uris.CP_REPLICAS)
+        return _decode(list[ReplicaView], await self._call(uris.CP_REPLICAS), uris.CP_REPLICAS)
 
     async def _logs(self, node_id: str, source: str | None, n: int) -> dict[str, Any]:
         try:
@@ -302,9 +308,9 @@ class DashboardSession(ApplicationSession):
 
     async def onJoin(self, details):
         await self.subscribe(self._backend._node_event, uris.EVENT_NODE)
-        await self.subscribe(self._backend._shard_event, uris.EVENT_SHARD)
+        await self.subscribe(lambda shard_id, event: self._backend._shard_event(shard_id), uris.EVENT_SHARD)
         # A download's progress shows on its replica, which is refetched like a shard change.
-        await self.subscribe(lambda node_id, event: self._backend._shard_event(None, event), uris.EVENT_PROGRESS)
+        await self.subscribe(lambda node_id, event: self._backend._shard_event(None), uris.EVENT_PROGRESS)
         self._backend._joined(self)
 
     def onLeave(self, details):
@@ -313,6 +319,14 @@ class DashboardSession(ApplicationSession):
 
     def onDisconnect(self):
         self._backend._left(self, f"the link to {self._backend.hub} closed")
+
+
+def _decode(kind, answer, uri: str):
+    """An answer as its view records; one that does not fit is the server's failure, said as such."""
+    try:
+        return from_wire(kind, answer)
+    except WireError as e:
+        raise ActionFailed(f"{uri} answered something this dashboard cannot read: {e}") from None
 
 
 def _future(d) -> asyncio.Future:

@@ -8,12 +8,13 @@ report is ``-``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
 from llmgw.ctl import render
 from llmgw.ctl.render import DASH
+from llmgw.records import Progress
+from llmgw.states import NodeState, ReplicaState, ShardState
+from llmgw.views import NodeView, ReplicaView
 
 NODE_COLUMNS = (
     ("node", "NODE"),
@@ -39,15 +40,23 @@ REPLICA_COLUMNS = (
     ("endpoint", "ENDPOINT"),
 )
 
-NODE_STATE_STYLES = {"ready": "green", "unreachable": "yellow", "lost": "bold red"}
+NODE_STATE_STYLES = {NodeState.READY: "green", NodeState.UNREACHABLE: "yellow", NodeState.LOST: "bold red"}
 REPLICA_STATE_STYLES = {
-    "ready": "green",
-    "pending": "yellow",
-    "failed": "bold red",
-    "draining": "magenta",
-    "starting": "cyan",
-    "downloading": "cyan",
-    "installing": "cyan",
+    ReplicaState.READY: "green",
+    ReplicaState.PENDING: "yellow",
+    ReplicaState.FAILED: "bold red",
+    ReplicaState.DRAINING: "magenta",
+    # On its way: its weights coming, then its engine.
+    ReplicaState.FETCHING: "cyan",
+    ReplicaState.STARTING: "cyan",
+}
+# A shard reads as the replica it belongs to would in the same state.
+SHARD_STATE_STYLES = {
+    ShardState.READY: "green",
+    ShardState.FAILED: "bold red",
+    ShardState.DRAINING: "magenta",
+    ShardState.FETCHING: "cyan",
+    ShardState.STARTING: "cyan",
 }
 
 # The longest reason a table cell shows; the details screen has the rest.
@@ -55,51 +64,49 @@ NOTE_WIDTH = 60
 BAR_WIDTH = 12
 
 
-def needs_attention(node: dict[str, Any]) -> bool:
+def needs_attention(node: NodeView) -> bool:
     """The node has something to say: warnings, or a CPU known to lack AVX2."""
-    cpu = node.get("cpu") or {}
-    return bool(node.get("warnings")) or cpu.get("avx2") is False
+    return bool(node.warnings) or (node.cpu is not None and node.cpu.avx2 is False)
 
 
-def node_state(node: dict[str, Any]) -> Text:
-    state = node.get("state") or DASH
+def node_state(node: NodeView) -> Text:
+    state = node.state or DASH
     text = Text(state, style=NODE_STATE_STYLES.get(state, ""))
-    if node.get("cordoned"):
+    if node.cordoned:
         text.append(",cordoned", style="magenta")
     if needs_attention(node):
         text.append(" !", style="bold yellow")
     return text
 
 
-def cpu(node: dict[str, Any]) -> Text:
+def cpu(node: NodeView) -> Text:
     text = render.cpu(node)
-    cpu = node.get("cpu") or {}
-    return Text(text, style="bold red" if cpu.get("avx2") is False else "")
+    return Text(text, style="bold red" if node.cpu is not None and node.cpu.avx2 is False else "")
 
 
-def gpus(node: dict[str, Any]) -> str:
+def gpus(node: NodeView) -> str:
     """ctl's summary, with the cards' mean utilisation when every card reported it."""
     text = render.gpus(node)
-    cards = node.get("gpus") or []
-    utilisation = [c.get("utilization_pct") for c in cards]
+    cards = node.gpus or []
+    utilisation = [c.utilization_pct for c in cards]
     if cards and None not in utilisation:
         text += f" {sum(utilisation) / len(utilisation):.0f}%"
     return text
 
 
-def engines(node: dict[str, Any]) -> str:
-    found = node.get("engines")
+def engines(node: NodeView) -> str:
+    found = node.engines
     if found is None:
         return DASH
     if not found:
         return "none"
-    return ", ".join(f"{e.get('name') or '?'} {e['version']}" if e.get("version") else e.get("name") or "?" for e in found)
+    return ", ".join(f"{e.name or '?'} {e.version}" if e.version else e.name or "?" for e in found)
 
 
-def node_cells(node: dict[str, Any], seen_ago_s: float | None) -> tuple:
+def node_cells(node: NodeView, seen_ago_s: float | None) -> tuple:
     """One row of the nodes table, in ``NODE_COLUMNS`` order."""
     return (
-        node["id"],
+        node.id,
         node_state(node),
         render.ago(seen_ago_s),
         render.memory(node),
@@ -107,7 +114,7 @@ def node_cells(node: dict[str, Any], seen_ago_s: float | None) -> tuple:
         render.disk(node),
         engines(node),
         cpu(node),
-        node.get("address") or DASH,
+        node.address or DASH,
     )
 
 
@@ -119,10 +126,10 @@ def rate(bps: float | None) -> str:
     return f"{bps / 1e6:.0f} MB/s"
 
 
-def progress(p: dict[str, Any], width: int = BAR_WIDTH) -> Text:
+def progress(p: Progress, width: int = BAR_WIDTH) -> Text:
     """A download's progress: a bar when the total is known, the bytes so far when not."""
-    done = p.get("bytes_done")
-    total = p.get("bytes_total")
+    done = p.bytes_done
+    total = p.bytes_total
     text = Text()
     if total and done is not None:
         fraction = min(1.0, max(0.0, done / total))
@@ -132,46 +139,49 @@ def progress(p: dict[str, Any], width: int = BAR_WIDTH) -> Text:
         text.append(f" {fraction * 100:3.0f}% {render.gb(done)} / {render.gb(total)}")
     else:
         text.append(f"{render.gb(done)} so far")
-    if p.get("rate_bps") is not None:
-        text.append(f" {rate(p['rate_bps'])}")
+    if p.rate_bps is not None:
+        text.append(f" {rate(p.rate_bps)}")
     return text
 
 
-def stale(replica: dict[str, Any]) -> Text:
+def stale(replica: ReplicaView) -> Text:
     # As ctl: unknown is "?" only where there is something to be stale.
-    flag = replica.get("stale")
-    if flag is True:
+    if replica.stale is True:
         return Text("stale", style="bold yellow")
-    if flag is None and replica.get("nodes"):
+    if replica.stale is None and replica.nodes:
         return Text("?")
     return Text("")
 
 
-def note(replica: dict[str, Any]) -> Text:
-    if replica.get("progress"):
-        return progress(replica["progress"])
-    reason = replica.get("reason")
+def note(replica: ReplicaView) -> Text:
+    if replica.progress is not None:
+        return progress(replica.progress)
+    reason = replica.reason
     if not reason:
         return Text("")
     if len(reason) > NOTE_WIDTH:
         reason = reason[: NOTE_WIDTH - 1] + "…"
-    return Text(reason, style="red" if replica.get("state") == "failed" else "")
+    return Text(reason, style="red" if replica.state == ReplicaState.FAILED else "")
 
 
-def replica_index(replica: dict[str, Any]) -> str:
-    return replica["replica"].rpartition("/")[2]
+def replica_index(replica: ReplicaView) -> str:
+    return replica.replica.rpartition("/")[2]
 
 
-def replica_cells(replica: dict[str, Any]) -> tuple:
+def replica_state(replica: ReplicaView) -> Text:
+    state = replica.state or DASH
+    return Text(state, style=REPLICA_STATE_STYLES.get(state, ""))
+
+
+def replica_cells(replica: ReplicaView) -> tuple:
     """One row of the replicas table, in ``REPLICA_COLUMNS`` order."""
-    state = replica.get("state") or DASH
     return (
-        replica.get("model") or DASH,
+        replica.model or DASH,
         replica_index(replica),
-        Text(state, style=REPLICA_STATE_STYLES.get(state, "")),
-        ",".join(replica.get("nodes") or []) or DASH,
+        replica_state(replica),
+        ",".join(replica.nodes or []) or DASH,
         stale(replica),
-        render.age(replica.get("age_s")),
+        render.age(replica.age_s),
         note(replica),
-        replica.get("endpoint") or DASH,
+        replica.endpoint or DASH,
     )

@@ -13,10 +13,12 @@ from textual.widgets import Footer, Static
 
 from llmgw.ctl import render
 from llmgw.ctl.render import DASH
+from llmgw.states import ReplicaState
 from llmgw.tui import columns
 from llmgw.tui.common import FleetView, LinkBanner
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
 from llmgw.tui.store import FleetStore
+from llmgw.views import NodeView, ReplicaView
 
 LABEL = 12
 
@@ -31,86 +33,82 @@ def _line(text: Text, label: str, value: str | Text) -> None:
     text.append("\n")
 
 
-def node_facts(node: dict[str, Any], seen_ago_s: float | None, replicas: list[dict[str, Any]]) -> Text:
+def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaView]) -> Text:
     text = Text()
-    text.append(node["id"], style="bold")
+    text.append(node.id, style="bold")
     text.append("  ")
     text.append(columns.node_state(node))
     text.append("\n")
-    if node.get("reason"):
-        _line(text, "reason", node["reason"])
+    if node.reason:
+        _line(text, "reason", node.reason)
     _line(text, "last seen", render.ago(seen_ago_s))
-    _line(text, "address", f"{_value(node.get('address'))}  (host {_value(node.get('hostname'))})")
-    _line(text, "system", " · ".join(_value(node.get(k)) for k in ("os", "kernel", "arch")))
-    _line(text, "agent", f"{_value(node.get('agent_version'))} (protocol {_value(node.get('protocol'))})")
+    _line(text, "address", f"{_value(node.address)}  (host {_value(node.hostname)})")
+    _line(text, "system", " · ".join(_value(v) for v in (node.os, node.kernel, node.arch)))
+    _line(text, "agent", f"{_value(node.agent_version)} (protocol {_value(node.protocol)})")
     _line(text, "cpu", columns.cpu(node))
     _line(text, "memory", render.memory(node))
-    _line(text, "gpus", f"{columns.gpus(node)}  (driver {_value(node.get('nvidia_driver'))})")
-    for card in node.get("gpus") or []:
-        used, total = card.get("memory_used_bytes"), card.get("memory_total_bytes")
-        utilisation = card.get("utilization_pct")
-        _line(text, "", f"  {card.get('index')}  {_value(card.get('name'))}  "
-                        f"{render.gb(used)} / {render.gb(total)} used  "
+    _line(text, "gpus", f"{columns.gpus(node)}  (driver {_value(node.nvidia_driver)})")
+    for card in node.gpus or []:
+        utilisation = card.utilization_pct
+        _line(text, "", f"  {card.index}  {_value(card.name)}  "
+                        f"{render.gb(card.memory_used_bytes)} / {render.gb(card.memory_total_bytes)} used  "
                         f"{DASH if utilisation is None else f'{utilisation}%'} busy")
     _line(text, "disk", render.disk(node))
-    for fs in node.get("filesystems") or []:
-        free, total = fs.get("free_bytes"), fs.get("total_bytes")
-        shared = {True: " shared", False: "", None: ""}[fs.get("shared")]
-        _line(text, "", f"  {fs.get('mountpoint')}  {_value(fs.get('fstype'))}{shared}  "
-                        f"{render.gb(free)} free / {render.gb(total)}  weights: {', '.join(fs.get('weights_dirs') or []) or DASH}")
-    adapters = node.get("infiniband")
+    for fs in node.filesystems or []:
+        shared = " shared" if fs.shared else ""
+        _line(text, "", f"  {fs.mountpoint}  {_value(fs.fstype)}{shared}  "
+                        f"{render.gb(fs.free_bytes)} free / {render.gb(fs.total_bytes)}  "
+                        f"weights: {', '.join(fs.weights_dirs) or DASH}")
+    adapters = node.infiniband
     if adapters is None:
         _line(text, "infiniband", DASH)
     elif not adapters:
         _line(text, "infiniband", "none")
     for adapter in adapters or []:
-        ports = ", ".join(
-            f"port {p.get('port')} {_value(p.get('state'))} {_value(p.get('rate_gbps'))} Gb/s" for p in adapter.get("ports") or []
-        )
-        _line(text, "infiniband", f"{adapter.get('name')} fabric {_value(adapter.get('fabric'))}: {ports or DASH}")
+        ports = ", ".join(f"port {p.port} {_value(p.state)} {_value(p.rate_gbps)} Gb/s" for p in adapter.ports)
+        _line(text, "infiniband", f"{adapter.name} fabric {_value(adapter.fabric)}: {ports or DASH}")
     _line(text, "engines", columns.engines(node))
-    labels = node.get("labels") or {}
-    _line(text, "labels", ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none")
-    warnings = list(node.get("warnings") or [])
-    if (node.get("cpu") or {}).get("avx2") is False and not any("AVX2" in w for w in warnings):
+    _line(text, "labels", ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "none")
+    warnings = list(node.warnings)
+    if node.cpu is not None and node.cpu.avx2 is False and not any("AVX2" in w for w in warnings):
         warnings.append("CPU has no AVX2: llama.cpp runs several times slower here")
     for warning in warnings:
         _line(text, "warning", Text(f"! {warning}", style="bold yellow"))
     if replicas:
-        _line(text, "replicas", ", ".join(f"{r['replica']} {r.get('state') or DASH}" for r in replicas))
+        _line(text, "replicas", ", ".join(f"{r.replica} {r.state or DASH}" for r in replicas))
     else:
         _line(text, "replicas", "none")
     text.rstrip()
     return text
 
 
-def replica_facts(replica: dict[str, Any]) -> Text:
+def replica_facts(replica: ReplicaView) -> Text:
     text = Text()
-    text.append(replica["replica"], style="bold")
+    text.append(replica.replica, style="bold")
     text.append("  ")
-    state = replica.get("state") or DASH
-    text.append(state, style=columns.REPLICA_STATE_STYLES.get(state, ""))
+    text.append(columns.replica_state(replica))
     text.append("\n")
-    if replica.get("reason"):
-        _line(text, "reason", Text(replica["reason"], style="red" if state == "failed" else ""))
-    progress = replica.get("progress")
-    if progress:
+    if replica.reason:
+        _line(text, "reason", Text(replica.reason, style="red" if replica.state == ReplicaState.FAILED else ""))
+    progress = replica.progress
+    if progress is not None:
         bar = columns.progress(progress, width=30)
-        if progress.get("file_name"):
-            bar.append(f"  {progress['file_name']}")
+        if progress.file_name:
+            bar.append(f"  {progress.file_name}")
         _line(text, "progress", bar)
-    _line(text, "model", _value(replica.get("model")))
-    _line(text, "nodes", ", ".join(replica.get("nodes") or []) or DASH)
-    _line(text, "endpoint", _value(replica.get("endpoint")))
+    _line(text, "model", _value(replica.model))
+    _line(text, "nodes", ", ".join(replica.nodes) or DASH)
+    _line(text, "endpoint", _value(replica.endpoint))
     _line(text, "stale", {True: "stale: the catalog changed since it started", False: "no",
-                          None: "unknown"}[replica.get("stale")])
-    _line(text, "age", render.age(replica.get("age_s")))
-    _line(text, "fingerprint", _value(replica.get("fingerprint")))
-    for shard in replica.get("shards") or []:
-        _line(text, "shard", f"{shard.get('shard')} on {_value(shard.get('node'))}: {_value(shard.get('state'))}  "
-                             f"pid {_value(shard.get('pid'))}  {_value(shard.get('endpoint'))}"
-                             + (f"  {shard['reason']}" if shard.get("reason") else ""))
-    if not replica.get("shards"):
+                          None: "unknown"}[replica.stale])
+    _line(text, "age", render.age(replica.age_s))
+    _line(text, "fingerprint", _value(replica.fingerprint))
+    for shard in replica.shards:
+        line = Text(f"{shard.shard} on {_value(shard.node)}: ")
+        line.append(_value(shard.state), style=columns.SHARD_STATE_STYLES.get(shard.state, ""))
+        line.append(f"  pid {_value(shard.pid)}  {_value(shard.endpoint)}" + (f"  {shard.reason}" if shard.reason else ""))
+        _line(text, "shard", line)
+    if not replica.shards:
         _line(text, "shards", "none")
     text.rstrip()
     return text

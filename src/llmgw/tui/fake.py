@@ -1,7 +1,8 @@
 """An in-process backend for Pilot tests and the benchmark, and a simulated fleet to fill it.
 
-``FakeBackend`` keeps the views it is given and hands out copies, as the hub
-would; tests drive it (``emit_node``, ``disconnect``...) and read what the app
+``FakeBackend`` keeps the view records it is given (``llmgw.views``, the
+same records the real backend decodes from the hub) and hands them out;
+tests drive it (``emit_node``, ``disconnect``...) and read what the app
 asked of it in ``calls``.  It shares the ``Backend`` interface with
 ``WampBackend``, and the real-server tests exercise the same app code through
 the real one.
@@ -10,12 +11,16 @@ the real one.
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 import zlib
 from typing import Any, Iterable
 
+import attrs
+
+from llmgw.states import NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
+from llmgw.views import NodeView, ReplicaView
+from llmgw.wire import from_wire, to_wire
 
 
 class FakeBackend(Backend):
@@ -23,14 +28,14 @@ class FakeBackend(Backend):
 
     def __init__(
         self,
-        nodes: Iterable[dict[str, Any]] = (),
-        replicas: Iterable[dict[str, Any]] = (),
+        nodes: Iterable[NodeView] = (),
+        replicas: Iterable[ReplicaView] = (),
         logs: dict[tuple[str, str | None], list[str]] | None = None,
         connected: bool = True,
     ):
         super().__init__()
-        self.nodes: dict[str, dict[str, Any]] = {n["id"]: n for n in nodes}
-        self.replica_views: list[dict[str, Any]] = list(replicas)
+        self.nodes: dict[str, NodeView] = {n.id: n for n in nodes}
+        self.replica_views: list[ReplicaView] = list(replicas)
         #: (node, source) -> lines; a node missing here has no logs to give.
         self.log_lines: dict[tuple[str, str | None], list[str]] = dict(logs or {})
         #: Nodes whose logs fail as an agent too old to send them would.
@@ -61,16 +66,16 @@ class FakeBackend(Backend):
         if self.listener is not None:
             self.listener.link_down(reason)
 
-    def emit_node(self, view: dict[str, Any]) -> None:
-        self.nodes[view["id"]] = view
+    def emit_node(self, view: NodeView) -> None:
+        self.nodes[view.id] = view
         if self.listener is not None and self.connected:
-            self.listener.node_changed(copy.deepcopy(view))
+            self.listener.node_changed(view)
 
-    def set_replicas(self, views: Iterable[dict[str, Any]], shard_id: str = "any/0/0") -> None:
+    def set_replicas(self, views: Iterable[ReplicaView], shard_id: str = "any/0/0") -> None:
         """Replace the replica views and send the shard event that says they changed."""
         self.replica_views = list(views)
         if self.listener is not None and self.connected:
-            self.listener.shard_changed(shard_id, {"change": "status"})
+            self.listener.shard_changed(shard_id)
 
     # -- the Backend interface --
 
@@ -83,12 +88,12 @@ class FakeBackend(Backend):
         if self.hold_snapshot is not None:
             await self.hold_snapshot.wait()
         self._need_link()
-        return copy.deepcopy(sorted(self.nodes.values(), key=lambda n: n["id"])), copy.deepcopy(self.replica_views)
+        return sorted(self.nodes.values(), key=lambda n: n.id), list(self.replica_views)
 
     async def replicas(self):
         self.calls.append(("replicas",))
         self._need_link()
-        return copy.deepcopy(self.replica_views)
+        return list(self.replica_views)
 
     async def logs(self, node_id, source, n):
         self.calls.append(("logs", node_id, source, n))
@@ -112,12 +117,10 @@ class FakeBackend(Backend):
         self._need_link()
         if node_id not in self.nodes:
             raise ActionFailed(f"no node {node_id!r}", error="llmgw.error.no_such_node")
-        self.emit_node({**self.nodes[node_id], "cordoned": cordoned})
+        self.emit_node(attrs.evolve(self.nodes[node_id], cordoned=cordoned))
         result: dict[str, Any] = {"node": node_id, "cordoned": cordoned}
         if verb == "drain":
-            result["stopped"] = [
-                s["shard"] for r in self.replica_views for s in r.get("shards") or [] if s.get("node") == node_id
-            ]
+            result["stopped"] = [s.shard for r in self.replica_views for s in r.shards if s.node == node_id]
         return result
 
     async def drain(self, node_id):
@@ -130,16 +133,30 @@ class FakeBackend(Backend):
         return await self._verb("uncordon", node_id, False)
 
 
-# -- a simulated fleet, shaped like Fleet.view and Reconciler.views --
+# -- a simulated fleet: the records Fleet.view and Reconciler.views make --
 
 GB = 1_000_000_000
 
+# The shard state a one-shard replica in each state has (a pending one has no shard).
+_SHARD_STATE = {
+    ReplicaState.READY: ShardState.READY,
+    ReplicaState.FETCHING: ShardState.FETCHING,
+    ReplicaState.STARTING: ShardState.STARTING,
+    ReplicaState.DRAINING: ShardState.DRAINING,
+    ReplicaState.FAILED: ShardState.FAILED,
+}
 
-def node_view(node_id: str, **overrides: Any) -> dict[str, Any]:
-    """A ready node with one 80 GB GPU, as a current agent reports it; override any key."""
+
+def _build(kind, facts: dict[str, Any]):
+    # Overrides may be written as the wire has them (cpu={"avx2": False}) or as records.
+    return from_wire(kind, to_wire(facts))
+
+
+def node_view(node_id: str, **overrides: Any) -> NodeView:
+    """A ready node with one 80 GB GPU, as a current agent reports it; override any field."""
     view: dict[str, Any] = {
         "id": node_id,
-        "state": "ready",
+        "state": NodeState.READY,
         "reason": None,
         "cordoned": False,
         "last_seen": 1_700_000_000.0,
@@ -171,44 +188,55 @@ def node_view(node_id: str, **overrides: Any) -> dict[str, Any]:
         "warnings": [],
     }
     view.update(overrides)
-    return view
+    return _build(NodeView, view)
 
 
-def replica_view(replica_id: str, node_id: str | None = "node01", **overrides: Any) -> dict[str, Any]:
-    """A ready one-shard replica on *node_id* (None: pending, placed nowhere); override any key."""
+def replica_view(replica_id: str, node_id: str | None = "node01", state: ReplicaState | None = None,
+                 **overrides: Any) -> ReplicaView:
+    """A one-shard replica on *node_id*, ready unless *state* says otherwise (None: pending, placed nowhere).
+
+    Its shard and endpoint are what the control plane would show for that state:
+    rank 0's endpoint only while ready or draining.  Override any field.
+    """
     model, _, _ = replica_id.rpartition("/")
-    shard = f"{replica_id}/0"
+    state = state or (ReplicaState.READY if node_id else ReplicaState.PENDING)
+    url = f"http://10.0.0.1:{8000 + (zlib.crc32(replica_id.encode()) % 1000)}" if node_id else None
+    shard_state = _SHARD_STATE.get(state) if node_id else None
+    serving = state in (ReplicaState.READY, ReplicaState.DRAINING)
     view: dict[str, Any] = {
         "model": model,
         "replica": replica_id,
-        "state": "ready" if node_id else "pending",
+        "state": state,
         "nodes": [node_id] if node_id else [],
-        "endpoint": f"http://10.0.0.1:{8000 + (zlib.crc32(replica_id.encode()) % 1000)}" if node_id else None,
+        "endpoint": url if serving else None,
         "age_s": 300.0 if node_id else None,
         "stale": False if node_id else None,
         "fingerprint": "f1",
-        "reason": None if node_id else "waiting for the reconciler",
+        "reason": "waiting for the reconciler" if state == ReplicaState.PENDING else None,
+        "progress": None,
         "shards": (
-            [{"shard": shard, "node": node_id, "state": "ready", "pid": 4242, "endpoint": None, "reason": None}]
-            if node_id else []
+            [{"shard": f"{replica_id}/0", "node": node_id, "state": shard_state,
+              "pid": None if shard_state == ShardState.FETCHING else 4242,
+              "endpoint": url if shard_state in (ShardState.READY, ShardState.DRAINING) else None, "reason": None}]
+            if shard_state else []
         ),
     }
     view.update(overrides)
-    return view
+    return _build(ReplicaView, view)
 
 
-def simulated_fleet(n_nodes: int, n_replicas: int, seed: int = 1) -> tuple[list[dict], list[dict]]:
+def simulated_fleet(n_nodes: int, n_replicas: int, seed: int = 1) -> tuple[list[NodeView], list[ReplicaView]]:
     """*n_nodes* nodes and *n_replicas* replicas of 50 models, in varied states."""
     rng = random.Random(seed)
     nodes = []
     for i in range(n_nodes):
         node_id = f"gpu{i:04d}"
         cards = rng.choice([0, 1, 2, 4, 8])
-        state = rng.choices(["ready", "unreachable", "lost"], [95, 4, 1])[0]
+        state = rng.choices(list(NodeState), [95, 4, 1])[0]
         nodes.append(node_view(
             node_id,
             state=state,
-            reason=None if state == "ready" else "no heartbeat for 20 s",
+            reason=None if state == NodeState.READY else "no heartbeat for 20 s",
             address=f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
             seen_ago_s=round(rng.uniform(0, 5), 1),
             memory_available_bytes=rng.randrange(10, 500) * GB,
@@ -223,6 +251,6 @@ def simulated_fleet(n_nodes: int, n_replicas: int, seed: int = 1) -> tuple[list[
     replicas = []
     for i in range(n_replicas):
         model = f"model{i % 50:02d}"
-        node = nodes[rng.randrange(n_nodes)]["id"] if n_nodes else None
+        node = nodes[rng.randrange(n_nodes)].id if n_nodes else None
         replicas.append(replica_view(f"{model}/{i // 50}", node))
     return nodes, replicas

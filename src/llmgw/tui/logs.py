@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.widgets import Log, Static
 
 from llmgw.tui.backend import LogsUnavailable
+from llmgw.views import ReplicaView
 
 POLL_S = 2.0
 LINES = 200
@@ -39,13 +40,12 @@ class LogTarget:
         return self.source or AGENT
 
 
-def replica_log_target(replica: dict) -> LogTarget | None:
+def replica_log_target(replica: ReplicaView) -> LogTarget | None:
     """The log of a replica's first shard, on the node that runs it."""
-    shards = replica.get("shards") or []
-    if not shards:
+    if not replica.shards or replica.shards[0].node is None:
         return None
-    first = shards[0]
-    return LogTarget(first["node"], first["shard"], replica["replica"])
+    first = replica.shards[0]
+    return LogTarget(first.node, first.shard, replica.replica)
 
 
 def overlap(old: list[str], new: list[str]) -> int:

@@ -15,32 +15,37 @@ snapshot, which it is newer than.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
+
+import attrs
+
+from llmgw.states import NodeState, ReplicaState
+from llmgw.views import NodeView, ReplicaView
 
 FLUSH_S = 0.1
 
 # What a heartbeat changes; a view that differs from the last only in these
 # is not urgent.
 FIGURES = frozenset({"last_seen", "seen_ago_s", "memory_available_bytes", "gpus", "filesystems"})
+_WHAT_IT_IS = tuple(f.name for f in attrs.fields(NodeView) if f.name not in FIGURES)
 
 
-def urgent(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def urgent(old: NodeView | None, new: NodeView) -> bool:
     if old is None:
         return True
-    keys = old.keys() | new.keys()
-    return any(old.get(k) != new.get(k) for k in keys - FIGURES)
+    return any(getattr(old, name) != getattr(new, name) for name in _WHAT_IT_IS)
 
 
 class FleetStore:
     def __init__(self, clock: Callable[[], float]):
         self._clock = clock
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.replicas: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, NodeView] = {}
+        self.replicas: dict[str, ReplicaView] = {}
         # The local time at which each node was last heard from: its view's
         # seen_ago_s subtracted from when the view arrived, so "last seen"
         # keeps counting between events without trusting the server's clock.
         self._heard_at: dict[str, float] = {}
-        self._pending: dict[str, tuple[dict[str, Any], float]] = {}
+        self._pending: dict[str, tuple[NodeView, float]] = {}
         self._urgent: set[str] = set()
         self._ready_nodes = 0
         self._ready_replicas = 0
@@ -59,8 +64,8 @@ class FleetStore:
         self.replicas_dirty = False
         self.syncing = True
 
-    def queue_node(self, view: dict[str, Any]) -> None:
-        node_id = view["id"]
+    def queue_node(self, view: NodeView) -> None:
+        node_id = view.id
         if node_id not in self._urgent:
             queued = self._pending.get(node_id)
             if urgent(queued[0] if queued else self.nodes.get(node_id), view):
@@ -76,7 +81,7 @@ class FleetStore:
 
     # -- applying --
 
-    def load(self, nodes: list[dict[str, Any]], replicas: list[dict[str, Any]]) -> None:
+    def load(self, nodes: list[NodeView], replicas: list[ReplicaView]) -> None:
         """Replace everything with a snapshot."""
         now = self._clock()
         self.nodes = {}
@@ -88,7 +93,7 @@ class FleetStore:
         self.syncing = False
         self.loaded = True
 
-    def take_nodes(self, figures: bool = False) -> dict[str, dict[str, Any]]:
+    def take_nodes(self, figures: bool = False) -> dict[str, NodeView]:
         """Apply the urgent queued node views (and, with *figures*, all of them); return them by id."""
         if self.syncing or not self._pending:
             return {}
@@ -102,21 +107,20 @@ class FleetStore:
             self._put(view, received)
         return {node_id: view for node_id, (view, _) in taken.items()}
 
-    def set_replicas(self, replicas: list[dict[str, Any]]) -> None:
+    def set_replicas(self, replicas: list[ReplicaView]) -> None:
         # replicas_dirty is not cleared here: a shard event that arrived
         # after this answer left must still cause a fetch.
-        self.replicas = {r["replica"]: r for r in replicas}
-        self._ready_replicas = sum(1 for r in replicas if r.get("state") == "ready")
+        self.replicas = {r.replica: r for r in replicas}
+        self._ready_replicas = sum(1 for r in replicas if r.state == ReplicaState.READY)
 
-    def _put(self, view: dict[str, Any], received: float) -> None:
-        old = self.nodes.get(view["id"])
-        self._ready_nodes += (view.get("state") == "ready") - (old is not None and old.get("state") == "ready")
-        self.nodes[view["id"]] = view
-        ago = view.get("seen_ago_s")
-        if ago is None:
-            self._heard_at.pop(view["id"], None)
+    def _put(self, view: NodeView, received: float) -> None:
+        old = self.nodes.get(view.id)
+        self._ready_nodes += (view.state == NodeState.READY) - (old is not None and old.state == NodeState.READY)
+        self.nodes[view.id] = view
+        if view.seen_ago_s is None:
+            self._heard_at.pop(view.id, None)
         else:
-            self._heard_at[view["id"]] = received - ago
+            self._heard_at[view.id] = received - view.seen_ago_s
 
     # -- reading --
 
@@ -124,9 +128,8 @@ class FleetStore:
         heard = self._heard_at.get(node_id)
         return None if heard is None else max(0.0, self._clock() - heard)
 
-    def replicas_on(self, node_id: str) -> list[dict[str, Any]]:
-        return [r for r in self.replicas.values() if node_id in (r.get("nodes") or [])
-                or any(s.get("node") == node_id for s in r.get("shards") or [])]
+    def replicas_on(self, node_id: str) -> list[ReplicaView]:
+        return [r for r in self.replicas.values() if node_id in r.nodes or any(s.node == node_id for s in r.shards)]
 
     def counts(self) -> tuple[int, int, int, int]:
         """(nodes, ready nodes, replicas, ready replicas)."""

@@ -1,0 +1,167 @@
+"""What the control plane hands to ctl, the dashboard, the collector and the routers.
+
+Frozen records, built from the fleet by the control plane and sent with
+``llmgw.wire.to_wire``, so their field names are the JSON keys ctl and the
+TUI have always read.  A reader builds them back with ``from_wire``: keys it
+does not know are ignored (a newer server) and keys it is not sent stay
+``None`` (an older one) — absent is not zero, and every display shows ``-``.
+
+A state is a member of ``llmgw.states`` when it is one this code knows, and
+the string as it was sent when it is not (a newer server's), so one new state
+does not make a whole answer unreadable.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+
+from llmgw.records import CPU, GPU, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus, WeightsReport
+from llmgw.states import NodeState, ReplicaState, ShardState
+
+#: The inventory's facts a node view carries, flattened beside the node's own
+#: fields; the view's id and cordon are the fleet's, its shards have their own views.
+NODE_FACTS = tuple(f.name for f in attrs.fields(Inventory) if f.name not in ("node_id", "cordoned", "shards"))
+
+
+def _known(states: type) -> Callable:
+    def convert(value):
+        try:
+            return states(value)
+        except ValueError:
+            return value  # None, or a state only a newer server knows: kept as it was sent
+    return convert
+
+
+@attrs.frozen
+class NodeView:
+    """A node as ``llmgw.cp.nodes`` and ``llmgw.event.node`` give it."""
+
+    id: str
+    state: str | None = attrs.field(default=None, converter=_known(NodeState))
+    reason: str | None = None
+    cordoned: bool | None = None
+    last_seen: float | None = None
+    seen_ago_s: float | None = None
+    state_since: float | None = None
+    registered_at: float | None = None
+    # What the node reported (``NODE_FACTS``), as in ``Inventory``.
+    protocol: int | None = None
+    agent_version: str | None = None
+    address: str | None = None
+    hostname: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    cpu: CPU | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    nvidia_driver: str | None = None
+    gpus: list[GPU] | None = None
+    filesystems: list[Filesystem] | None = None
+    infiniband: list[IBAdapter] | None = None
+    labels: dict[str, str] = attrs.Factory(dict)
+    engines: list[EngineInfo] | None = None
+    weights: WeightsReport | None = None
+    warnings: list[str] = attrs.Factory(list)
+
+
+@attrs.frozen
+class ShardView:
+    """One shard of a replica view: where it runs and what its node says of it."""
+
+    shard: str
+    node: str | None = None
+    state: str | None = attrs.field(default=None, converter=_known(ShardState))
+    pid: int | None = None
+    endpoint: str | None = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class ReplicaView:
+    """A slot of a model as ``llmgw.cp.replicas`` (``ctl replicas``) gives it."""
+
+    model: str
+    replica: str
+    state: str | None = attrs.field(default=None, converter=_known(ReplicaState))
+    # The nodes of its shards that are not lost, rank 0's first.
+    nodes: list[str] = attrs.Factory(list)
+    # Rank 0's, while the replica is ready or draining.
+    endpoint: str | None = None
+    age_s: float | None = None
+    # None: unknown (nothing runs, or an agent too old to report a fingerprint).
+    stale: bool | None = None
+    fingerprint: str | None = None
+    # Why it is not ready, in words; displayed, never decided on.
+    reason: str | None = None
+    progress: Progress | None = None
+    shards: list[ShardView] = attrs.Factory(list)
+
+
+@attrs.frozen
+class ModelStatus:
+    """One model's line of ``ctl status``: desired against ready."""
+
+    model: str
+    profile: str | None = None
+    engine: str | None = None
+    desired: int | None = None
+    ready: int | None = None
+    # Replicas by state; only the states some replica is in.
+    states: dict[str, int] = attrs.Factory(dict)
+    stale: int | None = None
+    # Nodes holding the weights, per fabric ("-": on none).
+    weights_by_fabric: dict[str, int] | None = None
+
+
+@attrs.frozen
+class FleetStatus:
+    """``llmgw.cp.status``: every model's status, and the nodes counted by state."""
+
+    models: list[ModelStatus] = attrs.Factory(list)
+    nodes: dict[str, int] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class EndpointEntry:
+    """One ready replica a router may send to: rank 0's URL and its node."""
+
+    id: str
+    model: str
+    url: str
+    node_id: str | None = None
+
+
+@attrs.frozen
+class EndpointTable:
+    """What the routers route on, and why each model without an endpoint has none."""
+
+    endpoints: list[EndpointEntry] = attrs.Factory(list)
+    unavailable: dict[str, str] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class NodeEvent:
+    """``llmgw.event.node``: a node changed (``change`` says how) and is now ``node``."""
+
+    change: str
+    node: NodeView
+
+
+@attrs.frozen
+class ShardEvent:
+    """``llmgw.event.shard``: a shard's new status, or its last one when ``change`` is "removed"."""
+
+    change: str
+    node_id: str
+    shard: ShardStatus
+
+
+@attrs.frozen
+class ProgressEvent:
+    """``llmgw.event.progress``: how far a node's download has come."""
+
+    node_id: str
+    progress: Progress

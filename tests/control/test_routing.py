@@ -1,0 +1,64 @@
+"""The routers' endpoint table comes from what the nodes report, not from what ctl displays."""
+
+from __future__ import annotations
+
+import attrs
+from twisted.internet.task import Clock
+
+from llmgw.control.fleet import Fleet
+from llmgw.control.routing import endpoint_table
+from llmgw.records import Inventory, ShardSpec, ShardStatus
+from llmgw.states import ReplicaState
+from llmgw.views import EndpointEntry, ReplicaView
+
+
+def status(replica_id, rank, state, port=None, ranks=1):
+    spec = ShardSpec(shard_id=f"{replica_id}/{rank}", replica_id=replica_id, model=replica_id.rpartition("/")[0],
+                     engine="sim", rank=rank, ranks=ranks)
+    return ShardStatus(spec, state, endpoint=f"http://10.0.0.1:{port}" if port else None, since=0.0)
+
+
+def fleet_with(*shards, node="node01"):
+    fleet = Fleet(Clock(), lambda *a: None, unreachable_after=15, lost_after=120)
+    fleet.register(node, 1, Inventory(node_id=node, shards=list(shards)))
+    return fleet
+
+
+def test_ready_replicas_of_catalog_models_are_routed_to_at_rank_0s_endpoint():
+    fleet = fleet_with(status("echo/0", 0, "ready", 4001), status("echo/1", 0, "starting", 4002),
+                       status("big/0", 0, "ready", 4003, ranks=2), status("big/0", 1, "ready", 4004, ranks=2),
+                       status("gone/0", 0, "ready", 4005))
+    table = endpoint_table(fleet, ["echo", "big"], [])
+    assert table.endpoints == [EndpointEntry("big/0", "big", "http://10.0.0.1:4003", "node01"),
+                               EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "node01")]
+
+
+def test_a_replica_with_a_rank_not_ready_or_on_a_lost_node_is_not_routed_to():
+    fleet = fleet_with(status("big/0", 0, "ready", 4003, ranks=2), status("big/0", 1, "starting", ranks=2))
+    assert endpoint_table(fleet, ["big"], []).endpoints == []
+    fleet = fleet_with(status("echo/0", 0, "ready", 4001))
+    fleet._clock.advance(121)
+    fleet.check()
+    assert endpoint_table(fleet, ["echo"], []).endpoints == []
+
+
+def test_what_ctl_displays_does_not_move_traffic():
+    fleet = fleet_with(status("echo/0", 0, "ready", 4001), status("echo/1", 0, "fetching"))
+    views = [ReplicaView("echo", "echo/0", ReplicaState.READY, ["node01"], "http://10.0.0.1:4001", age_s=5.0),
+             ReplicaView("echo", "echo/1", ReplicaState.FETCHING, ["node01"], reason="node01: fetching x")]
+    before = endpoint_table(fleet, ["echo"], views)
+    reworded = [attrs.evolve(v, reason="in other words", age_s=9999.0, endpoint=None, nodes=[],
+                             state=ReplicaState.PENDING) for v in views]
+    after = endpoint_table(fleet, ["echo"], reworded)
+    assert after.endpoints == before.endpoints == [EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "node01")]
+
+
+def test_models_without_an_endpoint_say_why_in_the_views_words():
+    fleet = fleet_with(status("qwen/0", 0, "fetching"))
+    views = [ReplicaView("qwen", "qwen/0", ReplicaState.FETCHING, ["node01"], reason="node01: downloading q.gguf"),
+             ReplicaView("tiny", "tiny/0", ReplicaState.STARTING)]
+    assert endpoint_table(fleet, ["qwen", "tiny", "none"], views).unavailable == {
+        "qwen": "node01: downloading q.gguf",
+        "tiny": "its replica is starting",
+        "none": "the catalog asks for no replicas of it",
+    }
