@@ -242,26 +242,36 @@ def test_a_killed_engine_under_load_costs_no_client_an_error(cluster):
 
 
 def test_repeated_prefixes_stick_to_one_engine_until_it_is_loaded(cluster):
-    router = "\nrouter:\n  scoring: prefix-affinity\n"
-    start(cluster, router=router)
+    # Both echo engines generate slowly, so a stream stays open, and counts as
+    # in flight, until the test closes it; short answers come back at once.
+    slow_echo = CATALOG.replace('sim-fast: {engine: sim, args: ["--ttft-ms", "0", "--output-tokens", "8"]}',
+                                'sim-fast: {engine: sim, args: ["--ttft-ms", "0", "--tokens-per-s", "20", '
+                                '"--output-tokens", "400"]}')
+    start(cluster, catalog=slow_echo, router="\nrouter:\n  scoring: prefix-affinity\n")
     c = client(cluster)
     prefix = "You are a helpful assistant. " * 20
-    seen = {c.chat.completions.create(model="echo", messages=[
-        {"role": "system", "content": prefix}, {"role": "user", "content": f"question {i}"}]).system_fingerprint
-        for i in range(10)}
+
+    def messages(question):
+        return [{"role": "system", "content": prefix}, {"role": "user", "content": question}]
+
+    seen = {c.chat.completions.create(model="echo", messages=messages(f"question {i}"), max_tokens=1).system_fingerprint
+            for i in range(10)}
     assert len(seen) == 1  # one warm KV cache
 
-    async def burst():
-        a = openai.AsyncOpenAI(base_url=cluster.api + "/v1", api_key="unused", max_retries=0)
-        replies = await asyncio.gather(*[
-            a.chat.completions.create(model="echo", messages=[
-                {"role": "system", "content": prefix}, {"role": "user", "content": f"burst {i}"}])
-            for i in range(40)])
-        await a.close()
-        return replies
-
-    burst_seen = {r.system_fingerprint for r in asyncio.run(burst())}
-    assert len(burst_seen) == 2  # over its bound, it spills to the other engine
+    # Hold streams open one after another, each until its first chunk has come:
+    # with two engines and a load factor of 1.25 the home engine takes two, and
+    # the third is over its bound and spills to the other engine.
+    streams, fingerprints = [], []
+    try:
+        for i in range(4):
+            stream = c.chat.completions.create(model="echo", messages=messages(f"held {i}"), stream=True)
+            streams.append(stream)
+            fingerprints.append(next(iter(stream)).system_fingerprint)
+    finally:
+        for stream in streams:
+            stream.close()
+    assert fingerprints[:2] == [*seen, *seen]
+    assert len(set(fingerprints)) == 2, fingerprints  # over its bound, it spills to the other engine
     assert _metric(cluster, "llmgw_router_scoring_decisions_total", model="echo", decision="affinity_spill") >= 1
 
 
