@@ -5,7 +5,7 @@ from __future__ import annotations
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet.task import Clock
 
-from llmgw.config.server import Router as RouterConfig
+from llmgw.config.server import RouterSettings
 from llmgw.config.server import StaticEndpoint
 from llmgw.link import uris
 from llmgw.router.process import TableSession
@@ -18,7 +18,7 @@ TABLE = EndpointTable([EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "
 
 
 def router(**config) -> Router:
-    return Router(Clock(), RouterConfig(**config), "tcp:0:interface=127.0.0.1")
+    return Router(Clock(), RouterSettings(**config), "tcp:0:interface=127.0.0.1")
 
 
 def test_the_table_becomes_the_dispatchers_endpoints_beside_the_static_ones():
