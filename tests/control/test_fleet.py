@@ -102,7 +102,7 @@ def test_a_node_checked_late_goes_from_ready_straight_to_lost(fleet, clock, even
     clock.advance(61)
     fleet.check()
     assert fleet.nodes["node01"].state == NodeState.LOST
-    assert [e[2]["node"]["state"] for e in events if e[2]["change"] == "state"] == [NodeState.LOST]
+    assert [e[2].node.state for e in events if e[2].change == "state"] == [NodeState.LOST]
 
 
 def test_a_lost_node_that_registers_again_is_ready_and_a_closed_link_does_not_make_it_unreachable(fleet, clock):
