@@ -62,3 +62,14 @@ def test_models_without_an_endpoint_say_why_in_the_views_words():
         "tiny": "its replica is starting",
         "none": "the catalog asks for no replicas of it",
     }
+
+
+def test_the_table_lists_endpoints_in_the_views_order_and_reasons_in_the_catalogs():
+    # Sorting by id would put a/10 and a/11 before a/2: the payload routers and
+    # older subscribers receive would change although the traffic does not.
+    fleet = fleet_with(*[status(f"a/{i}", 0, "ready", 4000 + i) for i in range(12)])
+    views = [ReplicaView("a", f"a/{i}", ReplicaState.READY, ["node01"], f"http://10.0.0.1:{4000 + i}")
+             for i in range(12)]
+    table = endpoint_table(fleet, ["zeta", "a", "beta"], views)
+    assert [e.id for e in table.endpoints] == [f"a/{i}" for i in range(12)]
+    assert list(table.unavailable) == ["zeta", "beta"]

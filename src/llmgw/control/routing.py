@@ -18,26 +18,34 @@ from llmgw.views import EndpointEntry, EndpointTable, ReplicaView
 
 
 def endpoint_table(fleet: Fleet, catalog: Iterable[str], views: Iterable[ReplicaView]) -> EndpointTable:
-    """The ready replicas of the models in *catalog*, and why each other model has none."""
-    catalog = set(catalog)
+    """The ready replicas of the models in *catalog*, and why each other model has none.
+
+    Entries come in the order of *views* and the reasons in catalog order, as
+    the table always listed them, so its wire form did not change.
+    """
+    catalog = list(catalog)
+    views = list(views)
+    wanted = set(catalog)
     endpoints = []
     for replica_id, shards in sorted(fleet.replicas().items()):
         # A lost node's shards are placed again elsewhere; an unreachable one's keep serving.
         usable = [s for s in shards if s.node_id in fleet.nodes and fleet.nodes[s.node_id].state != NodeState.LOST]
         model = replica_id.rpartition("/")[0]
-        if not usable or model not in catalog:
+        if not usable or model not in wanted:
             continue
         if any(s.status.state != ShardState.READY for s in usable):
             continue
         leader = min(usable, key=lambda s: s.status.spec.rank)
         if leader.status.spec.rank == 0 and leader.status.endpoint:
             endpoints.append(EndpointEntry(replica_id, model, leader.status.endpoint, leader.node_id))
+    order = {view.replica: index for index, view in enumerate(views)}
+    endpoints.sort(key=lambda e: (order.get(e.id, len(order)), e.id))
     served = {e.model for e in endpoints}
     unavailable: dict[str, str] = {}
     for view in views:
-        if view.model in catalog and view.model not in served and view.model not in unavailable:
+        if view.model in wanted and view.model not in served and view.model not in unavailable:
             unavailable[view.model] = view.reason or f"its replica is {view.state}"
-    for name in sorted(catalog):
+    for name in catalog:
         if name not in served and name not in unavailable:
             unavailable[name] = "the catalog asks for no replicas of it"
     return EndpointTable(endpoints, unavailable)
