@@ -725,7 +725,9 @@ def test_cli_refusals_exit_non_zero(llmgw, tmp_path: Path, capsys) -> None:
 
 def test_pki_commands_stand_alone_on_a_parser_of_their_own(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser(prog="llmgw")
-    pki.add_parser(parser.add_subparsers(dest="command", required=True))
+    from llmgw.pki import commands
+
+    commands.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["pki", "issue", str(tmp_path), "--role", "router", "r1",
                               "--san", "a", "--san", "b"])
     assert (args.role, args.name, args.san) == ("router", "r1", ["a", "b"])

@@ -197,7 +197,7 @@ class Hub:
         if peer is None:
             return None
         if self._identify is None:
-            from llmgw.pki import identity_of
+            from llmgw.pki.subject import identity_of
 
             self._identify = identity_of
         try:

@@ -5,7 +5,8 @@
   one place that reads it;
 * :mod:`.authority` — the CA: :func:`init_ca` creates it, :func:`issue` signs
   with it;
-* :mod:`.commands` — ``llmgw pki init`` and ``llmgw pki issue``.
+* :mod:`.commands` — ``llmgw pki init`` and ``llmgw pki issue`` (imported by the
+  command line only, so the hub does not load argparse code).
 
 Key and certificate files are written by :mod:`llmgw.durable`.
 """
@@ -13,10 +14,9 @@ Key and certificate files are written by :mod:`llmgw.durable`.
 from __future__ import annotations
 
 from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_CLUSTER_NAME, MAX_DAYS, init_ca, issue
-from .commands import add_parser
 from .subject import MAX_LABEL, MAX_NAME, CertificateSubject, check_name, identity_of, name_problem
 
 __all__ = [
     "CA_CERT", "CA_DAYS", "CA_KEY", "CERT_DAYS", "MAX_CLUSTER_NAME", "MAX_DAYS", "MAX_LABEL", "MAX_NAME",
-    "CertificateSubject", "add_parser", "check_name", "identity_of", "init_ca", "issue", "name_problem",
+    "CertificateSubject", "check_name", "identity_of", "init_ca", "issue", "name_problem",
 ]
