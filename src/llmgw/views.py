@@ -17,7 +17,10 @@ from typing import Callable
 
 import attrs
 
-from llmgw.records import CPU, GPU, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus, WeightsReport
+from llmgw.records import (
+    CPU, GPU, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus, WeightsFile,
+    WeightsReport,
+)
 from llmgw.states import NodeState, ReplicaState, ShardState
 
 #: The inventory's facts a node view carries, flattened beside the node's own
@@ -140,6 +143,18 @@ class EndpointTable:
 
     endpoints: list[EndpointEntry] = attrs.Factory(list)
     unavailable: dict[str, str] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class WeightsAnswer:
+    """``llmgw.cp.weights`` (``ctl weights``): what llmgw fetched that no model wants, per node.
+
+    ``collected`` is None when nobody was asked to remove anything, and then
+    says per node asked what it removed and what it refused.
+    """
+
+    unwanted: dict[str, list[WeightsFile]] = attrs.Factory(dict)
+    collected: dict[str, CollectResult] | None = None
 
 
 @attrs.frozen

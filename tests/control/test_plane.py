@@ -20,9 +20,10 @@ from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.records import Inventory, ShardSpec, ShardStatus
+from llmgw.records import CollectResult, Inventory, ShardSpec, ShardStatus, WeightsFile, WeightsReport
 from llmgw.states import NodeState
-from llmgw.views import EndpointEntry, EndpointTable
+from llmgw.views import EndpointEntry, EndpointTable, WeightsAnswer
+from llmgw.weightnames import cache_name
 from llmgw.wire import from_wire, to_wire
 
 
@@ -169,3 +170,28 @@ async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wi
     table = from_wire(EndpointTable, await published.addTimeout(5, reactor))
     assert table.endpoints == [EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "node01")]
     assert await router.call(uris.ROUTER_ENDPOINTS) == to_wire(table)
+
+
+@pytest_twisted.ensureDeferred
+async def test_operators_are_answered_the_unwanted_weights_and_what_each_node_collected_in_their_wire_form(plane):
+    fetched = "/data/weights/" + cache_name("https://example.org/dropped.gguf")
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    asked = []
+
+    def collect(paths):
+        asked.append(paths)
+        return to_wire(CollectResult(removed=paths))
+
+    await node.register(collect, uris.node_uri("node01", uris.NODE_COLLECT_WEIGHTS))
+    report = WeightsReport(files=[WeightsFile(fetched, 7), WeightsFile("/data/weights/mine.gguf", 3)],
+                           listed=True, cache_dir="/data/weights")
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", weights=report)))
+    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+
+    listed = {"node01": [{"path": fetched, "size_bytes": 7}]}
+    assert await alice.call(uris.CP_WEIGHTS) == {"unwanted": listed, "collected": None}
+    assert asked == []
+    answer = await alice.call(uris.CP_WEIGHTS, True)
+    assert answer == {"unwanted": listed, "collected": {"node01": {"removed": [fetched], "refused": {}}}}
+    assert asked == [[fetched]]
+    assert from_wire(WeightsAnswer, answer).collected["node01"] == CollectResult(removed=[fetched])

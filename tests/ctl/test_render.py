@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.ctl import render
-from llmgw.views import FleetStatus, NodeView, ReplicaView
+from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 from llmgw.wire import from_wire
 
 GB = 1_000_000_000
@@ -87,3 +87,24 @@ def test_status_counts_ready_against_desired():
 def test_a_figure_an_older_server_did_not_send_shows_as_a_dash():
     text = render.status_text(from_wire(FleetStatus, {"models": [{"model": "echo"}]}))
     assert text.splitlines()[1].split() == ["echo", "-", "-", "-", "-", "-"]
+
+
+def test_ctl_weights_lists_each_unwanted_file_and_says_how_to_collect_it():
+    answer = from_wire(WeightsAnswer, {"unwanted": {"node05": [{"path": "/w/llmgw-x", "size_bytes": 5 * GB}]},
+                                       "collected": None})
+    assert render.weights_text(answer).splitlines() == [
+        "node05  5.0 GB  /w/llmgw-x", "(llmgw ctl weights --collect asks the nodes to remove them)"]
+
+
+def test_ctl_weights_counts_what_was_removed_and_prints_why_a_node_refused():
+    answer = from_wire(WeightsAnswer, {
+        "unwanted": {"node05": [{"path": "/w/a", "size_bytes": GB}, {"path": "/w/b", "size_bytes": GB}]},
+        "collected": {"node05": {"removed": ["/w/a"], "refused": {"/w/b": "refused /w/b: in use"}}},
+    })
+    assert render.weights_text(answer).splitlines()[2:] == [
+        "asked to remove 2 file(s) on 1 node(s): 1 removed", "  node05 refused: refused /w/b: in use"]
+
+
+def test_ctl_weights_says_so_when_nothing_is_unwanted():
+    assert render.weights_text(from_wire(WeightsAnswer, {"unwanted": {}})) == (
+        "no node holds weights llmgw fetched that the catalog no longer wants")

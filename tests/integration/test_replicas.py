@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from tests.support.cluster import environment
+from tests.support.procs import alive
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,14 +55,6 @@ def complete(endpoint: str, model: str = "echo") -> str:
 def pid_of(replica: dict) -> int:
     (shard,) = replica["shards"]
     return shard["pid"]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def two_nodes(cluster, catalog: str = CATALOG):

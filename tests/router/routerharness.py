@@ -8,8 +8,6 @@ lease's usage, outcome and retries), so tests can see the contract being kept.
 
 from __future__ import annotations
 
-import json
-
 import attrs
 from twisted.internet import defer, reactor
 
@@ -175,13 +173,6 @@ def exchange(port: int, raw: bytes, responses: int = 1, *, then_closed: bool = F
         if then_closed:
             assert f.read(1) == b"", "the router kept the connection open"
         return out if responses > 1 else out[0]
-
-
-def post(path: str, body: bytes | dict, headers: dict[str, str] | None = None, version: str = "1.1") -> bytes:
-    if isinstance(body, dict):
-        body = json.dumps(body).encode()
-    fields = {"Host": "router", "Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
-    return (f"POST {path} HTTP/{version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n").encode() + body
 
 
 def chat(content: str = "hello there", **extra) -> dict:

@@ -17,7 +17,8 @@ from twisted.python.failure import Failure
 from llmgw.config.server import Admission, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import retry_after_s
-from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
+from llmgw.router.dispatch import Dispatcher, RequestInfo
+from llmgw.views import EndpointEntry
 
 
 def dispatcher(clock, replicas=1, limit=2, queue=3, timeout_s=10.0, model="echo", metrics=None):
@@ -27,7 +28,7 @@ def dispatcher(clock, replicas=1, limit=2, queue=3, timeout_s=10.0, model="echo"
 
 
 def specs(n, model="echo", first_port=8001):
-    return [EndpointSpec(f"{model}/{i}", model, f"http://127.0.0.1:{first_port + i}") for i in range(n)]
+    return [EndpointEntry(f"{model}/{i}", model, f"http://127.0.0.1:{first_port + i}") for i in range(n)]
 
 
 _results: dict[defer.Deferred, list] = {}

@@ -14,14 +14,14 @@ from llmgw.router.dispatch import (
     MAX_COOLDOWN_S,
     Dispatcher,
     Endpoint,
-    EndpointSpec,
     RequestInfo,
 )
+from llmgw.views import EndpointEntry
 
 
 def specs(n, model="echo", first_port=8001, host="127.0.0.1"):
     return [
-        EndpointSpec(f"{model}/{i}", model, f"http://{host}:{first_port + i}", node_id=f"node0{i + 1}")
+        EndpointEntry(f"{model}/{i}", model, f"http://{host}:{first_port + i}", node_id=f"node0{i + 1}")
         for i in range(n)
     ]
 
@@ -115,9 +115,9 @@ def test_a_new_table_keeps_the_state_of_endpoints_whose_id_and_address_are_uncha
     # echo/1 moved to another port (a restarted engine); echo/2 is new.
     d.set_endpoints(
         [
-            EndpointSpec("echo/0", "echo", "http://127.0.0.1:8001", "node01"),
-            EndpointSpec("echo/1", "echo", "http://127.0.0.1:8101", "node02"),
-            EndpointSpec("echo/2", "echo", "http://127.0.0.1:8003", "node03"),
+            EndpointEntry("echo/0", "echo", "http://127.0.0.1:8001", "node01"),
+            EndpointEntry("echo/1", "echo", "http://127.0.0.1:8101", "node02"),
+            EndpointEntry("echo/2", "echo", "http://127.0.0.1:8003", "node03"),
         ]
     )
     assert by_id(d, "echo/0") is kept and kept.inflight == 1
@@ -145,13 +145,13 @@ def test_a_bad_table_is_refused_whole():
     with pytest.raises(ValueError, match="appears twice"):
         d.set_endpoints(specs(1) + specs(1))
     with pytest.raises(ValueError, match="http://host:port"):
-        d.set_endpoints([EndpointSpec("echo/0", "echo", "https://127.0.0.1:8001")])
+        d.set_endpoints([EndpointEntry("echo/0", "echo", "https://127.0.0.1:8001")])
     assert [e.id for e in d.endpoints()] == ["echo/0"]
 
 
 def test_endpoints_carry_their_address_and_node():
     d = Dispatcher(Clock(), RouterSettings())
-    d.set_endpoints([EndpointSpec("echo/0", "echo", "http://[::1]:8001", "node01")])
+    d.set_endpoints([EndpointEntry("echo/0", "echo", "http://[::1]:8001", "node01")])
     endpoint = d.endpoints("echo")[0]
     assert (endpoint.host, endpoint.port, endpoint.node_id) == ("::1", 8001, "node01")
     assert endpoint.url == "http://[::1]:8001"

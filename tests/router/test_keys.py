@@ -10,8 +10,9 @@ from twisted.python.failure import Failure
 
 from llmgw.config.server import Admission, APIKey, RouterSettings
 from llmgw.router import errors, keys
-from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
+from llmgw.router.dispatch import Dispatcher, RequestInfo
 from llmgw.router.keys import KeyRing, hash_token, new_token
+from llmgw.views import EndpointEntry
 
 ALICE = "sk-llmgw-alice-token"
 BOB = "sk-llmgw-bob-token"
@@ -24,7 +25,7 @@ def key(name, token, **kw):
 def dispatcher(clock, *api_keys, models=("echo", "gemma")):
     d = Dispatcher(clock, RouterSettings(admission=Admission(100, 10, 30.0), keys=tuple(api_keys)))
     d.set_endpoints(
-        [EndpointSpec(f"{m}/0", m, f"http://127.0.0.1:{8001 + i}") for i, m in enumerate(models)]
+        [EndpointEntry(f"{m}/0", m, f"http://127.0.0.1:{8001 + i}") for i, m in enumerate(models)]
     )
     return d
 

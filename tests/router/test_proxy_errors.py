@@ -10,9 +10,10 @@ import pytest_twisted
 from twisted.internet import threads
 
 from llmgw.router import errors
+from tests.support.net import post
 from tests.support.sim import MODEL
 
-from .routerharness import StaticDispatcher, chat, endpoint_of, exchange, post
+from .routerharness import StaticDispatcher, chat, endpoint_of, exchange
 
 
 def error_of(body: bytes) -> dict:

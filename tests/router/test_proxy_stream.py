@@ -9,11 +9,11 @@ import pytest_twisted
 from twisted.internet import protocol, reactor, threads
 
 from llmgw.router.upstream import RELAY_BUFFER_BYTES
-from tests.support.net import connect, read_response, sse_events
+from tests.support.net import connect, post, read_response, sse_events
 from tests.support.sim import MODEL
 from tests.support.wait import until
 
-from .routerharness import StaticDispatcher, StaticEndpoint, chat, endpoint_of, exchange, post
+from .routerharness import StaticDispatcher, StaticEndpoint, chat, endpoint_of, exchange
 
 
 def buffered(transport) -> int:

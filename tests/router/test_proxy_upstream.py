@@ -10,11 +10,11 @@ import psutil
 import pytest_twisted
 from twisted.internet import protocol, reactor, threads
 
-from tests.support.net import connect
+from tests.support.net import connect, post
 from tests.support.sim import MODEL
 from tests.support.wait import until
 
-from .routerharness import StaticDispatcher, StaticEndpoint, chat, dead_endpoint, endpoint_of, exchange, post
+from .routerharness import StaticDispatcher, StaticEndpoint, chat, dead_endpoint, endpoint_of, exchange
 
 
 def established_to(sim) -> int:

@@ -13,7 +13,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from llmgw.config.server import Admission, RouterSettings
-from llmgw.router.dispatch import Dispatcher, EndpointSpec, RequestInfo
+from llmgw.router.dispatch import Dispatcher, RequestInfo
 from llmgw.router.scoring import (
     AFFINITY_HIT,
     AFFINITY_SPILL,
@@ -26,6 +26,7 @@ from llmgw.router.scoring import (
     Ring,
     make_policy,
 )
+from llmgw.views import EndpointEntry
 
 LONG = "You are a careful assistant. Answer in French. " * 10  # 470 characters
 
@@ -71,7 +72,7 @@ def test_idle_endpoints_share_sequential_requests_through_the_dispatcher():
     clock = Clock()
     metrics = Recorder()
     d = Dispatcher(clock, RouterSettings(), metrics)
-    d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
+    d.set_endpoints([EndpointEntry(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
     used = collections.Counter()
     for _ in range(9):
         lease = take(d)
@@ -116,7 +117,7 @@ def test_affinity_through_the_dispatcher_hits_then_spills_under_load():
     clock = Clock()
     metrics = Recorder()
     d = Dispatcher(clock, RouterSettings(admission=Admission(16, 10, 30.0), scoring="prefix-affinity"), metrics)
-    d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
+    d.set_endpoints([EndpointEntry(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(3)])
     leases = [take(d, prefix=LONG) for _ in range(6)]
     homes = collections.Counter(lease.endpoint.id for lease in leases)
     # Three endpoints, six requests all sharing one prefix: the home takes as
@@ -183,7 +184,7 @@ def test_prefix_affinity_options_are_checked():
 
 def test_the_dispatcher_passes_prefix_options_on():
     d = Dispatcher(Clock(), RouterSettings(scoring="prefix-affinity"), prefix_chars=8)
-    d.set_endpoints([EndpointSpec(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(8)])
+    d.set_endpoints([EndpointEntry(f"echo/{i}", "echo", f"http://127.0.0.1:{8001 + i}") for i in range(8)])
     homes = set()
     for tail in ("x", "yy", "a different tail"):
         lease = take(d, prefix="12345678" + tail)

@@ -8,7 +8,7 @@ from twisted.internet.task import Clock
 from llmgw.config.server import RouterSettings
 from llmgw.config.server import StaticEndpoint
 from llmgw.link import uris
-from llmgw.router.process import TableSession
+from llmgw.router.tablesession import TableSession
 from llmgw.router.service import Router
 from llmgw.views import EndpointEntry, EndpointTable
 from llmgw.wire import to_wire

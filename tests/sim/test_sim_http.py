@@ -6,15 +6,10 @@ import json
 
 import pytest
 
-from tests.support.net import connect, read_response, sse_events
+from tests.support.net import connect, post, read_response, sse_events
 from tests.support.sim import MODEL
 
 CHAT = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 3}).encode()
-
-
-def post(path: str, body: bytes, extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
 def assert_closed(s) -> None:
@@ -179,7 +174,7 @@ def test_a_chunked_request_body_is_read(sim):
 
 def test_expect_100_continue_gets_the_interim_response(sim):
     with connect(sim.port) as s:
-        s.sendall(post("/v1/chat/completions", b"", extra="Expect: 100-continue\r\n").replace(b"Content-Length: 0", b"Content-Length: %d" % len(CHAT)))
+        s.sendall(post("/v1/chat/completions", b"", headers={"Expect": "100-continue", "Content-Length": str(len(CHAT))}))
         f = s.makefile("rb")
         assert read_response(f)[0] == 100
         s.sendall(CHAT)

@@ -18,6 +18,7 @@ from twisted.internet import reactor
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines.base import HealthProbe, LaunchPlan
 from llmgw.records import ShardSpec
+from tests.support.procs import alive
 from tests.support.wait import until
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
@@ -35,13 +36,6 @@ def make_spec(shard_id: str = "tiny/0/0", *args: str, start_timeout_s: float = 2
     model, replica = shard_id.split("/")[0], "/".join(shard_id.split("/")[:2])
     return ShardSpec(shard_id=shard_id, replica_id=replica, model=model, engine="standin",
                      args=list(args), start_timeout_s=start_timeout_s, **kw)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def engines_of(state_dir: Path) -> list[psutil.Process]:

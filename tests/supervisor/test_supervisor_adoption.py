@@ -15,9 +15,10 @@ from twisted.internet import defer, protocol, reactor
 
 import llmgw
 from llmgw.agent.statefiles import safe_name
+from tests.support.procs import alive
 from tests.support.wait import until
 
-from .helpers import WORKER, Reports, alive, make_spec
+from .helpers import WORKER, Reports, make_spec
 
 HERE = Path(__file__).parent
 

@@ -16,9 +16,10 @@ from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.statefiles import safe_name
 from llmgw.engines.base import LaunchPlan
 from llmgw.states import ShardState
+from tests.support.procs import alive
 from tests.support.wait import sleep, until
 
-from .helpers import WORKER, alive, make_spec, plan_standin
+from .helpers import WORKER, make_spec, plan_standin
 
 
 def record_of(harness, shard_id):

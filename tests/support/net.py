@@ -1,7 +1,8 @@
-"""Ports on 127.0.0.1, and just enough HTTP/1.1 over raw sockets to see exactly what a server sent."""
+"""Ports on 127.0.0.1, and just enough HTTP/1.1 over raw sockets to send a request and see exactly what a server sent."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 
@@ -21,6 +22,14 @@ def connect(port: int, timeout: float = 10) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.settimeout(timeout)
     return s
+
+
+def post(path: str, body: bytes | dict, headers: dict[str, str] | None = None, version: str = "1.1") -> bytes:
+    """A raw POST of *body* (a dict is sent as JSON); *headers* add to or replace the usual ones."""
+    if isinstance(body, dict):
+        body = json.dumps(body).encode()
+    fields = {"Host": "router", "Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
+    return (f"POST {path} HTTP/{version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n").encode() + body
 
 
 def read_response(f) -> tuple[int, dict[str, str], bytes]:

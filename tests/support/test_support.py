@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import threading
 import urllib.request
 
@@ -10,6 +12,8 @@ import pytest
 import pytest_twisted
 
 from tests.support.modelfile import ModelFile
+from tests.support.net import post
+from tests.support.procs import alive
 from tests.support.wait import NeverHappened, until, wait_for
 
 
@@ -57,3 +61,22 @@ def test_a_held_download_sends_up_to_its_stop_and_the_rest_only_once_released():
         assert served.requests == ["/m.gguf"]
     finally:
         served.stop()
+
+
+def test_a_process_is_alive_until_it_exits_even_before_it_is_reaped():
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert alive(child.pid)
+        child.stdin.close()  # it exits on end of input; until wait() reaps it, it is a zombie
+        wait_for(lambda: not alive(child.pid), 10, "the child to exit")
+    finally:
+        child.wait(timeout=10)
+    assert not alive(child.pid)
+
+
+def test_post_sends_json_with_its_length_and_lets_a_test_replace_a_header():
+    assert post("/v1/x", {"a": 1}) == (b"POST /v1/x HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+                                       b"Content-Length: 8\r\n\r\n{\"a\": 1}")
+    head = post("/v1/x", b"", headers={"Content-Length": "12", "Expect": "100-continue"}, version="1.0")
+    assert head == (b"POST /v1/x HTTP/1.0\r\nHost: router\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 12\r\nExpect: 100-continue\r\n\r\n")

@@ -21,7 +21,7 @@ from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import NodeState, ShardState
-from llmgw.views import EndpointTable, FleetStatus
+from llmgw.views import EndpointTable, FleetStatus, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -135,10 +135,10 @@ class ControlSession(ApplicationSession):
             for node_id, files in found.items():
                 if not files or self.fleet.nodes[node_id].state != NodeState.READY:
                     continue
-                answer = await self.call(uris.node_uri(node_id, uris.NODE_COLLECT_WEIGHTS), [f["path"] for f in files],
+                answer = await self.call(uris.node_uri(node_id, uris.NODE_COLLECT_WEIGHTS), [f.path for f in files],
                                          options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
-                results[node_id] = to_wire(self._decode(CollectResult, answer))
-        return {"unwanted": found, "collected": results if collect else None}
+                results[node_id] = self._decode(CollectResult, answer)
+        return to_wire(WeightsAnswer(unwanted=found, collected=results if collect else None))
 
     # What operators are answered is a view record (``llmgw.views``) in its wire form.
 

@@ -71,15 +71,15 @@ def unwanted(files: Iterable[WeightsFile], wanted_sources: Iterable[object],
     return found
 
 
-def unwanted_by_node(fleet: Fleet, wanted_sources: Iterable[str | None]) -> dict[str, list[dict]]:
+def unwanted_by_node(fleet: Fleet, wanted_sources: Iterable[str | None]) -> dict[str, list[WeightsFile]]:
+    """Per node that listed its weights, the files :func:`unwanted` finds in its cache directory."""
     wanted = list(wanted_sources)
     out = {}
     for node in sorted(fleet.nodes.values(), key=lambda n: n.id):
         report = node.inventory.weights
         if report is None or not report.listed:
             continue
-        files = unwanted(report.files, wanted, report.cache_dir)
-        out[node.id] = [{"path": f.path, "size_bytes": f.size_bytes} for f in files]
+        out[node.id] = unwanted(report.files, wanted, report.cache_dir)
     return out
 
 

@@ -14,7 +14,7 @@ import sys
 from llmgw.ctl import render
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
-from llmgw.views import FleetStatus, NodeView, ReplicaView
+from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -194,7 +194,8 @@ async def cmd_logs(session, args) -> int:
 
 
 async def cmd_weights(session, args) -> int:
-    return _print(args, await session.call(uris.CP_WEIGHTS, args.collect), render.weights_text)
+    answer = decode(WeightsAnswer, await session.call(uris.CP_WEIGHTS, args.collect), uris.CP_WEIGHTS)
+    return _print(args, answer, render.weights_text)
 
 
 async def cmd_reload(session, args) -> int:

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from llmgw.records import Filesystem
 from llmgw.states import NodeState
-from llmgw.views import FleetStatus, NodeView, ReplicaView
+from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 
 DASH = "-"
 
@@ -199,23 +199,21 @@ def new_lines(before: list[str], after: list[str]) -> list[str]:
     return after
 
 
-def weights_text(answer: dict[str, Any]) -> str:
+def weights_text(answer: WeightsAnswer) -> str:
     """What llmgw fetched that no model wants, per node, and what each node did when asked."""
-    unwanted = answer.get("unwanted") or {}
-    collected = answer.get("collected")
     lines = []
-    for node, files in sorted(unwanted.items()):
+    for node, files in sorted(answer.unwanted.items()):
         for f in files:
-            lines.append(f"{node}  {gb(f['size_bytes'])}  {f['path']}")
+            lines.append(f"{node}  {gb(f.size_bytes)}  {f.path}")
     if not lines:
         lines.append("no node holds weights llmgw fetched that the catalog no longer wants")
-    elif collected is None:
+    elif answer.collected is None:
         lines.append("(llmgw ctl weights --collect asks the nodes to remove them)")
-    if collected is not None:
-        asked = sum(len(files) for files in unwanted.values())
-        removed = sum(len(r.get("removed") or []) for r in collected.values())
-        lines.append(f"asked to remove {asked} file(s) on {len(collected)} node(s): {removed} removed")
-        for node, result in sorted(collected.items()):
-            for path, why in sorted((result.get("refused") or {}).items()):
+    if answer.collected is not None:
+        asked = sum(len(files) for files in answer.unwanted.values())
+        removed = sum(len(r.removed) for r in answer.collected.values())
+        lines.append(f"asked to remove {asked} file(s) on {len(answer.collected)} node(s): {removed} removed")
+        for node, result in sorted(answer.collected.items()):
+            for path, why in sorted(result.refused.items()):
                 lines.append(f"  {node} refused: {why}")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from llmgw.huburl import parse_hub_url
 from llmgw.link.client import client_service
 from llmgw.process.common import compose, config_options
 from llmgw.router.metrics import RouterMetrics
-from llmgw.router.process import TableSession
+from llmgw.router.tablesession import TableSession
 from llmgw.router.service import Router, check_open_api
 
 log = Logger()

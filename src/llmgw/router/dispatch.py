@@ -49,12 +49,12 @@ from llmgw.router.scoring import (
     Endpoint,
     make_policy,
 )
+from llmgw.views import EndpointEntry
 
 __all__ = [
     "COOLDOWN_S",
     "Dispatcher",
     "Endpoint",
-    "EndpointSpec",
     "FAILURES_BEFORE_UNHEALTHY",
     "Lease",
     "MAX_COOLDOWN_S",
@@ -66,16 +66,6 @@ FAILURES_BEFORE_UNHEALTHY = 2
 COOLDOWN_S = 5.0
 MAX_COOLDOWN_S = 60.0
 OUTCOMES = ("ok", "error", "client_gone", "upstream_failed")
-
-
-@attrs.frozen
-class EndpointSpec:
-    """One ready replica as the control plane (or a static list) announces it."""
-
-    id: str
-    model: str
-    url: str
-    node_id: str | None = None
 
 
 @attrs.frozen
@@ -96,14 +86,14 @@ class RequestInfo:
     prefix: str = ""
 
 
-def _address(spec: EndpointSpec) -> tuple[str, int]:
-    parts = urlsplit(spec.url)
+def _address(entry: EndpointEntry) -> tuple[str, int]:
+    parts = urlsplit(entry.url)
     try:
         port = parts.port
     except ValueError:
         port = -1
     if parts.scheme != "http" or not parts.hostname or (port is not None and port < 0):
-        raise ValueError(f"endpoint {spec.id}: {spec.url!r} is not an http://host:port URL")
+        raise ValueError(f"endpoint {entry.id}: {entry.url!r} is not an http://host:port URL")
     return parts.hostname, port if port is not None else 80
 
 
@@ -227,7 +217,7 @@ class Dispatcher:
         """No keys are configured: anyone who reaches the listener may call it."""
         return not self._config.keys
 
-    def set_endpoints(self, specs: Iterable[EndpointSpec], unavailable: Mapping[str, str] | None = None) -> None:
+    def set_endpoints(self, entries: Iterable[EndpointEntry], unavailable: Mapping[str, str] | None = None) -> None:
         """Replace the endpoint table; *unavailable*, if given, replaces every model's 503 reason.
 
         An endpoint whose id, model and address are unchanged keeps its state
@@ -237,16 +227,16 @@ class Dispatcher:
         """
         table: dict[str, Endpoint] = {}
         kept: list[tuple[Endpoint, str | None]] = []
-        for spec in specs:
-            if spec.id in table:
-                raise ValueError(f"endpoint id {spec.id!r} appears twice in the table")
-            host, port = _address(spec)
-            old = self._table.get(spec.id)
-            if old is not None and (old.model, old.host, old.port) == (spec.model, host, port):
-                kept.append((old, spec.node_id))
-                table[spec.id] = old
+        for entry in entries:
+            if entry.id in table:
+                raise ValueError(f"endpoint id {entry.id!r} appears twice in the table")
+            host, port = _address(entry)
+            old = self._table.get(entry.id)
+            if old is not None and (old.model, old.host, old.port) == (entry.model, host, port):
+                kept.append((old, entry.node_id))
+                table[entry.id] = old
             else:
-                table[spec.id] = Endpoint(spec.id, spec.model, host, port, spec.node_id)
+                table[entry.id] = Endpoint(entry.id, entry.model, host, port, entry.node_id)
         # Nothing changes until the whole table has been read: a bad one is refused whole.
         for endpoint, node_id in kept:
             endpoint.node_id = node_id

@@ -14,9 +14,9 @@ from twisted.logger import Logger
 from llmgw.config.endpoints import parse_server_endpoint
 from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
-from llmgw.router.dispatch import Dispatcher, EndpointSpec
+from llmgw.router.dispatch import Dispatcher
 from llmgw.router.enginemetrics import EnginePoller
-from llmgw.views import EndpointTable
+from llmgw.views import EndpointEntry, EndpointTable
 
 log = Logger()
 
@@ -83,14 +83,12 @@ class Router(service.MultiService):
         self._apply()
 
     def _apply(self) -> None:
-        specs = [EndpointSpec(e.id, e.model, e.url, e.node_id) for e in self._table.endpoints]
-        specs += [
-            EndpointSpec(f"static:{e.model}:{e.url}", e.model, e.url, None) for e in self.config.endpoints
-        ]
-        served = {s.model for s in specs}
+        entries = list(self._table.endpoints)
+        entries += [EndpointEntry(f"static:{e.model}:{e.url}", e.model, e.url) for e in self.config.endpoints]
+        served = {s.model for s in entries}
         unavailable = {m: why for m, why in self._table.unavailable.items() if m not in served}
         try:
-            self.dispatcher.set_endpoints(specs, unavailable)
+            self.dispatcher.set_endpoints(entries, unavailable)
         except ValueError as e:
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
 
