@@ -80,6 +80,8 @@ class ShardView:
     pid: int | None = None
     endpoint: str | None = None
     reason: str | None = None
+    # A failed shard's last lines of output, as its node sent them; None otherwise.
+    output_tail: list[str] | None = None
 
 
 @attrs.frozen

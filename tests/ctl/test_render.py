@@ -75,6 +75,25 @@ def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
     assert lines[4].split()[-1] == "?"  # an agent too old to report a fingerprint: unknown, not matching
 
 
+def test_a_failed_replica_shows_its_engines_last_lines_under_its_reason():
+    tail = [f"line {i}" for i in range(1, 16)]
+    table = render.replicas_table(from_wire(list[ReplicaView], [
+        {"model": "echo", "replica": "echo/0", "state": "failed", "nodes": ["node01"],
+         "reason": "node01: exited with code 2 (next try in 5 s)",
+         "shards": [{"shard": "echo/0/0", "node": "node01", "state": "failed", "reason": "exited with code 2",
+                     "output_tail": tail}]},
+        # An older server sends no output_tail: the reason alone, as before.
+        {"model": "old", "replica": "old/0", "state": "failed", "nodes": ["node02"], "reason": "exited with code 1",
+         "shards": [{"shard": "old/0/0", "node": "node02", "state": "failed"}]},
+    ]))
+    lines = table.splitlines()
+    assert lines[2:5] == ["    node01: exited with code 2 (next try in 5 s)",
+                          "      last lines of echo/0/0 on node01:", "      line 6"]
+    assert lines[13] == "      line 15"
+    assert lines[14].split()[:3] == ["old", "old/0", "failed"]
+    assert lines[15:] == ["    exited with code 1"]
+
+
 def test_status_counts_ready_against_desired():
     text = render.status_text(from_wire(FleetStatus, {
         "models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,

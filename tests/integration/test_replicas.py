@@ -246,3 +246,27 @@ def test_a_nodes_logs_and_its_engines_are_one_ctl_away(cluster):
     gone = cluster.ctl("logs", "node01")
     assert gone.returncode != 0
     assert "agent too old or not answering" in gone.stderr
+
+
+def test_an_engine_that_fails_at_start_shows_its_last_lines_in_ctl_replicas(cluster):
+    catalog = """
+profiles:
+  broken: {engine: sim, args: ["--no-such-option"]}
+models:
+  echo: {profile: broken, replicas: 1}
+"""
+    cluster.write_server_config(catalog)
+    cluster.start_server()
+    cluster.start_agent("node01")
+
+    def failed():
+        found = [r for r in replicas(cluster) if r["state"] == "failed" and r["shards"]]
+        return found and found[0]["shards"][0]
+
+    shard = wait_for(failed, 60, "the replica to fail", interval=0.3, detail=cluster.logs)
+    assert shard["state"] == "failed"
+    assert any("unrecognized arguments: --no-such-option" in line for line in shard["output_tail"])
+    table = cluster.ctl("replicas")
+    assert table.returncode == 0, table.stderr
+    assert "last lines of echo/0/0 on node01:" in table.stdout
+    assert "unrecognized arguments: --no-such-option" in table.stdout

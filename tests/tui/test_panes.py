@@ -10,7 +10,7 @@ from llmgw.states import ReplicaState
 from llmgw.tui.app import DashboardApp
 from llmgw.tui.confirm import ConfirmScreen
 from llmgw.tui.details import DetailsScreen
-from llmgw.tui.fake import node_view, replica_view
+from llmgw.tui.fake import FakeBackend, node_view, replica_view
 from llmgw.tui.help import HelpScreen
 
 from .tui_helpers import column, fixed_clock, rows, screen_text, small_fleet, until
@@ -22,6 +22,12 @@ SIZE = (80, 24)
 
 def loaded(app) -> bool:
     return app.store.loaded and app.link_problem is None
+
+
+async def open_first_replica(pilot, app) -> None:
+    await until(pilot, lambda: loaded(app), "the fleet to load")
+    await pilot.press("tab", "enter")
+    await until(pilot, lambda: isinstance(app.screen, DetailsScreen), "the details screen")
 
 
 async def test_the_nodes_pane_shows_every_node_with_a_dash_for_what_it_did_not_report():
@@ -124,9 +130,7 @@ async def test_enter_opens_a_nodes_details_with_its_log_and_escape_goes_back():
 async def test_enter_on_a_replica_opens_its_details_and_its_shards_log():
     app = DashboardApp(small_fleet(), clock=fixed_clock)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: loaded(app), "the fleet to load")
-        await pilot.press("tab", "enter")
-        await until(pilot, lambda: isinstance(app.screen, DetailsScreen), "the details screen")
+        await open_first_replica(pilot, app)
         await until(pilot, lambda: "engine says hello" in screen_text(app), "the shard's log")
         text = screen_text(app)
         assert "echo/0  ready" in text
@@ -137,6 +141,22 @@ async def test_enter_on_a_replica_opens_its_details_and_its_shards_log():
         await pilot.press("d", "question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
         assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
+
+
+async def test_a_failed_replicas_details_show_its_engines_last_lines():
+    tail = [f"engine line {i}" for i in range(1, 31)] + ["error: unknown argument: --bogus"]
+    failed = replica_view("llama/0", "node01", state=ReplicaState.FAILED,
+                          reason="node01: exited with code 1 (next try in 30 s)",
+                          shards=[{"shard": "llama/0/0", "node": "node01", "state": "failed", "pid": None,
+                                   "endpoint": None, "reason": "exited with code 1", "output_tail": tail}])
+    app = DashboardApp(FakeBackend([node_view("node01")], [failed]), clock=fixed_clock)
+    async with app.run_test(size=(100, 50)) as pilot:
+        await open_first_replica(pilot, app)
+        await until(pilot, lambda: "unknown argument: --bogus" in screen_text(app), "the engine's last lines")
+        text = screen_text(app)
+        assert "last lines of llama/0/0 on node01:" in text
+        # The last ten lines, as ctl replicas shows them; --json has them all.
+        assert "engine line 22" in text and "engine line 21" not in text
 
 
 async def test_the_log_follows_new_lines_while_visible_and_is_not_fetched_while_hidden():

@@ -336,7 +336,8 @@ class Reconciler:
             reason=reason,
             progress=progress,
             shards=[ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,
-                              endpoint=s.status.endpoint, reason=s.status.reason) for s in shards],
+                              endpoint=s.status.endpoint, reason=s.status.reason,
+                              output_tail=s.status.output_tail) for s in shards],
         )
 
     def status(self) -> list[ModelStatus]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from llmgw.records import Filesystem
-from llmgw.states import NodeState
+from llmgw.states import NodeState, ShardState
 from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 
 DASH = "-"
@@ -122,8 +122,22 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
+#: How many of a failed engine's last lines ``ctl replicas`` shows; ``--json`` has all it sent.
+TAIL_LINES = 10
+
+
+def failed_tail(replica: ReplicaView) -> list[str]:
+    """The last lines of each failed shard of *replica* that sent any, each shard's under its id."""
+    out = []
+    for shard in replica.shards:
+        if shard.state == ShardState.FAILED and shard.output_tail:
+            out.append(f"last lines of {shard.shard} on {shard.node or DASH}:")
+            out.extend(shard.output_tail[-TAIL_LINES:])
+    return out
+
+
 def replicas_table(replicas: list[ReplicaView]) -> str:
-    """One row per replica; the reason (or a download's progress) on a line under it."""
+    """One row per replica; the reason (or a download's progress) on a line under it, and a failed engine's last lines."""
     if not replicas:
         return "the catalog asks for no replicas"
     header = ("MODEL", "REPLICA", "STATE", "NODES", "ENDPOINT", "AGE", "STALE")
@@ -133,14 +147,15 @@ def replicas_table(replicas: list[ReplicaView]) -> str:
         rows.append((
             r.model, r.replica, r.state or DASH, ",".join(r.nodes or []) or DASH, r.endpoint or DASH, age(r.age_s), stale,
         ))
-        if r.reason:
-            notes[len(rows) - 1] = f"    {r.reason}"
+        below = [f"    {r.reason}"] if r.reason else []
+        below += [f"      {line}" for line in failed_tail(r)]
+        if below:
+            notes[len(rows) - 1] = below
     lines = table(header, rows).splitlines()
     out = [lines[0]]
     for index, line in enumerate(lines[1:]):
         out.append(line)
-        if index in notes:
-            out.append(notes[index])
+        out.extend(notes.get(index, ()))
     return "\n".join(out)
 
 

@@ -108,6 +108,9 @@ def replica_facts(replica: ReplicaView) -> Text:
         line.append(_value(shard.state), style=columns.SHARD_STATE_STYLES.get(shard.state, ""))
         line.append(f"  pid {_value(shard.pid)}  {_value(shard.endpoint)}" + (f"  {shard.reason}" if shard.reason else ""))
         _line(text, "shard", line)
+    tail = render.failed_tail(replica)
+    for index, tail_line in enumerate(tail):
+        _line(text, "output" if index == 0 else "", Text(tail_line, style="" if index == 0 else "dim"))
     if not replica.shards:
         _line(text, "shards", "none")
     text.rstrip()
