@@ -391,6 +391,32 @@ tls: {{ca: pki/ca.crt, cert: pki/r1.crt, key: pki/r1.key}}
     wait_for(slow_gone, 30, "the removed model to leave the router process's table")
 
 
+def test_a_router_process_before_its_first_table_is_503_for_every_model(cluster):
+    from tests.support.net import free_port
+
+    # The hub is not up: the router process listens, but has no table to go by.
+    port = free_port()
+    _router_process(cluster, f"""
+listen: {{api: "tcp:{port}:interface=127.0.0.1", admin: null}}
+hub: "{cluster.hub}"
+tls: {{ca: pki/ca.crt, cert: pki/r1.crt, key: pki/r1.key}}
+""")
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=10)
+
+    def refused():
+        try:
+            c.chat.completions.create(model="echo", messages=[{"role": "user", "content": "x"}])
+        except openai.APIConnectionError:
+            return None
+        except openai.APIStatusError as e:
+            return e
+        raise AssertionError("a router with no table answered")
+
+    error = wait_for(refused, 20, "the router process to listen", detail=cluster.logs)
+    assert error.status_code == 503 and error.response.headers["retry-after"] == "1"
+    assert error.message.endswith("no endpoint table from the control plane yet")
+
+
 def test_an_open_api_on_a_public_interface_is_refused_at_start(cluster):
     from tests.support.cluster import TWISTD, environment
     from tests.support.net import free_port
@@ -406,3 +432,42 @@ router:
     assert out.returncode != 0
     assert "router.keys is empty and listen.api" in out.stdout + out.stderr
     assert "allow_anonymous" in out.stdout + out.stderr
+
+
+def test_a_configured_model_is_503_with_retry_after_across_a_server_restart_never_404(cluster):
+    start(cluster)
+    # The agents go too, so the window before replicas are adopted lasts until they come back.
+    for agent in cluster.agents.values():
+        agent.kill()
+    cluster.server.stop()
+    cluster.start_server(wait=False)
+    c = client(cluster)
+    answers: list[tuple[int, str, str | None]] = []
+
+    def ask(model: str = "echo"):
+        try:
+            c.chat.completions.create(model=model, messages=[{"role": "user", "content": "still there?"}])
+            answers.append((200, "", None))
+        except openai.APIConnectionError:
+            return None  # the API is not listening yet
+        except openai.APIStatusError as e:
+            answers.append((e.status_code, e.message, e.response.headers.get("retry-after")))
+        return answers[-1]
+
+    def past_the_first_table():
+        answer = ask()
+        return answer is not None and "fleet.settle_s" in answer[1]
+
+    wait_for(past_the_first_table, 30, "the control plane's own reason for echo", interval=0.02,
+             detail=lambda: f"{answers[-5:]}\n{cluster.logs()}")
+    assert "no endpoint table from the control plane yet" in answers[0][1]
+    assert {status for status, _, _ in answers} == {503}, answers
+    assert all(after == "1" for _, _, after in answers), answers
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+
+    cluster.start_agent("node01")
+    cluster.start_agent("node02")
+    wait_for(lambda: (ask() or (0,))[0] == 200, 60, "echo to answer again", interval=0.1,
+             detail=lambda: f"{answers[-5:]}\n{cluster.logs()}")
+    assert {status for status, _, _ in answers} == {503, 200}, answers

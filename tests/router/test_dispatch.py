@@ -83,6 +83,22 @@ def test_a_model_without_replicas_is_503_with_the_placement_reason():
     assert isinstance(take(d, "big"), errors.UnknownModel)
 
 
+def test_a_model_without_replicas_says_when_to_retry():
+    d = dispatcher(Clock())
+    d.set_unavailable("big", "its replica is starting")
+    assert dict(take(d, "big").headers) == {"Retry-After": "1"}
+
+
+def test_a_pending_reason_makes_every_model_not_served_503_until_it_is_cleared():
+    d = dispatcher(Clock())
+    d.set_pending("no endpoint table from the control plane yet")
+    refused = take(d, "anything")
+    assert isinstance(refused, errors.NoReadyEndpoint)
+    assert refused.message == "model 'anything' has no ready replica: no endpoint table from the control plane yet"
+    d.set_pending(None)
+    assert isinstance(take(d, "anything"), errors.UnknownModel)
+
+
 def test_a_new_table_can_bring_every_reason_at_once():
     d = dispatcher(Clock())
     d.set_unavailable("old", "gone")
@@ -236,6 +252,8 @@ def test_when_every_endpoint_is_failing_the_503_says_so_and_when_they_are_tried_
     assert isinstance(refused, errors.NoReadyEndpoint)
     assert "every endpoint is failing (echo/0, echo/1)" in refused.message
     assert "5 s" in refused.message
+    # Retry-After says when the first comes back, not a blind second.
+    assert dict(refused.headers) == {"Retry-After": "5"}
 
 
 def test_waiters_get_an_endpoint_back_from_its_cool_down():

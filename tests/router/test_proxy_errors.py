@@ -100,7 +100,7 @@ async def test_unknown_paths_are_404(sim, make_router):
         (errors.QueueFull(retry_after_s=0.2), 429, "queue_full", "1"),
         (errors.QueueTimeout(retry_after_s=3), 429, "queue_timeout", "3"),
         (errors.NoReadyEndpoint("no replica of sim-test is ready: node05 has 8 GB of memory, needs 24"), 503,
-         "no_ready_endpoint", None),
+         "no_ready_endpoint", "1"),
     ],
 )
 @pytest_twisted.ensureDeferred

@@ -35,7 +35,8 @@ def build(reactor, config: RouterProcessConfig) -> service.MultiService:
     top = service.MultiService()
     check_open_api(config.router, config.listen.api, config.path)
     registry = CollectorRegistry()
-    router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
+    router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry),
+                    follows_table=config.hub is not None)
     router.setServiceParent(top)
     if config.listen.admin:
         admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)

@@ -51,7 +51,8 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     reload_listeners = []
     if config.listen.api:
         check_open_api(config.router, config.listen.api, config.path)
-        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry))
+        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True)
+        router.expect_models(config.models)
         router.setServiceParent(top)
         reload_listeners.append(router_listener(router, config.listen.api))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
@@ -75,7 +76,7 @@ def link_endpoint(reactor, description: str):
 
 
 def router_listener(router: Router, listen_api: str) -> Listener:
-    """The in-process router's share of a reload: its ``router:`` section.
+    """The in-process router's share of a reload: its ``router:`` section and the catalog's model names.
 
     The API keeps listening where it started until a restart, so a new
     section is checked against that listener: removing the last key from an
@@ -84,7 +85,12 @@ def router_listener(router: Router, listen_api: str) -> Listener:
 
     def prepare(config: ServerConfig):
         check_open_api(config.router, listen_api, config.path)
-        return lambda: router.reconfigure(config.router)
+
+        def apply():
+            router.reconfigure(config.router)
+            router.expect_models(config.models)
+
+        return apply
 
     return Listener("the router", prepare)
 

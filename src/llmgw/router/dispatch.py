@@ -8,8 +8,9 @@ status:
 1. keys (when ``router.keys`` has any): 401 no or wrong key, 403 a model the
    key may not use, 429 over the key's requests or tokens per minute;
 2. the model: 404 if nothing by that name is served or known;
-3. its endpoints: 503 when none is ready, with the control plane's reason
-   (``set_unavailable``) or the endpoints' failures;
+3. its endpoints: 503 with Retry-After when none is ready, with the control
+   plane's reason (``set_unavailable``), the endpoints' failures, or, for any
+   model before a router has its first table, ``set_pending``'s;
 4. admission (``admission.py``): a free slot, or a place in the queue, or 429;
 5. scoring (``scoring.py``) picks the endpoint among those with a free slot.
 
@@ -187,6 +188,7 @@ class Dispatcher:
         self._by_model: dict[str, list[Endpoint]] = {}
         self._queues: dict[str, ModelQueue[_Attempt]] = {}
         self._unavailable: dict[str, str] = {}
+        self._pending: str | None = None
         self._revivals: dict[str, IDelayedCall] = {}
         self._keys = KeyRing((), clock)
         self._config = config
@@ -263,6 +265,14 @@ class Dispatcher:
         else:
             self._unavailable[model] = reason
 
+    def set_pending(self, reason: str | None) -> None:
+        """Every model neither served nor named by ``set_unavailable`` is not ready for *reason* (503), not unknown.
+
+        For a router that cannot yet tell an unknown model from one still
+        starting (it has no table); ``None`` makes such a model unknown (404) again.
+        """
+        self._pending = reason
+
     def models(self) -> list[str]:
         """Models with at least one healthy endpoint, sorted: what ``GET /v1/models`` lists."""
         return sorted(m for m, eps in self._by_model.items() if any(e.healthy for e in eps))
@@ -304,7 +314,7 @@ class Dispatcher:
     def _serving(self, model: str) -> list[Endpoint]:
         endpoints = self._by_model.get(model)
         if not endpoints:
-            if model in self._unavailable:
+            if model in self._unavailable or self._pending is not None:
                 raise self._not_ready(model)
             served = ", ".join(self.models()) or "none yet"
             raise errors.UnknownModel(
@@ -317,17 +327,16 @@ class Dispatcher:
 
     def _not_ready(self, model: str) -> Exception:
         endpoints = self._by_model.get(model)
+        after = 1.0
         if endpoints:
             now = self._clock.seconds()
             soonest = min(e.unhealthy_until if e.unhealthy_until is not None else now for e in endpoints)
             ids = ", ".join(e.id for e in endpoints)
-            why = (
-                f"every endpoint is failing ({ids}); the next is tried again in "
-                f"{max(0.0, soonest - now):.0f} s"
-            )
+            after = max(0.0, soonest - now)
+            why = f"every endpoint is failing ({ids}); the next is tried again in {after:.0f} s"
         else:
-            why = self._unavailable.get(model) or "no replica is running"
-        return errors.NoReadyEndpoint(f"model {model!r} has no ready replica: {why}")
+            why = self._unavailable.get(model) or self._pending or "no replica is running"
+        return errors.NoReadyEndpoint(f"model {model!r} has no ready replica: {why}", retry_after_s=after)
 
     def _queue(self, model: str) -> ModelQueue[_Attempt]:
         queue = self._queues.get(model)

@@ -128,8 +128,8 @@ class QueueTimeout(_RetryLater):
     code = "queue_timeout"
 
 
-class NoReadyEndpoint(RouterError):
-    """No engine serving this model is ready."""
+class NoReadyEndpoint(_RetryLater):
+    """No engine serving this model is ready: try again as Retry-After says."""
 
     status = 503
     type = "server_error"

@@ -7,6 +7,8 @@ hub, or from ``router.endpoints`` with no control plane at all).
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from twisted.application import internet, service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
@@ -21,6 +23,11 @@ from llmgw.views import EndpointEntry, EndpointTable
 log = Logger()
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+#: Why a model is 503, not 404, before the router has the control plane's first table.
+NO_TABLE_YET = "no endpoint table from the control plane yet"
+#: Why a model a reload just added is 503 until the control plane's next table names it.
+NEW_IN_CATALOG = "it is new in the catalog; the control plane has not placed it yet"
 
 
 def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
@@ -42,15 +49,23 @@ def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
 
 
 class Router(service.MultiService):
-    """Dispatcher, engine-load poller and API listener, with the table kept current."""
+    """Dispatcher, engine-load poller and API listener, with the table kept current.
 
-    def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None):
+    A router that *follows_table* has none until the control plane's first
+    arrives, and until then answers 503 ``NO_TABLE_YET``, not 404: clients
+    retry a 503.  One that knows the catalog's model names
+    (``expect_models``, the server's own) says that for those names only, and
+    404 for a model the catalog does not name.
+    """
+
+    def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None, *, follows_table: bool = False):
         super().__init__()
         self._reactor = reactor
         self.config = config
         self.metrics = metrics
         self.dispatcher = Dispatcher(reactor, config, metrics=metrics)
-        self._table = EndpointTable()
+        self._table: EndpointTable | None = None if follows_table else EndpointTable()
+        self._catalog: frozenset[str] | None = None
         self._agent = None
         self._poller = EnginePoller(reactor, self._fetch_metrics)
         from llmgw.router.server import RouterFactory
@@ -82,15 +97,27 @@ class Router(service.MultiService):
         self._table = table
         self._apply()
 
+    def expect_models(self, names: Iterable[str]) -> None:
+        """The catalog's model names (server.yaml's, at start and on reload): 503 until served, never 404."""
+        self._catalog = frozenset(names)
+        self._apply()
+
     def _apply(self) -> None:
-        entries = list(self._table.endpoints)
+        table = self._table if self._table is not None else EndpointTable()
+        entries = list(table.endpoints)
         entries += [EndpointEntry(f"static:{e.model}:{e.url}", e.model, e.url) for e in self.config.endpoints]
         served = {s.model for s in entries}
-        unavailable = {m: why for m, why in self._table.unavailable.items() if m not in served}
+        unavailable = {m: why for m, why in table.unavailable.items() if m not in served}
+        if self._catalog is not None:
+            # The table lags a reload by a tick: the catalog read now decides what is a model here.
+            unavailable = {m: why for m, why in unavailable.items() if m in self._catalog}
+            waiting = NO_TABLE_YET if self._table is None else NEW_IN_CATALOG
+            unavailable.update({m: waiting for m in sorted(self._catalog - served - unavailable.keys())})
         try:
             self.dispatcher.set_endpoints(entries, unavailable)
         except ValueError as e:
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
+        self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
 
     def _fetch_metrics(self, url: str) -> defer.Deferred:
         """GET an engine's /metrics (the poller gives the whole URL); off the hot path."""
