@@ -15,7 +15,8 @@ import pytest
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
 from llmgw.control.reconciler import FLAP_WINDOW_S
-from tests.control.test_reconciler import World, entry
+from llmgw.records import IBAdapter, IBPort
+from tests.control.test_reconciler import World, entry, inventory
 
 SHARD = "echo/0/0"
 
@@ -113,3 +114,27 @@ def test_a_slot_ready_for_the_window_starts_again_without_holding_back(shared):
     first, second = shared.start_times[-2:]
     assert second - first == 2, shared.start_times
     assert held_for(holding_lines(events)) == ["10"]
+
+
+def test_a_replica_whose_rank_keeps_failing_keeps_the_failure_backoff_and_is_never_held_back():
+    world = World()
+    world.stop_reports_stopped = True
+    two = entry()
+    two = attrs.evolve(two, profile=attrs.evolve(two.profile, ranks=2))
+    world.serve(two)
+    for node in ("node01", "node02"):
+        fabric = [IBAdapter("mlx5_0", ports=[IBPort(port=1, state="ACTIVE", rate_gbps=200.0)], fabric="ib0")]
+        world.fleet.register(node, 1, attrs.evolve(inventory(node), infiniband=fabric))
+    starts = []
+    with capturedLogs() as events:
+        for _ in range(20):
+            before = len(world.starts)
+            world.reconciler.tick()
+            if len(world.starts) > before:
+                starts.append(world.clock.seconds())
+                # Rank 1 fails as soon as it starts; rank 0 is stopped with it, a moment after its start.
+                world.report("echo/0/1", "failed", reason="exited with code 1")
+            world.clock.advance(0.5)
+    assert len(world.starts) // 2 == len(starts)
+    assert [b - a for a, b in zip(starts, starts[1:])] == [1.5, 2.5, 4.5]  # 1, 2, 4 s, each counted from the tick that saw the failure
+    assert holding_lines(events) == []
