@@ -133,7 +133,8 @@ fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
             assert proc.running(), f"the server exited:\n{proc.output()}"
         return proc
 
-    def agent_config(self, node: str, extra: str = "") -> Path:
+    def agent_config(self, node: str, extra: str = "", state_dir: Path | None = None) -> Path:
+        """*node*'s agent.yaml in its own directory; *state_dir*, when given, replaces its own state directory."""
         if not (self.pki / f"{node}.crt").exists():
             pkimod.issue(self.pki, node, "node")
         home = self.base / node
@@ -144,14 +145,15 @@ fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
 tls: {{ca: ../pki/ca.crt, cert: ../pki/{node}.crt, key: ../pki/{node}.key}}
 node_id: {node}
 weights_dirs: [{home / 'weights'}]
-state_dir: {home / 'state'}
+state_dir: {state_dir or home / 'state'}
 heartbeat_interval_s: 1
 {extra}"""
         )
         return path
 
-    def start_agent(self, node: str, extra: str = "", env: dict[str, str] | None = None) -> Process:
-        config = self.agent_config(node, extra)
+    def start_agent(self, node: str, extra: str = "", env: dict[str, str] | None = None,
+                    state_dir: Path | None = None) -> Process:
+        config = self.agent_config(node, extra, state_dir)
         proc = Process(node, twistd("llmgw-agent", config), config.parent / "agent.log", environment(**(env or {}))).start()
         self.agents[node] = proc
         self.processes.append(proc)

@@ -14,7 +14,13 @@ Each ``tick``:
 - shards on a ``lost`` node count as gone and their slot is placed again
   (an ``unreachable`` node's engines are left alone: its agent may be
   restarting while they keep serving);
-- an empty slot is placed, and its shards started on their nodes.
+- an empty slot is placed, and its shards started on their nodes;
+- a slot whose fresh start the reconciler itself stops again (within
+  ``FLAP_WINDOW_S`` of starting it, a second time and more) is held back
+  before its next start (10 s, doubling to 5 min; reset once it has been
+  ready ``FLAP_WINDOW_S``), with one line in the log per step: two agents
+  on one state_dir, or a node that keeps reporting a second copy, otherwise
+  make it start and stop every tick.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ log = Logger()
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 RESTOP_AFTER_S = 30.0
+FLAP_WINDOW_S = 60.0
+FLAP_BACKOFF_START_S = 10.0
 
 
 @attrs.define
@@ -50,6 +58,13 @@ class Slot:
     failed: bool = False
     launching: bool = False
     counted: set = attrs.Factory(set)  # (shard id, since) of failures already counted
+    # When the slot was last started, until a stop in it is counted: a stop
+    # soon after a start is the reconciler undoing its own work.
+    started_at: float | None = None
+    undone: int = 0  # starts undone in a row
+    undone_at: float | None = None
+    held_until: float | None = None  # no start before this, while it keeps being undone
+    held_reason: str | None = None
 
     def explain(self, reason: str | None, *, failed: bool = False) -> None:
         self.reason, self.failed = reason, failed
@@ -93,9 +108,9 @@ class Reconciler:
             model, slot = _split(replica_id)
             entry = catalog.get(model)
             if entry is None:
-                self._stop_all(shards, now, "its model left the catalog")
+                self._stop_all(shards, now, "its model left the catalog", undoing=False)
             elif slot is None or slot >= entry.model.replicas:
-                self._stop_all(shards, now, "the model was scaled down")
+                self._stop_all(shards, now, "the model was scaled down", undoing=False)
         for name, entry in catalog.items():
             for index in range(entry.model.replicas):
                 shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
@@ -116,7 +131,8 @@ class Reconciler:
                 self._failed(slot, replica_id, f"{shard.node_id}: {shard.status.reason or 'failed'}", now)
         if failed and live:
             # One failed rank makes the whole replica useless: stop the rest.
-            self._stop_all(live, now, "another rank of its replica failed")
+            # The failure's own backoff holds the slot; this stop is not a start undone.
+            self._stop_all(live, now, "another rank of its replica failed", undoing=False)
             return
         ranks = entry.profile.ranks
         if live:
@@ -127,8 +143,12 @@ class Reconciler:
             elif all(s.status.state == ShardState.READY for s in live):
                 slot.failures, slot.retry_at = 0, None
                 slot.explain(None)
+                self._steady(replica_id, slot, now)
             return
         if slot.retry_at is not None and now < slot.retry_at:
+            return
+        if slot.held_until is not None and now < slot.held_until:
+            slot.explain(slot.held_reason)
             return
         if now < self._settled_at:
             slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)")
@@ -164,7 +184,38 @@ class Reconciler:
         slot.explain(f"failed: {why} (attempt {slot.failures})", failed=True)
         log.warn("replica {id} {reason}; next try in {delay:.0f} s", id=replica_id, reason=slot.reason, delay=delay)
 
-    def _stop_all(self, shards: list[ReportedShard], now: float, why: str) -> None:
+    def _steady(self, replica_id: str, slot: Slot, now: float) -> None:
+        """A ready slot whose last start outlived FLAP_WINDOW_S is no longer being undone."""
+        if slot.undone_at is None:
+            return
+        last = max(slot.undone_at, slot.started_at or slot.undone_at)
+        if now - last < FLAP_WINDOW_S:
+            return
+        if slot.held_until is not None:
+            log.info("replica {id} is ready and was left alone {s:.0f} s: its starts are no longer held back",
+                     id=replica_id, s=now - last)
+        slot.undone, slot.undone_at, slot.held_until, slot.held_reason = 0, None, None, None
+
+    def _undone(self, shard: ReportedShard, now: float, why: str) -> None:
+        """A stop in a slot this reconciler started moments ago: count it, and hold the slot back when it repeats."""
+        replica_id = shard.status.spec.replica_id
+        slot = self.slots.get(replica_id)
+        if slot is None or slot.started_at is None or now - slot.started_at >= FLAP_WINDOW_S:
+            return
+        age = now - slot.started_at
+        # One count per start, however many of its shards (or copies) are stopped.
+        slot.started_at, slot.undone, slot.undone_at = None, slot.undone + 1, now
+        if slot.undone < 2:
+            return  # once is what a lost node coming back with its copy looks like: nothing to hold back
+        delay = min(BACKOFF_MAX_S, FLAP_BACKOFF_START_S * 2 ** (slot.undone - 2))
+        slot.held_until = now + delay
+        slot.held_reason = f"held back: {slot.undone} starts in a row stopped again within {FLAP_WINDOW_S:.0f} s ({why})"
+        log.warn("replica {id}: stopping {shard} on {node} {age:.0f} s after starting the slot ({why}), "
+                 "{n} starts in a row undone; holding it back {delay:.0f} s before the next start "
+                 "(two agents on one state_dir do this: see docs/operations.rst 'Several agents on one host')",
+                 id=replica_id, shard=shard.id, node=shard.node_id, age=age, why=why, n=slot.undone, delay=delay)
+
+    def _stop_all(self, shards: list[ReportedShard], now: float, why: str, *, undoing: bool = True) -> None:
         for shard in shards:
             if shard.status.state == ShardState.FAILED:
                 self.fleet.forget_shard(shard.node_id, shard.id)
@@ -173,6 +224,8 @@ class Reconciler:
             if asked is not None and now - asked < RESTOP_AFTER_S:
                 continue
             self._stopping[(shard.node_id, shard.id)] = now
+            if undoing:
+                self._undone(shard, now, why)
             log.info("stopping {id} on {node}: {why}", id=shard.id, node=shard.node_id, why=why)
             d = defer.ensureDeferred(self._stop(shard.node_id, shard.id))
             d.addErrback(lambda f, s=shard: log.warn("stopping {id} on {node} failed: {e}",
@@ -243,6 +296,7 @@ class Reconciler:
         ]
         slot.launching = True
         slot.explain(None)
+        slot.started_at = now
         self._inflight[replica_id] = (entry.model.name, chosen)
         self._snapshots = chosen.apply_to(self._snapshots, entry.model.name)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
@@ -307,6 +361,8 @@ class Reconciler:
                 reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
         elif state == ReplicaState.PENDING:
             reason = slot.reason or "waiting for the reconciler"
+            if slot.held_until is not None and slot.held_until > now:
+                reason = f"{reason} (next start in {slot.held_until - now:.0f} s)"
         progress = None
         if state == ReplicaState.FETCHING:
             fetching = next((s for s in usable if s.status.state == ShardState.FETCHING), None)

@@ -3,7 +3,8 @@
 What the tree holds: the link session to the hub (reconnecting forever), a
 timer that probes the installed engines again, and, on shutdown, a goodbye
 to the engines that leaves them serving for the next agent to adopt.
-Before any of it, the node's id is checked against its certificate.
+Before any of it, the node's id is checked against its certificate and the
+state directory is locked for this agent alone (``agent/statelock.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from twisted.internet import defer
 from twisted.logger import Logger, globalLogPublisher
 
 from llmgw.agent.service import Agent, AgentSession, node_id_for
+from llmgw.agent.statelock import StateLock
 from llmgw.config.agent import AgentConfig, load_agent_config
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import client_service
@@ -32,10 +34,13 @@ def makeService(options) -> service.MultiService:
 def build(reactor, config: AgentConfig) -> service.MultiService:
     hub = parse_hub_url(config.hub)
     node_id = node_id_for(config)
+    # Before the first record is read: a second agent here would adopt this one's engines.
+    lock = StateLock.acquire(config.state_dir, node_id)
+    top = service.MultiService()
+    _HoldStateDir(lock).setServiceParent(top)
     agent = Agent(reactor, config, node_id, hub)
     tls = config.tls
     globalLogPublisher.addObserver(agent.log_buffer)
-    top = service.MultiService()
     for status in agent.supervisor.adopt_all():
         log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
     client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
@@ -44,6 +49,18 @@ def build(reactor, config: AgentConfig) -> service.MultiService:
     top.agent = agent
     log.info("llmgw agent {id}: dialling {hub}", id=node_id, hub=config.hub)
     return top
+
+
+class _HoldStateDir(service.Service):
+    """The state directory's lock, held from makeService to the process's end."""
+
+    def __init__(self, lock: StateLock):
+        self.lock = lock
+
+    def startService(self):
+        super().startService()
+        # twistd may have forked into the background since the lock was taken.
+        self.lock.name_holder()
 
 
 class _LeaveEnginesRunning(service.Service):
