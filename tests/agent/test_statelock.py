@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from llmgw.agent.statelock import LOCK_NAME, StateDirInUse, StateLock
+from tests.support.wait import wait_for
 
 
 def test_a_second_agent_on_a_locked_state_dir_is_refused_with_the_holders_pid_and_node(tmp_path):
@@ -54,7 +55,18 @@ def test_an_engine_started_by_the_agent_does_not_keep_the_lock_after_the_agent_l
                               close_fds=False)
     try:
         lock.release()
-        StateLock.acquire(tmp_path, "node01").release()
+
+        def free():
+            try:
+                StateLock.acquire(tmp_path, "node01").release()
+            except StateDirInUse:
+                return False
+            return True
+
+        # Not at once: the kernel lets Popen return a moment before exec closes
+        # the child's close-on-exec descriptors.  An engine that kept the lock
+        # would keep it for its whole life, and this would time out.
+        wait_for(free, 10, "the state dir lock to be free once the agent let go, its engine still running")
     finally:
         engine.stdin.close()
         engine.wait(timeout=10)
