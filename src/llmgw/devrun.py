@@ -15,8 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+from twisted.internet.error import CannotListenError
+
 from llmgw import pki
+from llmgw.config.endpoints import parse_server_endpoint
+from llmgw.config.server import load_server_config
 from llmgw.link.authz import NODE_ID
+from llmgw.process.common import cannot_listen
 
 SERVER_NAME = "llmgw-server"
 OPERATOR_NAME = "admin"
@@ -89,6 +94,47 @@ def _write_once(path: Path, text: str) -> Path:
     return path
 
 
+def busy_listeners(server_yaml: Path) -> list[str]:
+    """The server's TCP listeners another program already holds, each as the server would say it.
+
+    The server exits on a taken port too; asking first keeps `make run` from
+    showing the fleet of whatever answers on that port in the meantime.
+    """
+    listen = load_server_config(server_yaml).listen
+    busy = []
+    for key, text in (("listen.link", listen.link), ("listen.api", listen.api), ("listen.admin", listen.admin)):
+        endpoint = parse_server_endpoint(text) if text else None
+        if endpoint is None or endpoint.kind not in ("tcp", "ssl") or not endpoint.port:
+            continue
+        with socket.socket() as s:
+            # As Twisted's listener does, so a port in TIME_WAIT counts as free.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((endpoint.interface or "", endpoint.port))
+            except OSError as e:
+                busy.append(cannot_listen(CannotListenError(endpoint.interface or "", endpoint.port, e), key, str(server_yaml)))
+    return busy
+
+
+def _exited(server, agent, logs: Path) -> str:
+    """Which process ended, with its code, for the line `make run` ends on."""
+    for name, proc in (("server", server), ("agent", agent)):
+        if proc is not None and proc.poll() is not None:
+            return f"the {name} exited with code {proc.returncode}; its reason is above and in {logs / (name + '.log')}"
+    return f"a process exited early; see the logs in {logs}"
+
+
+def _wait_listening(server, port: int, timeout: float = 30) -> bool:
+    """True once the hub listens on *port*; False if the server ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and server.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return server.poll() is None
+        time.sleep(0.2)
+    return server.poll() is None
+
+
 def twistd(plugin: str, config: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "--nodaemon", "--pidfile=", f"--logfile={log}",
@@ -121,8 +167,19 @@ def main() -> int:
     link_port = int(os.environ.get("LLMGW_LINK_PORT", "7443"))
     files = prepare(run, link_port)
     logs = run / "logs"
+    busy = busy_listeners(files["server"])
+    if busy:
+        print("\n".join(busy) + "\n(an earlier `make run` still running? LLMGW_LINK_PORT moves the hub)", file=sys.stderr)
+        return 1
     server = twistd("llmgw-server", files["server"], logs / "server.log")
-    time.sleep(1.0)
+    if not _wait_listening(server, link_port):
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=10)
+            print(f"the hub is not listening on 127.0.0.1:{link_port} after 30 s; see {logs / 'server.log'}", file=sys.stderr)
+        else:
+            print(f"llmgw did not start: {_exited(server, None, logs)}", file=sys.stderr)
+        return 1
     agent = twistd("llmgw-agent", files["agent"], logs / "agent.log")
     ctl = [sys.executable, "-m", "llmgw", "ctl", "--config", str(files["ctl"])]
     print(
@@ -142,7 +199,7 @@ Ctrl-C stops both.
         for what, verb in (("the node", "nodes"), ("the model", "replicas")):
             shown = _wait_and_show(ctl + [verb], server, agent, what)
             if shown is None:
-                print(f"a process exited early; see the logs in {logs}", file=sys.stderr)
+                print(_exited(server, agent, logs), file=sys.stderr)
                 return 1
         print(
             "Try it through the router (OpenAI API on 127.0.0.1:8080, metrics on 127.0.0.1:9090/metrics):\n"
@@ -152,6 +209,7 @@ Ctrl-C stops both.
         )
         while server.poll() is None and agent.poll() is None:
             time.sleep(0.5)
+        print(_exited(server, agent, logs), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

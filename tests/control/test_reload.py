@@ -158,6 +158,7 @@ async def server(tmp_path, pki):
         path.write_text(f"""listen:
   link: "ssl:0:interface=127.0.0.1"
   api: "tcp:0:interface=127.0.0.1"
+  admin: "tcp:0:interface=127.0.0.1"
 tls: {{ca: {pki}/ca.crt, cert: {pki}/llmgw-server.crt, key: {pki}/llmgw-server.key}}
 {text}""")
 

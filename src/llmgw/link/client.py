@@ -15,18 +15,30 @@ from autobahn.wamp.serializer import JsonSerializer
 from autobahn.wamp.types import ComponentConfig
 from twisted.application.internet import ClientService
 from twisted.internet import defer, endpoints, error
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.tls import client_options
+from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
 log = Logger()
 
 
 class _Protocol(WampWebSocketClientProtocol):
+    def onOpen(self):
+        super().onOpen()
+        if self._session is not None:
+            self._session.on("join", self._joined)
+
+    def _joined(self, session, details):
+        notify = getattr(self.factory, "on_join", None)
+        if notify is not None:
+            notify()
+
     def connectionLost(self, reason):
         super().connectionLost(reason)
         notify = getattr(self.factory, "on_lost", None)
@@ -52,7 +64,10 @@ def _endpoint(reactor, hub: HubAddress, tls: TLSFiles, timeout: float):
     return endpoints.wrapClientTLS(client_options(tls, hub.host), tcp)
 
 
-def jittered_backoff(initial: float = 1.0, maximum: float = 10.0, factor: float = 2.0) -> Callable[[int], float]:
+RETRY_CEILING_S = 10.0
+
+
+def jittered_backoff(initial: float = 1.0, maximum: float = RETRY_CEILING_S, factor: float = 2.0) -> Callable[[int], float]:
     """Exponential backoff with wide jitter, so a fleet does not reconnect in lockstep.
 
     The ceiling is short because a restarted control plane waits only
@@ -67,13 +82,63 @@ def jittered_backoff(initial: float = 1.0, maximum: float = 10.0, factor: float 
     return delay
 
 
+class _Reconnecting(ClientService):
+    # Its "Scheduling retry N to connect <_WrapperEndpoint object at 0x…>" names
+    # nothing a person can act on; the retry policy below says why, in words.
+    _log = Logger(observer=lambda event: None)
+
+
 def client_service(reactor, hub: HubAddress, tls: TLSFiles, make_session) -> ClientService:
     """A service that keeps a session to the hub open, reconnecting forever."""
-    factory = _factory(hub, make_session)
-    factory.on_lost = lambda reason: log.info(
-        "link to {hub} lost: {why}", hub=hub.url, why=describe_failure(reason, hub)
-    )
-    return ClientService(_endpoint(reactor, hub, tls, timeout=10), factory, retryPolicy=jittered_backoff(), clock=reactor)
+    return reconnecting(reactor, hub, _endpoint(reactor, hub, tls, timeout=10), _factory(hub, make_session))
+
+
+def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[int], float] | None = None) -> ClientService:
+    """*factory*'s session kept open over *endpoint*; each failed attempt logged with why and when the next is.
+
+    The backoff counts attempts until a session joins, not until TCP
+    connects: ClientService starts again on every accepted connection, so a
+    hub that TLS refuses was dialled every second or so, forever.
+    """
+    backoff = backoff or jittered_backoff()
+    state = {"failures": 0, "why": None, "joined": False}
+
+    def joined():
+        state.update(failures=0, why=None, joined=True)
+
+    def lost(reason):
+        if state["joined"]:
+            state["joined"] = False
+            log.info("link to {hub} lost: {why}", hub=hub.url, why=describe_failure(reason, hub))
+        else:
+            state["why"] = reason
+
+    def refused(failure):
+        state["why"] = failure
+        return failure
+
+    def retry(_attempts_since_tcp_connected: int) -> float:
+        state["failures"] += 1
+        delay = backoff(state["failures"])
+        if state["why"] is None:
+            log.info("reconnecting to {hub} in {delay:.1f} s", hub=hub.url, delay=delay)
+        else:
+            why = retry_reason(state["why"], hub)
+            log.info("{why}{sep}retrying in {delay:.1f} s", why=why, sep="; " if ": " in why else ", ", delay=delay)
+        return delay
+
+    factory.on_join = joined
+    factory.on_lost = lost
+    return _Reconnecting(_Dialling(lambda f: endpoint.connect(f).addErrback(refused)), factory,
+                         retryPolicy=retry, clock=clock)
+
+
+@implementer(IStreamClientEndpoint)
+class _Dialling:
+    """*connect*, as an endpoint."""
+
+    def __init__(self, connect):
+        self.connect = connect
 
 
 class OneShotSession(ApplicationSession):
@@ -122,6 +187,20 @@ async def connect_once(reactor, hub: HubAddress, tls: TLSFiles, timeout: float =
         raise HubUnreachable(
             f"the hub at {hub.url} accepted the connection but opened no session within {timeout:g} s"
         ) from None
+
+
+def retry_reason(reason, hub: HubAddress) -> str:
+    """Why an attempt to reach the hub failed, for the line that says when the next one is."""
+    value = getattr(reason, "value", reason)
+    if isinstance(value, error.ConnectionRefusedError):
+        return f"connection refused by {hub.host}:{hub.port}"
+    if isinstance(value, HubNameMismatch):
+        return str(value)
+    if isinstance(value, (error.TimeoutError, defer.TimeoutError)):
+        return f"no answer from {hub.host}:{hub.port}"
+    if isinstance(value, error.ConnectionDone):
+        return f"the hub at {hub.url} closed the connection before a session opened"
+    return f"cannot reach the hub at {hub.url}: {_words(value)}"
 
 
 def describe_failure(reason, hub: HubAddress) -> str:

@@ -17,7 +17,7 @@ from llmgw.admin.web import admin_listener
 from llmgw.config.router import RouterProcessConfig, load_router_config
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import client_service
-from llmgw.process.common import compose, config_options
+from llmgw.process.common import ProcessTree, compose, config_options
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.tablesession import TableSession
 from llmgw.router.service import Router, check_open_api
@@ -32,14 +32,17 @@ def makeService(options) -> service.MultiService:
 
 
 def build(reactor, config: RouterProcessConfig) -> service.MultiService:
-    top = service.MultiService()
+    top = ProcessTree("llmgw-router", config.path)
     check_open_api(config.router, config.listen.api, config.path)
     registry = CollectorRegistry()
     router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry),
                     follows_table=config.hub is not None)
     router.setServiceParent(top)
+    top.must_listen("listen.api", router)
     if config.listen.admin:
-        admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
+        admin = admin_listener(reactor, config.listen.admin, registry)
+        admin.setServiceParent(top)
+        top.must_listen("listen.admin", admin)
     if config.hub is not None:
         tls = config.tls
         client_service(reactor, parse_hub_url(config.hub), tls, lambda cfg: TableSession(cfg, router)).setServiceParent(top)

@@ -26,7 +26,7 @@ from llmgw.control.reload import Listener
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.link.tls import server_options
-from llmgw.process.common import compose, config_options
+from llmgw.process.common import ProcessTree, compose, config_options
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.service import Router, check_open_api
 
@@ -40,11 +40,13 @@ def makeService(options) -> service.MultiService:
 
 
 def build(reactor, config: ServerConfig) -> service.MultiService:
-    top = service.MultiService()
+    top = ProcessTree("llmgw-server", config.path)
     hub = Hub(reactor)
     tls = config.tls
     factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
-    internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory).setServiceParent(top)
+    link = internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory)
+    link.setServiceParent(top)
+    top.must_listen("listen.link", link)
     registry = CollectorRegistry()
     catalog = Catalog(config)
     router = None
@@ -54,12 +56,15 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True)
         router.expect_models(config.models)
         router.setServiceParent(top)
+        top.must_listen("listen.api", router)
         reload_listeners.append(router_listener(router, config.listen.api))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     if config.listen.admin:
-        admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
+        admin = admin_listener(reactor, config.listen.admin, registry)
+        admin.setServiceParent(top)
+        top.must_listen("listen.admin", admin)
     top.registry = registry
     top.router = router
     top.hub = hub
