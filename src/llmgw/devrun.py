@@ -32,6 +32,27 @@ def local_node_id() -> str:
     return name if NODE_ID.match(name) else "local"
 
 
+def llmgw_command() -> str:
+    """The ``llmgw`` beside this Python, as a path that works from here.
+
+    `make run` installs it in .venv/bin, which is not on PATH until the venv
+    is activated: a bare ``llmgw`` in the banner was "command not found".
+    """
+    script = Path(sys.executable).with_name("llmgw")
+    return _from_here(script) if script.exists() else f"{sys.executable} -m llmgw"
+
+
+def activate_hint() -> str:
+    """How to get a plain ``llmgw`` on PATH, when this Python is a venv's."""
+    activate = Path(sys.executable).with_name("activate")
+    return f"(`. {_from_here(activate)}` puts llmgw on PATH)" if activate.exists() else ""
+
+
+def _from_here(path: Path) -> str:
+    shown = os.path.relpath(path)
+    return str(path) if shown.startswith("..") else shown
+
+
 def prepare(run: Path, link_port: int) -> dict[str, Path]:
     """Create what is missing under *run*; return the paths of the config files."""
     tls = run / "pki"
@@ -79,7 +100,7 @@ state_dir: {(run / 'state').resolve()}
     )
     ctl_yaml = _write_once(
         run / "ctl.yaml",
-        f"""# Written by `make run`: llmgw ctl --config {run / 'ctl.yaml'} nodes
+        f"""# Written by `make run`: {llmgw_command()} ctl --config {run / 'ctl.yaml'} nodes
 hub: "wss://127.0.0.1:{link_port}/"
 tls: {{ca: pki/ca.crt, cert: pki/{OPERATOR_NAME}.crt, key: pki/{OPERATOR_NAME}.key}}
 """,
@@ -190,7 +211,8 @@ llmgw is running from {run}
   metrics      http://127.0.0.1:9090/metrics
   server log   {logs / 'server.log'}
   agent log    {logs / 'agent.log'}
-  the fleet    llmgw ctl --config {files['ctl']} nodes
+  the fleet    {llmgw_command()} ctl --config {files['ctl']} nodes
+               {activate_hint()}
 Ctrl-C stops both.
 """,
         flush=True,

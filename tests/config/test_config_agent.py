@@ -65,9 +65,11 @@ def test_weights_dirs_need_not_exist(confdir: Path) -> None:
     assert load_agent_config("agent.yaml").weights_dirs == ("/nonexistent/llmgw-weights",)
 
 
-def test_an_empty_weights_list_is_a_node_that_holds_no_weights(confdir: Path) -> None:
-    (confdir / "agent.yaml").write_text('hub: "wss://cp:7443/"\n' + TLS + "weights_dirs: []\n")
-    assert load_agent_config("agent.yaml").weights_dirs == ()
+@pytest.mark.parametrize("written", ["weights_dirs: []", "weights_dirs:"])
+def test_an_empty_weights_list_is_the_default_directory(confdir: Path, written: str) -> None:
+    """The agent fetches into the first entry; an empty list must not fetch where it never scans."""
+    (confdir / "agent.yaml").write_text('hub: "wss://cp:7443/"\n' + TLS + written + "\n")
+    assert load_agent_config("agent.yaml").weights_dirs == ("/var/lib/llmgw-weights",)
 
 
 @pytest.mark.parametrize(

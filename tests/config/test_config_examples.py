@@ -49,13 +49,17 @@ def test_server_example_loads(tmp_path: Path) -> None:
     assert config.router.scoring == "prefix-affinity"
 
 
-def test_agent_example_loads(tmp_path: Path) -> None:
-    path = with_tls_files(
+def load_agent_example(tmp_path: Path):
+    """contrib/agent.yaml.example, loaded with its TLS files pointed into *tmp_path*."""
+    return load_agent_config(with_tls_files(
         "agent.yaml.example",
         tmp_path,
         {"/etc/llmgw/ca.crt": "ca.crt", "/etc/llmgw/node.crt": "n.crt", "/etc/llmgw/node.key": "n.key"},
-    )
-    config = load_agent_config(path)
+    ))
+
+
+def test_agent_example_loads(tmp_path: Path) -> None:
+    config = load_agent_example(tmp_path)
     assert (config.hub_host, config.hub_port) == ("cp.example.org", 7443)
     assert config.fabrics == {"mlx5_0": "ib-a"}
     assert config.tls.cert == str(tmp_path / "n.crt")

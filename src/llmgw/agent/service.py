@@ -26,7 +26,6 @@ from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
-from llmgw.config.agent import DEFAULT_WEIGHTS_DIRS
 from llmgw.errors import ConfigError
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
@@ -57,8 +56,8 @@ class Agent:
         self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
         self.log_buffer = LogBuffer()
         # Fetched weights land in the first weights directory, under cache names
-        # (an empty list in agent.yaml means the default place, not nowhere).
-        self.cache_dir = Path((config.weights_dirs or DEFAULT_WEIGHTS_DIRS)[0])
+        # (agent.yaml's weights_dirs is never empty: [] reads as the default).
+        self.cache_dir = Path(config.weights_dirs[0])
         self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress)
         self.weights_watch = InventoryWatch(self.cache_dir)
         # Shards waiting for their weights, by shard id.

@@ -21,9 +21,20 @@ from llmgw.huburl import parse_hub_url
 from llmgw.tlsfiles import TLSFiles
 
 DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
+DEFAULT_STATE_DIR = "/var/lib/llmgw"
 
 # As /sys/class/infiniband names adapters: mlx5_0, hfi1_0, irdma0, efa_0.
 _ADAPTER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def _default_if_empty(dirs) -> tuple[str, ...]:
+    """``weights_dirs: []`` (or null) is the default place, not nowhere.
+
+    The agent fetches into the first entry whatever the list says, so an empty
+    list left it fetching into the default while scanning and reporting none:
+    fetched files were never listed and their disk never shown.
+    """
+    return tuple(dirs) or DEFAULT_WEIGHTS_DIRS
 
 
 def _check_adapter(text: str) -> None:
@@ -46,8 +57,9 @@ class AgentConfig:
     labels: dict[str, str] = attrs.Factory(dict)
     fabrics: dict[str, str] = attrs.Factory(dict)
     # Not required to exist: an unmounted directory is skipped at discovery.
-    weights_dirs: tuple[str, ...] = DEFAULT_WEIGHTS_DIRS
-    state_dir: str = "/var/lib/llmgw"
+    # Never empty: the first entry is where fetched weights go.
+    weights_dirs: tuple[str, ...] = attrs.field(default=DEFAULT_WEIGHTS_DIRS, converter=_default_if_empty)
+    state_dir: str = DEFAULT_STATE_DIR
     heartbeat_interval_s: float = 5.0
 
     @property

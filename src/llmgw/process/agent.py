@@ -15,7 +15,7 @@ from twisted.logger import Logger, globalLogPublisher
 
 from llmgw.agent.service import Agent, AgentSession, node_id_for
 from llmgw.agent.statelock import StateLock
-from llmgw.config.agent import AgentConfig, load_agent_config
+from llmgw.config.agent import DEFAULT_STATE_DIR, DEFAULT_WEIGHTS_DIRS, AgentConfig, load_agent_config
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import client_service
 from llmgw.process.common import compose, config_options
@@ -47,7 +47,7 @@ def build(reactor, config: AgentConfig) -> service.MultiService:
     internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
     _LeaveEnginesRunning(agent).setServiceParent(top)
     top.agent = agent
-    log.info("llmgw agent {id}: dialling {hub}", id=node_id, hub=config.hub)
+    log.info("llmgw agent {id}: dialling {hub}; {where}", id=node_id, hub=config.hub, where=where_it_keeps(config))
     return top
 
 
@@ -82,3 +82,17 @@ def _reprobe(agent: Agent):
     return defer.ensureDeferred(agent.probe_engines()).addErrback(
         lambda f: log.warn("probing engines failed: {e}", e=f.getErrorMessage())
     )
+
+
+def where_it_keeps(config: AgentConfig) -> str:
+    """The start line's account of the directories it writes, saying which are defaults.
+
+    Run as root without ``state_dir``, the agent made /var/lib/llmgw without a
+    word, and a newcomer trying it in a checkout found its state nowhere near it.
+    """
+    state, weights = config.state_dir, ", ".join(config.weights_dirs)
+    if config.state_dir == DEFAULT_STATE_DIR:
+        state += " (the default; state_dir in agent.yaml moves it)"
+    if config.weights_dirs == DEFAULT_WEIGHTS_DIRS:
+        weights += " (the default; weights_dirs in agent.yaml moves it)"
+    return f"state in {state}, weights in {weights}"
