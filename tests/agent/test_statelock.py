@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from llmgw.agent.statelock import LOCK_NAME, StateDirInUse, StateLock
+from llmgw.agent.statelock import LOCK_NAME, StateDirInUse, StateDirUnusable, StateLock
 from tests.support.wait import wait_for
 
 
@@ -70,3 +70,14 @@ def test_an_engine_started_by_the_agent_does_not_keep_the_lock_after_the_agent_l
     finally:
         engine.stdin.close()
         engine.wait(timeout=10)
+
+
+def test_a_state_dir_this_user_may_not_create_is_refused_in_a_sentence(tmp_path):
+    # A file where a directory is needed fails for root too, as /var/lib/llmgw does for a plain user.
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(StateDirUnusable) as refused:
+        StateLock.acquire(blocker / "state", "node01")
+    message = str(refused.value)
+    assert message.startswith(f"cannot use state_dir {blocker / 'state'}: ")
+    assert "set state_dir in agent.yaml" in message and "install -d -o " in message

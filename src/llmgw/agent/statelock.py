@@ -33,6 +33,19 @@ class StateDirInUse(LlmgwError):
     """Another agent holds this state directory; the message names it and what to do."""
 
 
+class StateDirUnusable(LlmgwError):
+    """The state directory cannot be created or opened by this user; the message says what to do."""
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 @attrs.frozen
 class Holder:
     pid: int | None
@@ -57,9 +70,17 @@ class StateLock:
     def acquire(cls, state_dir: str | os.PathLike[str], node_id: str) -> StateLock:
         """Lock *state_dir* for this process as *node_id*, or raise ``StateDirInUse`` naming the holder."""
         root = Path(state_dir)
-        root.mkdir(parents=True, exist_ok=True)
         path = root / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            # Most often an agent started by a user who may not write the default /var/lib/llmgw.
+            raise StateDirUnusable(
+                f"cannot use state_dir {root}: {e.strerror.lower() if e.strerror else e}; set state_dir in "
+                f"agent.yaml to a directory this user may write, or create this one for it "
+                f"(install -d -o {_user()} {root})"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
