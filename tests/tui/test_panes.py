@@ -370,6 +370,30 @@ async def test_last_seen_keeps_counting_between_events():
         await until(pilot, lambda: column(app, "nodes", "node01", "seen") == "2m ago", "91 s to show as 2m ago")
 
 
+async def test_escape_on_the_table_clears_a_filter_that_enter_kept():
+    app = DashboardApp(small_fleet(), clock=fixed_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        await pilot.press("slash", "n", "o", "d", "e", "0", "2", "enter")
+        await until(pilot, lambda: list(rows(app, "nodes")) == ["node02"], "only node02 to match")
+        assert app.focused is app.screen.query_one("#nodes").table
+        await pilot.press("escape")
+        await until(pilot, lambda: len(rows(app, "nodes")) == 3, "every node again")
+        assert "filtered" not in screen_text(app)
+        assert not app.screen.query_one("#nodes").filter_input.display
+
+
+async def test_a_replicas_age_keeps_counting_between_fetches():
+    now = [1000.0]
+    app = DashboardApp(small_fleet(), clock=lambda: now[0], seen_tick_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        before = column(app, "replicas", "echo/0", "age")
+        now[0] += 2 * 3600
+        await until(pilot, lambda: column(app, "replicas", "echo/0", "age") != before, "echo/0's age to move on")
+        assert column(app, "replicas", "echo/0", "age").endswith("h"), column(app, "replicas", "echo/0", "age")
+
+
 async def test_question_mark_shows_the_keys_and_escape_closes_them():
     app = DashboardApp(small_fleet(), clock=fixed_clock)
     async with app.run_test(size=SIZE) as pilot:

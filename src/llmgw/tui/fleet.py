@@ -134,6 +134,7 @@ class FleetScreen(FleetView, Screen):
 
     def tick(self, store: FleetStore) -> None:
         self.query_one(NodesPane).tick(store)
+        self.query_one(ReplicasPane).tick(store)
 
     def show_link(self, problem: str | None) -> None:
         self.query_one(LinkBanner).show_link(problem)
