@@ -127,3 +127,21 @@ def test_ctl_weights_counts_what_was_removed_and_prints_why_a_node_refused():
 def test_ctl_weights_says_so_when_nothing_is_unwanted():
     assert render.weights_text(from_wire(WeightsAnswer, {"unwanted": {}})) == (
         "no node holds weights llmgw fetched that the catalog no longer wants")
+
+
+def test_the_seam_between_two_reads_of_a_log_is_where_the_new_lines_start():
+    assert render.new_lines_start([], ["a"]) == 0
+    assert render.new_lines_start(["a", "b", "c"], ["b", "c", "d"]) == 2  # the log moved on
+    assert render.new_lines_start(["a", "b"], ["a", "b"]) == 2
+    assert render.new_lines_start(["a", "b"], ["x", "y"]) is None
+    assert render.new_lines_start(["x", "x"], ["x", "x", "x"]) == 2
+
+
+def test_a_wider_second_read_shows_only_what_was_written_since():
+    log = [f"line {i}" for i in range(1000)]
+    # ctl logs -f reads -n lines, then a wider window: the first read is inside the second.
+    assert render.new_lines(log[800:900], log[500:903]) == log[900:903]
+    assert render.new_lines(log[800:900], log[500:900]) == []
+    # Repeated lines: the longest tail of the first read decides where the seam is.
+    repeats = ["start", "GET /metrics", "GET /metrics", "POST /v1/chat", "GET /metrics"]
+    assert render.new_lines(repeats[:4], repeats) == ["GET /metrics"]

@@ -305,3 +305,21 @@ async def test_a_report_callback_that_raises_does_not_stop_supervision(harness):
     assert (await sup.stop("tiny/0/0")).state == "stopped"
     assert seen == ["starting", "ready", "draining", "stopped"]
     await sleep(0)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopped_shard_leaves_the_log_sources_and_a_failed_one_stays_for_a_while(harness):
+    from llmgw.agent.supervisor import FAILED_SOURCE_S
+
+    sup = harness.supervisor()
+    sup.start(make_spec("gone/0/0"))
+    sup.start(make_spec("broken/0/0", "--healthy-after", "60", "--exit-after", "0.3", "--exit-code", "3"))
+    await harness.reports.reach("ready", "gone/0/0")
+    assert sorted(sup.sources()) == ["broken/0/0", "gone/0/0"]
+    await sup.stop("gone/0/0")
+    await harness.reports.reach("failed", "broken/0/0")
+
+    assert sup.sources() == ["broken/0/0"]  # why it failed is in its log
+    assert "standin: got SIGTERM, exiting" in sup.tail("gone/0/0")  # still readable by name
+    later = sup._clock.seconds() + FAILED_SOURCE_S + 1
+    assert sup.sources(now=later) == []

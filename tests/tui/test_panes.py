@@ -46,7 +46,7 @@ async def test_the_nodes_pane_shows_every_node_with_a_dash_for_what_it_did_not_r
         assert shown["node03"][1] == "unreachable"
         assert shown["node03"][2] == "20s ago"
         assert shown["node03"][3:] == ["-"] * 6
-        assert "-" in screen_text(app)
+        await until(pilot, lambda: "node03  unreachable  20s ago  -" in screen_text(app), "node03's dashes on screen")
 
 
 async def test_a_cpu_without_avx2_is_flagged_in_red_and_on_the_state():
@@ -390,6 +390,30 @@ async def test_last_seen_keeps_counting_between_events():
         await until(pilot, lambda: column(app, "nodes", "node01", "seen") == "2m ago", "91 s to show as 2m ago")
 
 
+async def test_escape_on_the_table_clears_a_filter_that_enter_kept():
+    app = DashboardApp(small_fleet(), clock=fixed_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        await pilot.press("slash", "n", "o", "d", "e", "0", "2", "enter")
+        await until(pilot, lambda: list(rows(app, "nodes")) == ["node02"], "only node02 to match")
+        assert app.focused is app.screen.query_one("#nodes").table
+        await pilot.press("escape")
+        await until(pilot, lambda: len(rows(app, "nodes")) == 3, "every node again")
+        assert "filtered" not in screen_text(app)
+        assert not app.screen.query_one("#nodes").filter_input.display
+
+
+async def test_a_replicas_age_keeps_counting_between_fetches():
+    now = [1000.0]
+    app = DashboardApp(small_fleet(), clock=lambda: now[0], seen_tick_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        before = column(app, "replicas", "echo/0", "age")
+        now[0] += 2 * 3600
+        await until(pilot, lambda: column(app, "replicas", "echo/0", "age") != before, "echo/0's age to move on")
+        assert column(app, "replicas", "echo/0", "age").endswith("h"), column(app, "replicas", "echo/0", "age")
+
+
 async def test_question_mark_shows_the_keys_and_escape_closes_them():
     app = DashboardApp(small_fleet(), clock=fixed_clock)
     async with app.run_test(size=SIZE) as pilot:
@@ -421,3 +445,35 @@ async def test_everything_fits_80_by_24():
         assert text.splitlines()[0].startswith(" Nodes 2/3 ready   Replicas 1/4 ready   Logs")
         assert "⏎ Details" in text and "? Keys" in text and "q Quit" in text
         assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def table_region(app, pane: str):
+    return app.screen.query_one(f"#{pane}").table.region
+
+
+async def test_at_80_by_24_a_small_fleet_shows_both_tables_sized_to_their_rows():
+    app = DashboardApp(small_fleet(), clock=fixed_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        # Header, three rows and the scrollbar of a table wider than 80; then the replicas'.
+        await until(pilot, lambda: table_region(app, "nodes").height == 5 and table_region(app, "replicas").height == 6,
+                    "both tables as tall as their rows")
+        text = screen_text(app)
+        assert "node03" in text and "qwen" in text and "MODEL" in text
+        assert table_region(app, "replicas").y == table_region(app, "nodes").bottom
+        await pilot.press("tab")  # Tab moves to the replicas, both still shown
+        assert app.focused is app.screen.query_one("#replicas").table
+        assert "node03" in screen_text(app)
+
+
+async def test_a_fleet_taller_than_the_screen_leaves_the_short_table_whole_and_scrolls_the_long_one():
+    nodes = [node_view(f"node{i:02}") for i in range(1, 41)]
+    fake = FakeBackend(nodes, [replica_view("echo/0", "node01", endpoint="http://10.0.0.1:8100")], {})
+    app = DashboardApp(fake, clock=fixed_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        room = app.screen.query_one("#panes").region.height
+        # The replicas' header and row (no scrollbar: it fits 80 columns); the nodes scroll in the rest.
+        await until(pilot, lambda: table_region(app, "replicas").height == 2
+                    and table_region(app, "nodes").height == room - 2, "the replica whole, the nodes in the rest")
+        assert "echo" in screen_text(app)

@@ -11,7 +11,6 @@ from llmgw.records import Progress
 from llmgw.states import NodeState
 from llmgw.tui import columns
 from llmgw.tui.fake import node_view, replica_view
-from llmgw.tui.logs import overlap
 from llmgw.tui.store import FleetStore, urgent
 from llmgw.tui.table import natural
 from tests.support.cluster import environment
@@ -62,14 +61,6 @@ def test_stale_is_shown_as_ctl_shows_it():
 def test_natural_order():
     assert sorted(["gpu10", "gpu2", "gpu1"], key=natural) == ["gpu1", "gpu2", "gpu10"]
     assert sorted([("echo", "10"), ("echo", "2")], key=natural) == [("echo", "2"), ("echo", "10")]
-
-
-def test_overlap_finds_where_new_lines_start():
-    assert overlap([], ["a"]) == 0
-    assert overlap(["a", "b", "c"], ["b", "c", "d"]) == 2
-    assert overlap(["a", "b"], ["a", "b"]) == 2
-    assert overlap(["a", "b"], ["x", "y"]) == 0
-    assert overlap(["x", "x"], ["x", "x", "x"]) == 2
 
 
 def test_a_heartbeat_is_not_urgent_but_a_state_or_cordon_is():

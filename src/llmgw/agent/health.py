@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from twisted.internet import defer, protocol
-from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.client import Agent
 from twisted.web.http_headers import Headers
+
+from llmgw.webclient import connection_pool
 
 
 class HttpProbe:
@@ -14,7 +16,7 @@ class HttpProbe:
     def __init__(self, reactor, clock, timeout_s: float):
         self._clock = clock
         self._timeout_s = timeout_s
-        self._agent = Agent(reactor, connectTimeout=timeout_s, pool=HTTPConnectionPool(reactor, persistent=False))
+        self._agent = Agent(reactor, connectTimeout=timeout_s, pool=connection_pool(reactor, persistent=False))
 
     async def ok(self, url: str) -> bool:
         """True when *url* answers 200 within the deadline; never raises."""

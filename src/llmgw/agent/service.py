@@ -30,7 +30,7 @@ from llmgw.errors import ConfigError
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
 from llmgw.link.tls import certificate_common_name
-from llmgw.records import EngineInfo, ShardSpec, ShardStatus
+from llmgw.records import EngineInfo, ShardSpec, ShardStatus, WeightsFile
 from llmgw.wire import WireError, from_wire, to_wire
 
 log = Logger()
@@ -169,9 +169,23 @@ class Agent:
         from llmgw.agent.weights import scan
 
         files = await threads.deferToThread(scan, list(self.config.weights_dirs))
+        files += await threads.deferToThread(local_files, self.local_sources(), {f.path for f in files})
         if force:
             self.weights_watch.reset()
         return self.weights_watch.report(files)
+
+    def local_sources(self) -> list[str]:
+        """The operator's paths this node's shards run from: held here, in a weights dir or not."""
+        from llmgw.agent.weights import parse
+
+        paths = []
+        for status in self.supervisor.statuses():
+            try:
+                if status.spec.source is not None and not parse(status.spec.source).fetched:
+                    paths.append(status.spec.source)
+            except ValueError:
+                continue  # the plan refused it in words
+        return paths
 
     def statuses(self) -> list[ShardStatus]:
         """Every shard this node runs, adopted, or is fetching weights for."""
@@ -372,6 +386,19 @@ class AgentSession(ApplicationSession):
         if details.reason not in ("wamp.close.normal", "wamp.close.goodbye_and_out"):
             log.warn("the hub ended the session: {reason} {message}", reason=details.reason, message=details.message or "")
         self.disconnect()
+
+
+def local_files(paths: list[str], listed: set[str]) -> list[WeightsFile]:
+    """The files at *paths* that a scan did not list (*listed*), as the scan would report them."""
+    found = {}
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if path not in listed and os.path.isfile(path) and size > 0:
+            found[path] = WeightsFile(path=path, size_bytes=size)
+    return list(found.values())
 
 
 def node_id_for(config) -> str:

@@ -47,6 +47,8 @@ log = Logger()
 ROTATE_BYTES = 64 << 20
 # Finished shards kept for their tails, most recent last.
 KEEP_FINISHED = 32
+#: How long a failed shard stays among the node's log sources.
+FAILED_SOURCE_S = 600.0
 
 Planner = Callable[[ShardSpec, int], LaunchPlan]
 
@@ -223,9 +225,14 @@ class Supervisor:
             shard.follower.poll()
         return shard.follower.last(self._tail_lines if n is None else n)
 
-    def sources(self) -> list[str]:
-        """Shard ids whose output this node holds, finished ones included."""
-        return list(self._shards)
+    def sources(self, now: float | None = None) -> list[str]:
+        """The shards whose logs an operator is offered: those running, and those that
+        failed in the last ``FAILED_SOURCE_S`` (why they failed is in there).  A shard
+        stopped on purpose (its model removed or moved) is not offered; ``tail`` still
+        reads any shard this supervisor holds."""
+        now = self._clock.seconds() if now is None else now
+        return [sid for sid, s in self._shards.items()
+                if not s.finished or (s.life.state == ShardState.FAILED and now - s.since <= FAILED_SOURCE_S)]
 
     # -- the rest -------------------------------------------------------------
 

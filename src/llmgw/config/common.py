@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from llmgw.config.schema import File, Section, Str
@@ -37,3 +38,14 @@ HUB_URL = Str(what="a hub URL like wss://HOST:PORT/", check=check_hub_url)
 
 
 TLS = Section(TLSFiles, {"ca": File(), "cert": File(), "key": File()})
+
+
+#: Set to 1 (in the environment of twistd, of ``make run``, of an engine) for
+#: the lines llmgw leaves out by default: Twisted's "Starting factory" lines
+#: and an engine's answers to the router's /metrics and the agent's /health
+#: polls.  Engines inherit it from the agent that starts them.
+VERBOSE_ENV = "LLMGW_VERBOSE"
+
+
+def verbose_logs(environ=os.environ) -> bool:
+    return environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "no", "false")

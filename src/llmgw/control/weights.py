@@ -30,7 +30,9 @@ def holds(inventory: Inventory, source: str | None) -> bool:
     if fetched:
         name = cache_name(source)
         return any(os.path.basename(f.path) == name for f in report.files)
-    return any(f.path == source for f in report.files)
+    # The catalog's spelling and the node's scan of the same file may differ ("//", "/./").
+    path = os.path.normpath(source)
+    return any(os.path.normpath(f.path) == path for f in report.files)
 
 
 def holders(fleet: Fleet, source: str | None) -> frozenset[str]:

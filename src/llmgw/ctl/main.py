@@ -18,6 +18,10 @@ from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
 
 
+FOLLOW_POLL_S = 2.0
+FOLLOW_WINDOW = 500
+
+
 def add_parser(subparsers) -> None:
     ctl = subparsers.add_parser("ctl", help="query and steer the fleet through the hub")
     ctl.add_argument("--hub", help="the hub's URL, wss://HOST:PORT/ (or LLMGW_HUB)")
@@ -174,19 +178,20 @@ def _node_verb(verb: str):
 
 
 async def cmd_logs(session, args) -> int:
-    answer = await session.call(uris.CP_LOGS, args.node, args.source, args.n)
-    if args.json and not args.follow:
-        return _print(args, answer, None)
     if not args.follow:
-        print(render.logs_text(answer))
-        return 0
+        answer = await session.call(uris.CP_LOGS, args.node, args.source, args.n)
+        return _print(args, answer, render.logs_text)
     from twisted.internet import reactor, task
 
-    print(render.logs_text(answer), flush=True)
+    # Every poll reads the same window, wider than -n, so the seam between
+    # two reads is found even when more was written than -n lines.
+    window = max(args.n, FOLLOW_WINDOW)
+    answer = await session.call(uris.CP_LOGS, args.node, args.source, window)
     seen = answer["lines"]
+    print(render.logs_text({**answer, "lines": seen[len(seen) - min(args.n, len(seen)):]}), flush=True)
     while True:
-        await task.deferLater(reactor, 2.0, lambda: None)
-        answer = await session.call(uris.CP_LOGS, args.node, args.source, max(args.n, 500))
+        await task.deferLater(reactor, FOLLOW_POLL_S, lambda: None)
+        answer = await session.call(uris.CP_LOGS, args.node, args.source, window)
         fresh = render.new_lines(seen, answer["lines"])
         if fresh:
             print("\n".join(fresh), flush=True)

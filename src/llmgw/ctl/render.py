@@ -206,12 +206,31 @@ def logs_text(answer: dict[str, Any]) -> str:
     return "\n".join([head, *lines])
 
 
+def new_lines_start(before: list[str], after: list[str]) -> int | None:
+    """Where in *after* the lines that *before* had not shown start; None when the two share no line.
+
+    Both are windows on one growing log, and *after* was read later: it
+    may start earlier than *before* (a longer window) or later (the log
+    moved on).  *before*'s longest tail found in *after* is the seam; where
+    lines repeat and several seams fit, the earliest is taken.
+    """
+    if not before:
+        return 0
+    best, start = 0, None
+    for end in range(1, len(after) + 1):
+        k = 0
+        while k < min(len(before), end) and before[-1 - k] == after[end - 1 - k]:
+            k += 1
+        if k > best:
+            best, start = k, end
+            if k == len(before):
+                break
+    return start
+
+
 def new_lines(before: list[str], after: list[str]) -> list[str]:
-    """The lines of *after* that follow what *before* ended with (the window slides)."""
-    for k in range(min(len(before), len(after)), 0, -1):
-        if before[-k:] == after[:k]:
-            return after[k:]
-    return after
+    """The lines of *after* that *before* had not shown (all of *after* when they share none)."""
+    return after[new_lines_start(before, after) or 0:]
 
 
 def weights_text(answer: WeightsAnswer) -> str:

@@ -19,6 +19,7 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
@@ -50,6 +51,7 @@ def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], Applicat
     config = ComponentConfig(realm=uris.REALM)
     factory = WampWebSocketClientFactory(lambda: make_session(config), url=hub.url, serializers=[JsonSerializer()])
     factory.protocol = _Protocol
+    factory.noisy = verbose_logs()  # "Starting factory" on every reconnect says nothing
     factory.setProtocolOptions(
         maxMessagePayloadSize=16 * 1024 * 1024,
         maxFramePayloadSize=16 * 1024 * 1024,

@@ -28,6 +28,7 @@ from autobahn.wamp.serializer import JsonSerializer
 from autobahn.wamp.types import TransportDetails
 from twisted.logger import Logger
 
+from llmgw.config.common import verbose_logs
 from llmgw.errors import PKIError
 from llmgw.link import authz, uris
 
@@ -171,6 +172,7 @@ class Hub:
             lambda: HubSession(self), url=url, serializers=[JsonSerializer()]
         )
         factory.protocol = WampWebSocketServerProtocol
+        factory.noisy = verbose_logs()
         # A half-open connection (a node that lost power) is found by pings,
         # not by waiting for TCP to notice.
         factory.setProtocolOptions(

@@ -122,9 +122,11 @@ class Router(service.MultiService):
     def _fetch_metrics(self, url: str) -> defer.Deferred:
         """GET an engine's /metrics (the poller gives the whole URL); off the hot path."""
         if self._agent is None:
-            from twisted.web.client import Agent, HTTPConnectionPool
+            from twisted.web.client import Agent
 
-            pool = HTTPConnectionPool(self._reactor, persistent=True)
+            from llmgw.webclient import connection_pool
+
+            pool = connection_pool(self._reactor, persistent=True)
             pool.retryAutomatically = False
             self._agent = Agent(self._reactor, connectTimeout=2, pool=pool)
         from twisted.web.client import readBody

@@ -75,6 +75,7 @@ class SimEngine:
         self._clock = clock
         self._out = out
         self._log = options.log_requests
+        self._log_polls = options.log_requests and options.log_polls
         self._rng = random.Random(options.seed)
         self._waits = options.ttft_ms > 0 or options.tokens_per_s > 0
         self._ttft = options.ttft_ms / 1000.0
@@ -147,13 +148,13 @@ class SimEngine:
     def _health(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         status = 200 if self.ready else 503
         conn.respond(status, _HEALTH_OK if self.ready else _HEALTH_LOADING)
-        if self._log:
+        if self._log_polls:
             self._log_line(conn, request, status, None, "")
 
     def _metrics(self, conn: HTTPConnection, request: ParsedRequest) -> None:
         body = self.metrics.render(running=self.running, waiting=self.waiting, cache_usage=self.cache_usage)
         conn.respond(200, body, content_type=METRICS_TYPE)
-        if self._log:
+        if self._log_polls:
             self._log_line(conn, request, 200, None, "")
 
     def _models(self, conn: HTTPConnection, request: ParsedRequest) -> None:

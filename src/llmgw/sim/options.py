@@ -7,6 +7,7 @@ from typing import Sequence
 
 import attrs
 
+from llmgw.config.common import VERBOSE_ENV, verbose_logs
 from llmgw.http11 import MAX_BODY_BYTES
 
 
@@ -27,6 +28,8 @@ class SimOptions:
     max_body_bytes: int = MAX_BODY_BYTES
     seed: int = 0
     log_requests: bool = True
+    #: Whether /health and /metrics (the agent's and router's polls, every second) get a line too.
+    log_polls: bool = False
 
 
 def _number(convert, check, what: str):
@@ -78,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     logging = p.add_mutually_exclusive_group()
     logging.add_argument("--log-requests", dest="log_requests", action="store_true", default=True, help="one line per request on stdout (the default)")
     logging.add_argument("--quiet", dest="log_requests", action="store_false", help="no line per request")
+    p.add_argument("--log-polls", action="store_true", default=verbose_logs(),
+                   help=f"a line for /health and /metrics requests too (default: only when {VERBOSE_ENV}=1)")
     return p
 
 
@@ -99,4 +104,5 @@ def parse(argv: Sequence[str] | None = None) -> SimOptions:
         max_body_bytes=args.max_body_bytes,
         seed=args.seed,
         log_requests=args.log_requests,
+        log_polls=args.log_polls,
     )

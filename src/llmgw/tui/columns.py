@@ -173,15 +173,15 @@ def replica_state(replica: ReplicaView) -> Text:
     return Text(state, style=REPLICA_STATE_STYLES.get(state, ""))
 
 
-def replica_cells(replica: ReplicaView) -> tuple:
-    """One row of the replicas table, in ``REPLICA_COLUMNS`` order."""
+def replica_cells(replica: ReplicaView, age_s: float | None) -> tuple:
+    """One row of the replicas table, in ``REPLICA_COLUMNS`` order; *age_s* as of now (the store's)."""
     return (
         replica.model or DASH,
         replica_index(replica),
         replica_state(replica),
         ",".join(replica.nodes or []) or DASH,
         stale(replica),
-        render.age(replica.age_s),
+        render.age(age_s),
         note(replica),
         replica.endpoint or DASH,
     )

@@ -1,7 +1,9 @@
-"""The main screen: the nodes, replicas and logs panes, one at a time, Tab to switch.
+"""The main screen: the nodes and replicas tables one above the other, the logs pane instead of them.
 
-One pane at a time is what fits 80x24 with room for the rows; the tab line
-keeps the others' counts in view.
+Each table is as tall as its rows, so a small fleet shows both at 80x24; when
+they do not fit, the one with fewer rows keeps what it needs up to half and
+the other scrolls in the rest.  Tab moves between nodes, replicas and logs;
+the tab line keeps the counts in view.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Input, Static
+from textual.containers import Vertical
+from textual.widgets import Footer, Input, Static
 
 from llmgw.tui.common import FleetView, LinkBanner
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
@@ -42,13 +45,15 @@ class FleetScreen(FleetView, Screen):
         super().__init__()
         # The table pane whose selection the logs pane follows.
         self._source_pane = "nodes"
+        self._current = "nodes"
 
     def compose(self) -> ComposeResult:
         yield Static(id="tabs")
         yield LinkBanner(id="banner")
-        with ContentSwitcher(initial="nodes", id="panes"):
-            yield NodesPane(id="nodes")
-            yield ReplicasPane(id="replicas")
+        with Vertical(id="panes"):
+            with Vertical(id="tables"):
+                yield NodesPane(id="nodes")
+                yield ReplicasPane(id="replicas")
             yield LogPane(id="logs")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -56,6 +61,7 @@ class FleetScreen(FleetView, Screen):
         self.query_one(LinkBanner).show_link(self.app.link_problem)
         self.query_one(NodesPane).filter_input.display = False
         self.query_one(ReplicasPane).filter_input.display = False
+        self.query_one(LogPane).display = False
         self.fleet_loaded(self.app.store)
         self.query_one(NodesPane).focus_table()
 
@@ -63,12 +69,14 @@ class FleetScreen(FleetView, Screen):
 
     @property
     def current(self) -> str:
-        return self.query_one(ContentSwitcher).current or "nodes"
+        return self._current
 
     def action_pane(self, name: str) -> None:
         if self.current in ("nodes", "replicas"):
             self._source_pane = self.current
-        self.query_one(ContentSwitcher).current = name
+        self._current = name
+        self.query_one("#tables").display = name != "logs"
+        self.query_one(LogPane).display = name == "logs"
         if name == "logs":
             self._follow_selection()
             self.query_one(LogPane).focus_log()
@@ -85,6 +93,24 @@ class FleetScreen(FleetView, Screen):
     def action_filter(self) -> None:
         if self.current in ("nodes", "replicas"):
             self.query_one(f"#{self.current}", TablePane).start_filter()
+            self._size_tables()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._size_tables)
+
+    def _size_tables(self) -> None:
+        """Each table as tall as its rows (and header) where both fit; else share the room."""
+        panes = [self.query_one(NodesPane), self.query_one(ReplicasPane)]
+        room = self.query_one("#panes").size.height - sum(p.filter_input.display for p in panes)
+        if room <= 0:
+            return
+        needs = [p.table.row_count + 1 + p.table.scrollbar_size_horizontal for p in panes]
+        if sum(needs) > room:
+            small = min(range(2), key=lambda i: needs[i])
+            needs[small] = min(needs[small], room // 2)
+            needs[1 - small] = room - needs[small]
+        for pane, height in zip(panes, needs):
+            pane.table.styles.height = max(height, 2)
 
     def selected_node(self) -> str | None:
         if self.current != "nodes":
@@ -134,6 +160,7 @@ class FleetScreen(FleetView, Screen):
 
     def tick(self, store: FleetStore) -> None:
         self.query_one(NodesPane).tick(store)
+        self.query_one(ReplicasPane).tick(store)
 
     def show_link(self, problem: str | None) -> None:
         self.query_one(LinkBanner).show_link(problem)
@@ -156,3 +183,4 @@ class FleetScreen(FleetView, Screen):
                 line.append(f" {name} filtered: {table.shown}/{table.total}", style="yellow")
         line.append(f"  {self.app.backend.hub}", style="dim")
         self.query_one("#tabs", Static).update(line)
+        self._size_tables()

@@ -2,8 +2,9 @@
 
 Following is polling: every ``POLL_S`` the pane asks for the last ``LINES``
 lines and appends those after the ones it already shows (where the new batch
-overlaps the old).  It asks nothing while it is hidden, so a thousand-node
-dashboard costs its agents nothing until someone looks at a log.
+overlaps the old, found as ``ctl logs -f`` finds it).  It asks nothing while
+it is hidden, so a thousand-node dashboard costs its agents nothing until
+someone looks at a log.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
+from llmgw.ctl.render import new_lines_start
 from llmgw.tui.backend import LogsUnavailable
 from llmgw.views import ReplicaView
 
@@ -46,14 +48,6 @@ def replica_log_target(replica: ReplicaView) -> LogTarget | None:
         return None
     first = replica.shards[0]
     return LogTarget(first.node, first.shard, replica.replica)
-
-
-def overlap(old: list[str], new: list[str]) -> int:
-    """How many of *new*'s first lines are *old*'s last ones."""
-    for k in range(min(len(old), len(new)), 0, -1):
-        if old[-k:] == new[:k]:
-            return k
-    return 0
 
 
 class LogPane(Vertical):
@@ -132,11 +126,12 @@ class LogPane(Vertical):
 
     def _append(self, new: list[str]) -> None:
         log = self.query_one(Log)
-        k = overlap(self.lines, new)
-        if self.lines and k == 0:
+        k = new_lines_start(self.lines, new)
+        if k is None:
             # More was written than one poll fetches, or the source started
             # again: show the fresh window rather than a seam.
             log.clear()
+            k = 0
         if new[k:]:
             log.write_lines(new[k:])
         self.lines = new

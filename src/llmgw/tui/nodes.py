@@ -30,15 +30,5 @@ class NodesPane(TablePane):
         })
 
     def tick(self, store: FleetStore) -> None:
-        """Let "last seen" count up between heartbeats; only rows whose text changes are touched."""
-        table = self.table
-        changes = {}
-        for node_id in store.nodes:
-            cells = table.cells(node_id)
-            if cells is None:
-                continue
-            seen = render.ago(store.seen_ago(node_id))
-            if cells[SEEN] != seen:
-                changes[node_id] = cells[:SEEN] + (seen,) + cells[SEEN + 1:]
-        if changes:
-            self.update_rows(changes)
+        """Let "last seen" count up between heartbeats."""
+        self.tick_column(SEEN, lambda node_id: render.ago(store.seen_ago(node_id)), store.nodes)

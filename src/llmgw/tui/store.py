@@ -46,6 +46,8 @@ class FleetStore:
         # keeps counting between events without trusting the server's clock.
         self._heard_at: dict[str, float] = {}
         self._pending: dict[str, tuple[NodeView, float]] = {}
+        # When the replicas were fetched: their age_s counts on from there, as "last seen" does.
+        self._replicas_at = 0.0
         self._urgent: set[str] = set()
         self._ready_nodes = 0
         self._ready_replicas = 0
@@ -111,6 +113,7 @@ class FleetStore:
         # replicas_dirty is not cleared here: a shard event that arrived
         # after this answer left must still cause a fetch.
         self.replicas = {r.replica: r for r in replicas}
+        self._replicas_at = self._clock()
         self._ready_replicas = sum(1 for r in replicas if r.state == ReplicaState.READY)
 
     def _put(self, view: NodeView, received: float) -> None:
@@ -127,6 +130,12 @@ class FleetStore:
     def seen_ago(self, node_id: str) -> float | None:
         heard = self._heard_at.get(node_id)
         return None if heard is None else max(0.0, self._clock() - heard)
+
+    def replica_age(self, replica_id: str) -> float | None:
+        replica = self.replicas.get(replica_id)
+        if replica is None or replica.age_s is None:
+            return None
+        return replica.age_s + max(0.0, self._clock() - self._replicas_at)
 
     def replicas_on(self, node_id: str) -> list[ReplicaView]:
         return [r for r in self.replicas.values() if node_id in r.nodes or any(s.node == node_id for s in r.shards)]

@@ -9,7 +9,7 @@ is what keeps a thousand nodes' heartbeats cheap.
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from rich.text import Text
 from textual import on
@@ -167,6 +167,9 @@ class FilterInput(Input):
 class TablePane(Vertical):
     """A table and its filter line; subclasses name the columns and make the cells."""
 
+    # Esc clears the filter from the table too, once Enter has kept it.
+    BINDINGS = [Binding("escape", "clear_filter", "Clear filter", show=False)]
+
     COLUMNS: Sequence[tuple[str, str]] = ()
     SORT_BY: Sequence[str] = ()
     #: What the person calls a row, for the filter's placeholder.
@@ -197,6 +200,10 @@ class TablePane(Vertical):
     def focus_table(self) -> None:
         self.table.focus()
 
+    def action_clear_filter(self) -> None:
+        if self.filter_input.value:
+            self.filter_input.action_clear()
+
     def start_filter(self) -> None:
         field = self.filter_input
         field.display = True
@@ -219,6 +226,20 @@ class TablePane(Vertical):
     def _opened(self, event: DataTable.RowSelected) -> None:
         event.stop()
         self.post_message(self.Opened(self.KIND, event.row_key.value))
+
+    def tick_column(self, column: int, text: Callable[[str], str], keys: Iterable[str]) -> None:
+        """Give *column* of the rows *keys* its text as of now; only rows whose text changes are touched."""
+        table = self.table
+        changes = {}
+        for key in keys:
+            cells = table.cells(key)
+            if cells is None:
+                continue
+            now = text(key)
+            if cells[column] != now:
+                changes[key] = cells[:column] + (now,) + cells[column + 1:]
+        if changes:
+            self.update_rows(changes)
 
     def update_rows(self, changes: Mapping[str, tuple | None]) -> None:
         self.table.apply(changes)

@@ -27,10 +27,11 @@ from typing import Any, Callable, Mapping
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, BrowserLikeRedirectAgent, HTTPConnectionPool
+from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, BrowserLikeRedirectAgent
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH
 
+from llmgw.webclient import connection_pool
 from llmgw.weightnames import HF_ENDPOINT, WeightsSource, cache_name, parse, partial_name
 
 from .body import Writer, describe, discard
@@ -70,7 +71,7 @@ class Fetcher:
         self._idle_timeout_s = idle_timeout_s
         self._interval_s = progress_interval_s
         self._lock_poll_s = lock_poll_s
-        pool = HTTPConnectionPool(reactor, persistent=False)
+        pool = connection_pool(reactor, persistent=False)
         agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
                       connectTimeout=connect_timeout_s, pool=pool)
         # Hugging Face answers with a redirect to its CDN on another host; the
