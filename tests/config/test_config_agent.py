@@ -27,6 +27,8 @@ def test_the_same_file_on_every_node_needs_only_hub_and_tls(confdir: Path) -> No
     assert config.weights_dirs == ("/var/lib/llmgw-weights",)
     assert config.state_dir == "/var/lib/llmgw"
     assert config.heartbeat_interval_s == 5.0
+    assert config.engines == {}
+    assert config.engine_path("llama.cpp") is None
 
 
 def test_overrides(confdir: Path) -> None:
@@ -55,6 +57,19 @@ heartbeat_interval_s: 2
     assert config.weights_dirs == ("/data/weights", "/mnt/shared/llmgw-weights")
     assert config.state_dir == "/srv/llmgw"
     assert config.heartbeat_interval_s == 2.0
+
+
+def test_an_engine_built_by_hand_is_named_by_its_path(confdir: Path) -> None:
+    """The path need not exist when the file is read: the agent's probe says what is wrong."""
+    (confdir / "agent.yaml").write_text(
+        'hub: "wss://cp:7443/"\n' + TLS
+        + "engines:\n  llama.cpp: {path: /opt/llama.cpp/build/bin/llama-server}\n"
+        + "  sglang: {path: /opt/sglang/bin/python}\n"
+    )
+    config = load_agent_config("agent.yaml")
+    assert config.engine_path("llama.cpp") == "/opt/llama.cpp/build/bin/llama-server"
+    assert config.engine_path("sglang") == "/opt/sglang/bin/python"
+    assert config.engine_path("vllm") is None
 
 
 def test_weights_dirs_need_not_exist(confdir: Path) -> None:

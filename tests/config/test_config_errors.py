@@ -405,7 +405,7 @@ AGENT_CASES = [
         "unknown-key-typo",
         AGENT + "lables: {rack: r1}\n",
         "agent.yaml:3: lables: unknown key; did you mean 'labels'? allowed here: hub, tls, "
-        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s",
+        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engines",
     ),
     (
         "weights-dir-relative",
@@ -459,6 +459,30 @@ AGENT_CASES = [
         "node-id-with-space",
         AGENT + "node_id: gpu 01\n",
         f"agent.yaml:3: node_id: 'gpu 01': {NAMES}",
+    ),
+    (
+        "engine-typo",
+        AGENT + "engines:\n  llamacpp: {path: /opt/llama.cpp/build/bin/llama-server}\n",
+        "agent.yaml:4: engines.llamacpp: 'llamacpp': not an engine llmgw knows; did you mean "
+        "'llama.cpp'? use one of llama.cpp, vllm, sglang",
+    ),
+    (
+        "engine-sim-has-no-path",
+        AGENT + "engines:\n  sim: {path: /usr/bin/python3}\n",
+        "agent.yaml:4: engines.sim: 'sim': sim runs in the agent's own Python; there is no "
+        "path to configure",
+    ),
+    (
+        "engine-path-relative",
+        AGENT + "engines:\n  llama.cpp: {path: build/bin/llama-server}\n",
+        "agent.yaml:4: engines.llama.cpp.path: 'build/bin/llama-server' is not an absolute "
+        "path; start it with /",
+    ),
+    (
+        "engine-without-path",
+        AGENT + "engines:\n  llama.cpp: {}\n",
+        "agent.yaml:4: engines.llama.cpp.path: required key is missing; add 'path:' with an "
+        "absolute path",
     ),
     (
         "not-a-date",

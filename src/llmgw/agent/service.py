@@ -69,20 +69,33 @@ class Agent:
         """Probe every engine (in a thread); True when what the node has changed."""
         from llmgw.engines import ADAPTERS
 
+        paths = {name: self.config.engine_path(name) for name in ADAPTERS}
+
         def probe_all():
-            return {name: adapter.probe_detail() for name, adapter in ADAPTERS.items()}
+            return {name: adapter.probe_detail(paths[name]) for name, adapter in ADAPTERS.items()}
 
         results = await threads.deferToThread(probe_all)
         found = [r.info for r in results.values() if r.info is not None]
-        self.engine_reasons = {name: r.reason for name, r in results.items() if r.info is None and r.reason}
+        self.engine_reasons = {
+            name: self._engine_reason(name, r.reason, paths[name])
+            for name, r in results.items() if r.info is None and r.reason
+        }
         changed = found != self.engines
         if changed:
             log.info("engines on this node: {engines}", engines=", ".join(
-                f"{e.name} {e.version or ''}".strip() for e in found) or "none")
+                " ".join(filter(None, (e.name, e.version, e.path and f"at {e.path}"))) for e in found) or "none")
             for name, reason in sorted(self.engine_reasons.items()):
-                log.info("no {name} here: {reason}", name=name, reason=reason)
+                # An engine the operator named and that does not run is a mistake
+                # to fix; one merely absent from PATH is the usual case.
+                emit = log.warn if paths[name] else log.info
+                emit("no {name} here: {reason}", name=name, reason=reason)
         self.engines = found
         return changed
+
+    def _engine_reason(self, name: str, reason: str, path: str | None) -> str:
+        if path is None:
+            return reason
+        return f"{reason}; it is engines.{name}.path in {self.config.path}: fix the path, or remove it to look on PATH"
 
     def plan(self, spec: ShardSpec, port: int):
         """The launch plan for *spec*, or an exception in this node's own words."""

@@ -13,9 +13,9 @@ import re
 
 import attrs
 
-from llmgw.config.common import HUB_URL, TLS
+from llmgw.config.common import HUB_URL, KNOWN_ENGINES, TLS
 from llmgw.config.schema import NAME_STR, check_name, AbsPath, ListOf, Loader, MapOf, Number
-from llmgw.config.schema import Nullable, Section, Str
+from llmgw.config.schema import Nullable, Section, Str, suggest
 from llmgw.config.yamlpos import read_document
 from llmgw.huburl import parse_hub_url
 from llmgw.tlsfiles import TLSFiles
@@ -45,6 +45,32 @@ def _check_adapter(text: str) -> None:
         )
 
 
+CONFIGURABLE_ENGINES = tuple(e for e in KNOWN_ENGINES if e != "sim")
+
+
+def _check_engine(text: str) -> None:
+    if text == "sim":
+        raise ValueError("sim runs in the agent's own Python; there is no path to configure")
+    if text not in CONFIGURABLE_ENGINES:
+        raise ValueError(
+            f"not an engine llmgw knows; {suggest(text, CONFIGURABLE_ENGINES)}"
+            f"use one of {', '.join(CONFIGURABLE_ENGINES)}"
+        )
+
+
+@attrs.frozen
+class EngineOverride:
+    """``engines.NAME`` in agent.yaml: run this engine from *path* instead of finding it.
+
+    For llama.cpp and vLLM *path* is the binary; for SGLang, the Python that
+    can import it.  The agent probes it as it would what it found, and does
+    not fall back to PATH when it fails: the operator said which one to run.
+    """
+
+    name: str
+    path: str
+
+
 @attrs.frozen
 class AgentConfig:
     """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
@@ -61,6 +87,12 @@ class AgentConfig:
     weights_dirs: tuple[str, ...] = attrs.field(default=DEFAULT_WEIGHTS_DIRS, converter=_default_if_empty)
     state_dir: str = DEFAULT_STATE_DIR
     heartbeat_interval_s: float = 5.0
+    engines: dict[str, EngineOverride] = attrs.Factory(dict)
+
+    def engine_path(self, engine: str) -> str | None:
+        """The path agent.yaml gives for *engine*, or None: find it on this node."""
+        override = self.engines.get(engine)
+        return override.path if override else None
 
     @property
     def hub_host(self) -> str:
@@ -85,6 +117,10 @@ SCHEMA = Section(
         "weights_dirs": ListOf(AbsPath()),
         "state_dir": AbsPath(),
         "heartbeat_interval_s": Number(min=0, exclusive=True),
+        "engines": MapOf(
+            Section(EngineOverride, {"path": AbsPath()}),
+            key=Str(what="an engine name", check=_check_engine),
+        ),
     },
 )
 
