@@ -153,7 +153,7 @@ def _wait_listening(server, port: int, timeout: float = 30) -> bool:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return server.poll() is None
         time.sleep(0.2)
-    return server.poll() is None
+    return False
 
 
 def twistd(plugin: str, config: Path, log: Path) -> subprocess.Popen:

@@ -63,9 +63,9 @@ def test_an_engine_started_by_the_agent_does_not_keep_the_lock_after_the_agent_l
                 return False
             return True
 
-        # Not at once: the kernel lets Popen return a moment before exec closes
-        # the child's close-on-exec descriptors.  An engine that kept the lock
-        # would keep it for its whole life, and this would time out.
+        # Waited for rather than expected at once: it failed once in six runs
+        # here when asked at once.  An engine that kept the lock would keep it
+        # for its whole life, and this would time out.
         wait_for(free, 10, "the state dir lock to be free once the agent let go, its engine still running")
     finally:
         engine.stdin.close()

@@ -46,7 +46,6 @@ def test_a_router_whose_port_is_taken_ends_twistd_with_the_sentence(tmp_path, he
     assert str(raised.value).startswith(
         f"llmgw-router: cannot listen on 127.0.0.1:{held_port} (listen.api): address already in use"
     )
-    assert not top.running
 
 
 def test_make_run_with_the_hub_port_taken_says_so_and_shows_no_fleet(tmp_path, held_port):

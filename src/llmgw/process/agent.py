@@ -36,6 +36,14 @@ def build(reactor, config: AgentConfig) -> service.MultiService:
     node_id = node_id_for(config)
     # Before the first record is read: a second agent here would adopt this one's engines.
     lock = StateLock.acquire(config.state_dir, node_id)
+    try:
+        return _build_holding(reactor, config, hub, node_id, lock)
+    except BaseException:
+        lock.release()  # a build that failed holds nothing, in a test process or a twistd alike
+        raise
+
+
+def _build_holding(reactor, config: AgentConfig, hub, node_id: str, lock: StateLock) -> service.MultiService:
     top = service.MultiService()
     _HoldStateDir(lock).setServiceParent(top)
     agent = Agent(reactor, config, node_id, hub)
