@@ -472,8 +472,12 @@ async def test_a_fleet_taller_than_the_screen_leaves_the_short_table_whole_and_s
     app = DashboardApp(fake, clock=fixed_clock)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: loaded(app), "the fleet to load")
-        room = app.screen.query_one("#panes").region.height
         # The replicas' header and row (no scrollbar: it fits 80 columns); the nodes scroll in the rest.
-        await until(pilot, lambda: table_region(app, "replicas").height == 2
-                    and table_region(app, "nodes").height == room - 2, "the replica whole, the nodes in the rest")
+        # The room is read as the layout settles, not once: right after loading it may not be final yet.
+        def laid_out():
+            room = app.screen.query_one("#panes").region.height
+            heights = (table_region(app, "replicas").height, table_region(app, "nodes").height, room)
+            return heights if heights[0] == 2 and heights[1] == room - 2 and room > 2 else False
+
+        await until(pilot, laid_out, "the replica whole, the nodes in the rest")
         assert "echo" in screen_text(app)
