@@ -179,6 +179,11 @@ class Fleet:
             log.info("node {id} {what}", id=node_id, what="cordoned" if cordoned else "uncordoned")
             self._update(attrs.evolve(node, cordoned=cordoned), "cordon")
 
+    def usable(self, node_id: str) -> bool:
+        """A node whose shards still count: known and not lost (an unreachable one's engines keep serving)."""
+        node = self.nodes.get(node_id)
+        return node is not None and node.state != NodeState.LOST
+
     def replicas(self) -> dict[str, list[ReportedShard]]:
         out: dict[str, list[ReportedShard]] = {}
         for shard in self.shards.values():

@@ -35,7 +35,7 @@ from llmgw.control import placement, weights
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet, ReportedShard
 from llmgw.records import ShardSpec
-from llmgw.states import SHARD_ALIVE, NodeState, ReplicaState, ShardState
+from llmgw.states import SHARD_ALIVE, ReplicaState, ShardState
 from llmgw.views import ModelStatus, ReplicaView, ShardView
 
 log = Logger()
@@ -122,7 +122,7 @@ class Reconciler:
         slot = self.slots.setdefault(replica_id, Slot())
         if slot.launching:
             return
-        live = [s for s in shards if s.status.state in SHARD_ALIVE and self._node_usable(s.node_id)]
+        live = [s for s in shards if s.status.state in SHARD_ALIVE and self.fleet.usable(s.node_id)]
         failed = [s for s in shards if s.status.state == ShardState.FAILED]
         for shard in failed:
             key = (shard.id, shard.status.since)
@@ -163,7 +163,7 @@ class Reconciler:
         """
         by_rank: dict[int, list[ReportedShard]] = {}
         for shard in shards:
-            if shard.status.state in SHARD_ALIVE and self._node_usable(shard.node_id):
+            if shard.status.state in SHARD_ALIVE and self.fleet.usable(shard.node_id):
                 by_rank.setdefault(shard.status.spec.rank, []).append(shard)
         extra = []
         for same in by_rank.values():
@@ -172,10 +172,6 @@ class Reconciler:
         if extra:
             self._stop_all(extra, now, "its slot is already served by another copy")
         return [s for s in shards if s not in extra]
-
-    def _node_usable(self, node_id: str) -> bool:
-        node = self.fleet.nodes.get(node_id)
-        return node is not None and node.state != NodeState.LOST
 
     def _failed(self, slot: Slot, replica_id: str, why: str, now: float) -> None:
         slot.failures += 1
@@ -344,7 +340,7 @@ class Reconciler:
               now: float) -> ReplicaView:
         slot = self.slots.get(replica_id, Slot())
         shards = sorted(shards, key=lambda s: s.status.spec.rank)
-        usable = [s for s in shards if self._node_usable(s.node_id)]
+        usable = [s for s in shards if self.fleet.usable(s.node_id)]
         waiting = slot.retry_at is not None and slot.retry_at > now
         if usable:
             state = _replica_state([s.status.state for s in usable])

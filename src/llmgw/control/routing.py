@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from llmgw.control.fleet import Fleet
-from llmgw.states import NodeState, ShardState
+from llmgw.states import ShardState
 from llmgw.views import EndpointEntry, EndpointTable, ReplicaView
 
 
@@ -28,8 +28,7 @@ def endpoint_table(fleet: Fleet, catalog: Iterable[str], views: Iterable[Replica
     wanted = set(catalog)
     endpoints = []
     for replica_id, shards in sorted(fleet.replicas().items()):
-        # A lost node's shards are placed again elsewhere; an unreachable one's keep serving.
-        usable = [s for s in shards if s.node_id in fleet.nodes and fleet.nodes[s.node_id].state != NodeState.LOST]
+        usable = [s for s in shards if fleet.usable(s.node_id)]
         model = replica_id.rpartition("/")[0]
         if not usable or model not in wanted:
             continue
