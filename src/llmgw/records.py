@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from llmgw.states import ShardState
+from llmgw.states import EngineState, ShardState
 
 
 @attrs.frozen
@@ -175,11 +175,69 @@ class Heartbeat:
 
 @attrs.frozen
 class EngineInfo:
-    """An engine the node has and has seen run (``--version`` answered)."""
+    """One engine build on a node, in the node's own words.
+
+    An agent reports one entry per engine build it knows of: every build the
+    control plane's ``EnginePlan`` names (installing, installed or broken),
+    every engine agent.yaml names, llmgw's own ``sim``, and an ``absent``
+    entry for an engine nobody asked for.  While a new version installs, the
+    old one that still serves keeps its own entry: a name may appear more
+    than once, a (name, version) pair only once.
+
+    ``state`` None is an agent older than install states, which reported only
+    engines it had seen run: read it as installed.
+    """
 
     name: str  # llama.cpp | vllm | sglang | sim
+    # For llama.cpp the release tag (b6000); for a Python engine its package
+    # version.  None: it ran but did not say.
     version: str | None = None
+    # The binary (llama.cpp) or Python interpreter (vllm, sglang) that runs it.
     path: str | None = None
+    state: EngineState | None = attrs.field(default=None, converter=attrs.converters.optional(EngineState))
+    # The node's own words: "downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)",
+    # "needs libgomp.so.1, which this node does not have: apt-get install libgomp1".
+    reason: str | None = None
+    # Who chose this build: "server.yaml" (the node installed what the
+    # catalog names), "agent.yaml" (the operator named a path on this node;
+    # placement takes it at whatever version it is), "builtin" (sim).
+    origin: str | None = None
+
+
+@attrs.frozen
+class EngineBuild:
+    """One engine build the control plane wants on its nodes (server.yaml ``engines.NAME``).
+
+    llama.cpp: ``version`` is a release tag, fetched as assets from
+    ``base_url`` and checked against ``sha256`` (asset file name -> digest;
+    the package's shipped table merged with server.yaml's).  vLLM and SGLang:
+    exactly one of ``python`` (an interpreter the site provides, probed as
+    given) or ``pip`` (a requirement the node installs into a venv of its
+    own, from ``index_url`` when given); ``version``, when given, is what
+    the package must report.
+    """
+
+    name: str
+    version: str | None = None
+    base_url: str | None = None
+    sha256: dict[str, str] = attrs.Factory(dict)
+    python: str | None = None
+    pip: str | None = None
+    index_url: str | None = None
+
+
+@attrs.frozen
+class EnginePlan:
+    """Every engine build the catalog runs, sent to each node at register and after a reload.
+
+    Only engines some profile uses are named: a fleet that serves no
+    llama.cpp model downloads no llama.cpp.  ``install_os_packages`` lets
+    the node install the OS packages a build needs from its own package
+    sources (apt-get or dnf); otherwise it names them in its refusal.
+    """
+
+    builds: list[EngineBuild] = attrs.Factory(list)
+    install_os_packages: bool = False
 
 
 @attrs.frozen
@@ -206,6 +264,9 @@ class ShardSpec:
     leader: str | None = None  # rank 0's address, for multi-node engines
     port: int | None = None  # chosen by the agent when None
     start_timeout_s: float = 600.0
+    # The engine build to run it on (llama.cpp's release tag); None: whichever
+    # the node has (an older control plane, or a build the catalog gives no version).
+    engine_version: str | None = None
 
 
 @attrs.frozen

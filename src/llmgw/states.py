@@ -53,6 +53,21 @@ class ReplicaState(enum.StrEnum):
     FAILED = "failed"
 
 
+class EngineState(enum.StrEnum):
+    """One engine build on a node, as the node reports it (``EngineInfo.state``)."""
+
+    # Being downloaded, checked or unpacked; ``reason`` says which, in the node's words.
+    INSTALLING = "installing"
+    # Unpacked, its libraries all found and ``--version`` answered: it can run.
+    INSTALLED = "installed"
+    # Tried and does not run here (a missing library, a bad checksum, a
+    # failed --version); ``reason`` says why and what to do.
+    BROKEN = "broken"
+    # Not on this node, and not wanted: neither server.yaml's catalog nor
+    # agent.yaml names it.
+    ABSENT = "absent"
+
+
 class NodeState(enum.StrEnum):
     """A node as the fleet sees it from its heartbeats."""
 

@@ -11,6 +11,7 @@ it again and keeps the old catalog when it raises.
 from __future__ import annotations
 
 import os
+import re
 
 import attrs
 
@@ -21,8 +22,11 @@ from llmgw.config.endpoints import (
     check_listener,
     parse_server_endpoint,
 )
+from yaml.nodes import MappingNode
+
 from llmgw.config.schema import (
     NAME_STR,
+    AbsPath,
     Bool,
     Enum,
     Int,
@@ -33,9 +37,10 @@ from llmgw.config.schema import (
     Number,
     Section,
     Str,
+    Type,
     suggest,
 )
-from llmgw.config.yamlpos import read_document
+from llmgw.config.yamlpos import is_null, read_document
 from llmgw.tlsfiles import TLSFiles
 
 # The llama.cpp build this release was checked against; nodes converge to it
@@ -71,14 +76,86 @@ class FleetSettings:
     settle_s: float = 15.0
 
 
+def _check_base_url(text: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+    except ValueError as e:
+        raise ValueError(f"not a URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("write it as http://HOST/PATH/ or https://HOST/PATH/")
+    if parts.query or parts.fragment:
+        raise ValueError("a base URL has no ?query or #fragment; the asset's name is added after it")
+
+
+def _check_asset_name(text: str) -> None:
+    # The name becomes a path component of a URL and of a file on the node.
+    if not text or "/" in text or "\\" in text or text in (".", "..") or text.startswith("."):
+        raise ValueError("an asset is a file name such as llama-b6000-bin-ubuntu-x64.tar.gz, without / or a leading dot")
+
+
+# One requirement, as pip takes it on its command line: a name, extras, and
+# version clauses.  No options (a requirement may not smuggle --index-url),
+# no URLs or paths: where packages come from is index_url's to say.
+_REQUIREMENT = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+    r"(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
+    r"(?:\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
+    r"(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+)*)?"
+)
+
+
+def _check_requirement(text: str) -> None:
+    if not _REQUIREMENT.fullmatch(text.strip()):
+        raise ValueError(
+            "give one requirement: a package name, optional [extras] and version clauses, "
+            "such as 'vllm==0.11.0'; no options, URLs or paths (use index_url: for where it comes from)"
+        )
+
+
 @attrs.frozen
 class Engine:
+    """``engines.NAME`` in server.yaml: the build of one engine the fleet runs.
+
+    llama.cpp: a release ``version`` (tag), fetched from ``base_url`` and
+    checked against ``sha256`` (asset file name -> digest), which is merged
+    over the table llmgw ships for the versions it was checked against.
+    vLLM and SGLang: ``python`` (an environment the site provides) or ``pip``
+    (a requirement each node installs into a venv of its own, from
+    ``index_url`` when given); ``version`` is then what the package must
+    report, when given.  ``llmgw.engines.releases`` turns one into the
+    ``EngineBuild`` the nodes receive.
+    """
+
     name: str
-    version: str
+    version: str | None = None
+    base_url: str | None = None
+    sha256: dict[str, str] = attrs.Factory(dict)
+    python: str | None = None
+    pip: str | None = None
+    index_url: str | None = None
 
 
 def _default_engines() -> dict[str, Engine]:
     return {"llama.cpp": Engine("llama.cpp", DEFAULT_LLAMA_CPP_VERSION)}
+
+
+@attrs.frozen
+class Engines:
+    """server.yaml's ``engines:`` section: the builds by engine name, and the OS-package policy.
+
+    llama.cpp is always there: when server.yaml does not name it, the
+    release this llmgw was checked against stands in (absent is not "none").
+    """
+
+    builds: dict[str, Engine] = attrs.Factory(_default_engines)
+    # Let nodes install the OS packages an engine needs (apt-get / dnf) instead
+    # of only naming them.  Off by default: it runs the node's package manager.
+    install_os_packages: bool = False
+
+    def get(self, name: str) -> Engine | None:
+        return self.builds.get(name)
 
 
 @attrs.frozen
@@ -170,10 +247,49 @@ class ServerConfig:
     listen: Listen
     tls: TLSFiles
     fleet: FleetSettings = attrs.Factory(FleetSettings)
-    engines: dict[str, Engine] = attrs.Factory(_default_engines)
+    engines: Engines = attrs.Factory(Engines)
     profiles: dict[str, Profile] = attrs.Factory(dict)
     models: dict[str, Model] = attrs.Factory(dict)
     router: RouterSettings = attrs.Factory(RouterSettings)
+
+
+_ENGINE_SECTION = Section(
+    Engine,
+    {
+        "version": Str(what="a string (a release tag such as b6000, or a package version)"),
+        "base_url": Str(what="an http:// or https:// URL (where the release assets are)", check=_check_base_url),
+        "sha256": MapOf(SHA256, key=Str(what="an asset file name", check=_check_asset_name)),
+        "python": AbsPath(),
+        "pip": Str(what="one pip requirement such as 'vllm==0.11.0'", check=_check_requirement),
+        "index_url": Str(what="an http:// or https:// URL (a package index)", check=_check_base_url),
+    },
+)
+_ENGINE_NAME = Enum(KNOWN_ENGINES, noun="engine")
+
+
+@attrs.frozen
+class EnginesType(Type):
+    """``engines:``: a build per engine name, and ``install_os_packages``."""
+
+    what = "a mapping of engine names to their builds, and install_os_packages"
+
+    def convert(self, loader: Loader, node, path):
+        if is_null(node):
+            return Engines()
+        if not isinstance(node, MappingNode):
+            raise self.expected(loader, node, path)
+        builds = _default_engines()
+        install = False
+        for key, key_node, value_node in loader.document.items(node, path):
+            if key == "install_os_packages":
+                install = loader.convert(Bool(), value_node, path + (key,))
+                continue
+            _ENGINE_NAME.convert(loader, key_node, path + (key,))
+            engine = _ENGINE_SECTION.build(loader, value_node, path + (key,), name=key)
+            if engine.name == "llama.cpp" and engine.version is None:
+                engine = attrs.evolve(engine, version=DEFAULT_LLAMA_CPP_VERSION)
+            builds[key] = engine
+        return Engines(builds=builds, install_os_packages=install)
 
 
 _LABEL_VALUE = Str(what="a string (a label value)")
@@ -235,10 +351,7 @@ SCHEMA = Section(
                 "settle_s": Number(min=0),
             },
         ),
-        "engines": MapOf(
-            Section(Engine, {"version": Str(what="a string (the engine's version)")}),
-            key=Enum(KNOWN_ENGINES, noun="engine"),
-        ),
+        "engines": EnginesType(),
         "profiles": MapOf(
             Section(
                 Profile,
@@ -285,8 +398,59 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
     return config
 
 
+# Which keys of engines.NAME each engine takes.
+_ENGINE_KEYS = {
+    "llama.cpp": ("version", "base_url", "sha256"),
+    "vllm": ("version", "python", "pip", "index_url"),
+    "sglang": ("version", "python", "pip", "index_url"),
+    "sim": (),
+}
+
+
+def _check_engines(loader: Loader, config: ServerConfig) -> None:
+    """Keys that do not apply to an engine, a Python engine with no source, a release with no digests."""
+    from llmgw.engines.releases import SHIPPED_SHA256, sha256_table
+
+    for name, engine in config.engines.builds.items():
+        here = ("engines", name)
+        allowed = _ENGINE_KEYS[name]
+        for key in ("version", "base_url", "sha256", "python", "pip", "index_url"):
+            value = getattr(engine, key)
+            if value in (None, {}) or key in allowed:
+                continue
+            path = here + (key,)
+            raise loader.fail(
+                loader.line(path), path,
+                f"{name} takes no {key}:" + (f" it takes {', '.join(allowed)}" if allowed else " sim is llmgw's own and needs no build"),
+            )
+        if name in ("vllm", "sglang"):
+            if (engine.python is None) == (engine.pip is None):
+                raise loader.fail(
+                    loader.line(here), here,
+                    f"give {name} either python: (the interpreter of an environment the site provides) "
+                    f"or pip: (a requirement each node installs into a venv of its own), not "
+                    + ("both" if engine.python else "neither"),
+                )
+            if engine.index_url is not None and engine.pip is None:
+                path = here + ("index_url",)
+                raise loader.fail(loader.line(path), path, "index_url: is where pip: installs from; add pip:, or remove it")
+        # The stand-in default (server.yaml names no llama.cpp) is not refused
+        # here: its nodes say which asset lacks a digest when they need it.
+        if name == "llama.cpp" and here in loader.lines and not sha256_table(engine):
+            path = here + ("sha256",)
+            shipped = ", ".join(sorted(SHIPPED_SHA256)) or "none"
+            raise loader.fail(
+                loader.line(path), path,
+                f"llmgw has no sha256 for the assets of llama.cpp {engine.version} (it ships them for: {shipped}); "
+                f"add sha256: {{ASSET: DIGEST}} under engines.llama.cpp with the digest of each asset your nodes "
+                f"need (such as llama-{engine.version}-bin-ubuntu-x64.tar.gz), from the release page: "
+                "nodes never install an engine they cannot check",
+            )
+
+
 def _check_references(loader: Loader, config: ServerConfig) -> None:
     """What no single value shows: order of timeouts, names that must exist elsewhere."""
+    _check_engines(loader, config)
     fleet = config.fleet
     if fleet.lost_after_s <= fleet.unreachable_after_s:
         path = ("fleet", "lost_after_s")

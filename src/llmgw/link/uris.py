@@ -55,6 +55,9 @@ NODE_DRAIN_SHARD = "drain_shard"
 NODE_CORDON = "cordon"
 NODE_LOGS = "logs"
 NODE_COLLECT_WEIGHTS = "collect_weights"
+# The EnginePlan changed (a reload): converge on it.  At register the plan
+# comes back in the answer: {"node_id": ..., "engines": EnginePlan}.
+NODE_SET_ENGINES = "set_engines"
 
 # events
 EVENT_PREFIX = "llmgw.event."
