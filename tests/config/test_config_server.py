@@ -11,6 +11,7 @@ from llmgw.config import (
     Admission,
     APIKey,
     Engine,
+    Engines,
     FleetSettings,
     Listen,
     Model,
@@ -22,7 +23,9 @@ from llmgw.config import (
 
 TLS = "tls: {ca: ca.crt, cert: server.crt, key: server.key}\n"
 
-# The example in ARCHITECTURE.md, verbatim apart from the TLS paths.
+# The example in ARCHITECTURE.md, verbatim apart from the TLS paths and the
+# llama.cpp release: it names b6000, and a release llmgw ships no digests for
+# is refused unless server.yaml gives them.
 ARCHITECTURE_EXAMPLE = """\
 listen:
   link: "ssl:7443"                          # the hub, mutual TLS
@@ -30,7 +33,7 @@ listen:
   admin: "tcp:9090:interface=127.0.0.1"     # /metrics, /admin
 tls: {ca: pki/ca.crt, cert: pki/server.crt, key: pki/server.key}
 engines:
-  llama.cpp: {version: "b6000"}
+  llama.cpp: {version: "b11194"}
 profiles:
   gemma-cpu: {engine: llama.cpp, args: ["-c", "4096"], min_memory_gb: 2}
   sim-fast:  {engine: sim, args: ["--ttft-ms", "0"]}
@@ -53,7 +56,7 @@ def test_a_minimal_file_gets_every_default(confdir: Path) -> None:
         admin="tcp:9090:interface=127.0.0.1",
     )
     assert config.fleet == FleetSettings(unreachable_after_s=15.0, lost_after_s=120.0)
-    assert config.engines == {"llama.cpp": Engine(name="llama.cpp", version="b6000")}
+    assert config.engines == Engines(builds={"llama.cpp": Engine(name="llama.cpp", version="b11194")})
     assert config.profiles == {}
     assert config.models == {}
     assert config.router == RouterSettings(
@@ -110,8 +113,13 @@ listen:
 tls: {ca: ca.crt, cert: server.crt, key: server.key}
 fleet: {unreachable_after_s: 2.5, lost_after_s: 60}
 engines:
-  vllm: {version: "0.10.1"}
-  llama.cpp: {version: b6100}
+  install_os_packages: true
+  vllm: {version: "0.10.1", pip: "vllm[audio]==0.10.1", index_url: "https://pypi.mirror.example/simple"}
+  sglang: {python: /opt/sglang/bin/python}
+  llama.cpp:
+    version: b6100
+    base_url: https://mirror.example.org/llama.cpp
+    sha256: {llama-b6100-bin-ubuntu-x64.tar.gz: 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08}
 profiles:
   llama-70b:
     engine: vllm
@@ -146,9 +154,16 @@ router:
     assert config.listen.link_endpoint.port == 7443
     assert config.listen.link_endpoint.interface == "0.0.0.0"
     assert config.fleet == FleetSettings(unreachable_after_s=2.5, lost_after_s=60.0)
-    # Naming engines replaces the default list rather than adding to it.
-    assert set(config.engines) == {"vllm", "llama.cpp"}
-    assert config.engines["llama.cpp"].version == "b6100"
+    assert set(config.engines.builds) == {"vllm", "sglang", "llama.cpp"}
+    assert config.engines.install_os_packages is True
+    assert config.engines.get("llama.cpp") == Engine(
+        name="llama.cpp", version="b6100", base_url="https://mirror.example.org/llama.cpp",
+        sha256={"llama-b6100-bin-ubuntu-x64.tar.gz": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+    )
+    assert config.engines.get("vllm") == Engine(
+        name="vllm", version="0.10.1", pip="vllm[audio]==0.10.1", index_url="https://pypi.mirror.example/simple",
+    )
+    assert config.engines.get("sglang") == Engine(name="sglang", python="/opt/sglang/bin/python")
     assert config.profiles["llama-70b"] == Profile(
         name="llama-70b",
         engine="vllm",

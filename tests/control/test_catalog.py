@@ -100,8 +100,8 @@ def test_entries_give_each_model_its_profile_and_its_engines_version(server_yaml
     found = entries(config)
     assert sorted(found) == ["echo", "gemma"]
     gemma = found["gemma"]
-    assert (gemma.model.replicas, gemma.profile.name, gemma.engine_version) == (1, "gemma-cpu", "b6000")
-    assert gemma.fingerprint == fingerprint(gemma.model, gemma.profile, "b6000")
+    assert (gemma.model.replicas, gemma.profile.name, gemma.engine_version) == (1, "gemma-cpu", "b11194")
+    assert gemma.fingerprint == fingerprint(gemma.model, gemma.profile, "b11194")
     # server.yaml names no sim version: none is part of its fingerprint.
     assert found["echo"].engine_version is None
     assert found["echo"].fingerprint == fingerprint(found["echo"].model, found["echo"].profile, None)
@@ -109,7 +109,7 @@ def test_entries_give_each_model_its_profile_and_its_engines_version(server_yaml
 
 def test_a_new_engine_version_in_server_yaml_changes_only_that_engines_models(server_yaml):
     before = entries(load_server_config(server_yaml))
-    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100"}\n')
+    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100", sha256: {llama-b6100-bin-ubuntu-x64.tar.gz: "' + "ab" * 32 + '"}}\n')
     after = entries(load_server_config(server_yaml))
     assert after["gemma"].fingerprint != before["gemma"].fingerprint
     assert after["echo"].fingerprint == before["echo"].fingerprint

@@ -45,7 +45,7 @@ from llmgw.tlsfiles import TLSFiles
 
 # The llama.cpp build this release was checked against; nodes converge to it
 # unless server.yaml names another.
-DEFAULT_LLAMA_CPP_VERSION = "b6000"
+DEFAULT_LLAMA_CPP_VERSION = "b11194"
 SCORING_POLICIES = ("least-outstanding", "prefix-affinity", "engine-load")
 MiB = 1024 * 1024
 
