@@ -19,8 +19,10 @@ install: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps --force-reinstall .
 	$(BIN)/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
 
+# `make run MODEL=gemma` serves Gemma 3 270M on a real llama-server (after
+# `make engines`) instead of the engine simulator, under ./run-gemma.
 run: install
-	$(BIN)/python -m llmgw.devrun
+	LLMGW_RUN_MODEL=$(MODEL) $(BIN)/python -m llmgw.devrun
 
 # pytest exits 5 when it collected no tests; that is a failure here.  The
 # dashboard's tests run in a second pytest process: they need Twisted's

