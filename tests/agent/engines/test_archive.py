@@ -107,6 +107,11 @@ def test_a_tar_hardlink_becomes_a_copy_of_the_file_it_names(tmp_path):
     assert copy.stat().st_ino != (tmp_path / "out" / "bin" / "llama-server").stat().st_ino
 
 
+def test_a_directory_named_twice_is_written_once(tmp_path):
+    archive = make(tmp_path, "gz", [("lib/libggml.so", "file", b"x"), ("lib/", "dir", ""), ("./lib/", "dir", "")])
+    assert extract(archive, tmp_path / "out") == ["lib/libggml.so", "lib"]
+
+
 def test_setuid_and_other_mode_bits_are_not_kept(tmp_path):
     path = tmp_path / "a.tar"
     with tarfile.open(path, "w") as tar:
@@ -354,3 +359,28 @@ def test_a_good_archive_round_trips(tree, fmt):
             for p in (base / "out").rglob("*") if p.is_file()
         }
         assert got == tree
+
+
+# -- a real build -------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["gz", "zip"])
+def test_a_real_llama_server_packed_as_a_release_runs_once_unpacked(tmp_path, fmt):
+    import subprocess
+
+    from tests.support.engines import llama_server
+
+    built = Path(llama_server(tmp_path / "built")).parent
+    if not (built / "libllama.so.0").is_symlink():
+        pytest.skip(f"{built} is not a directory laid out like a release (libllama.so.0 -> …)")
+    # As the release does: one top folder, the libraries' soname chains as links.
+    members: list[Member] = [("llama-b6000/", "dir", "")]
+    for path in sorted(built.iterdir()):
+        name = f"llama-b6000/{path.name}"
+        if path.is_symlink():
+            members.append((name, "symlink", os.readlink(path)))
+        elif path.is_file():
+            members.append((name, "exec" if os.access(path, os.X_OK) else "file", path.read_bytes()))
+    extract(make(tmp_path, fmt, members), tmp_path / "out")
+    server = tmp_path / "out" / "llama-b6000" / "llama-server"
+    ran = subprocess.run([str(server), "--version"], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "version:" in ran.stdout + ran.stderr, ran.stdout + ran.stderr

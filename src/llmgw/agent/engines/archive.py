@@ -78,7 +78,7 @@ def extract(
         else:
             _unpack_tar(archive, kind, unpacker)
         unpacker.check_links()
-        return unpacker.written
+        return list(unpacker.written)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -137,7 +137,8 @@ class _Unpacker:
         self.members = 0
         self.declared = 0
         self.bytes_written = 0
-        self.written: list[str] = []
+        # Insertion-ordered set: a directory may be named again, harmlessly.
+        self.written: dict[str, None] = {}
         self.links: list[str] = []
         # A second opinion asked just before each write (tar: Python's data_filter).
         self.second_line: Callable[[], None] | None = None
@@ -227,7 +228,7 @@ class _Unpacker:
         self.vetted(name)
         if path is not None:
             os.mkdir(path, 0o755)
-        self.written.append("/".join(parts))
+        self.written["/".join(parts)] = None
 
     def file(self, name: str, source: IO[bytes], *, executable: bool) -> None:
         parts = self.parts(name)
@@ -249,7 +250,7 @@ class _Unpacker:
                 if self.bytes_written > self.max_bytes:
                     raise self._too_big(name)
                 out.write(chunk)
-        self.written.append("/".join(parts))
+        self.written["/".join(parts)] = None
 
     def symlink(self, name: str, target: str) -> None:
         parts = self.parts(name)
@@ -266,7 +267,7 @@ class _Unpacker:
         self.vetted(name)
         os.symlink(target, path)
         self.links.append(name)
-        self.written.append("/".join(parts))
+        self.written["/".join(parts)] = None
 
     def hardlink(self, name: str, target: str) -> None:
         """A tar hardlink names an earlier member from the archive's top; it is written as a copy."""
