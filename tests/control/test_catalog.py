@@ -109,7 +109,9 @@ def test_entries_give_each_model_its_profile_and_its_engines_version(server_yaml
 
 def test_a_new_engine_version_in_server_yaml_changes_only_that_engines_models(server_yaml):
     before = entries(load_server_config(server_yaml))
-    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100"}\n')
+    digest = "0" * 64
+    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100", '
+                           f'sha256: {{llama-b6100-bin-ubuntu-x64.zip: "{digest}"}}}}\n')
     after = entries(load_server_config(server_yaml))
     assert after["gemma"].fingerprint != before["gemma"].fingerprint
     assert after["echo"].fingerprint == before["echo"].fingerprint
