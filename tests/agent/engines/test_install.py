@@ -21,7 +21,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import Clock
 
-from llmgw.agent.engines import assets, install, ospackages
+from llmgw.agent.engines import assets, layout, ospackages
 from llmgw.agent.engines.install import MARKER, Installer
 from llmgw.agent.weights import cache_name
 from llmgw.records import EngineBuild, EngineInfo, EnginePlan
@@ -199,7 +199,7 @@ async def test_a_marker_that_cannot_be_written_leaves_nothing_reported_installed
     def disk_full(path, data, **kw):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(install, "write_file", disk_full)
+    monkeypatch.setattr(layout, "write_file", disk_full)
     installer = make()
     await installer.converge(plan(mirror, sha), set)
     assert_refused(installer, root, f"{root / 'llama.cpp' / TAG / MARKER}: No space left on device; "
@@ -234,7 +234,7 @@ async def test_a_checksum_mismatch_is_refused_with_both_digests_before_anything_
     actual, wrong = sha256_of(archive), "0" * 64
     installer = make()
     await installer.converge(plan(mirror, wrong), set)
-    entry = assert_refused(installer, root, f"has sha256 {actual}, but engines.llama.cpp.sha256 says {wrong}")
+    entry = assert_refused(installer, root, f"has sha256 {actual}, but the sha256 pinned for it is {wrong}")
     assert "the download was deleted" in entry.reason
     assert list((root / ".downloads").iterdir()) == []
 

@@ -19,7 +19,7 @@ from twisted.internet.task import Clock
 
 from llmgw.agent.engines import assets
 from llmgw.agent.engines.install import MARKER, Installer
-from llmgw.agent.engines.pip import Refused, run_bounded, venv_key
+from llmgw.agent.engines.pip import Unusable, run_bounded, venv_key
 from llmgw.records import EngineBuild, EngineInfo, EnginePlan
 from llmgw.states import EngineState
 from tests.support.engine_archives import simple_index, stand_in_wheel
@@ -204,7 +204,7 @@ async def test_a_command_past_its_timeout_is_killed_and_refused_saying_so(tmp_pa
     await until(lambda: seen, "the command to print something")
     pid = int(pid_file.read_text())
     clock.advance(5)
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(Unusable) as refused:
         await running
     assert "did not finish within 5 s; it last said: resolving dependencies" in str(refused.value)
     await until(lambda: not alive(pid), "the command to be killed")

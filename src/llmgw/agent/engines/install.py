@@ -11,7 +11,8 @@ marker (``.llmgw-installed``, JSON) written, atomically and last; a folder
 without a marker is never reported, and is removed when the agent starts.
 A Python engine is a ``python:`` probed as given, or a ``pip:`` spec
 installed into ``<root>/<name>/<key>/``, a venv of its own (see
-:mod:`.pip`).
+:mod:`.pip`).  What an install is on disk, and what is left of one that
+did not finish, is :mod:`.layout`'s.
 
 Every build installed is checked again every ``recheck_s`` (an unrelated
 upgrade can remove a library): broken then, it is reported broken with the
@@ -23,8 +24,6 @@ is ``entries()``: one ``EngineInfo`` per build, origin ``server.yaml``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import secrets
@@ -39,30 +38,24 @@ from twisted.logger import Logger
 
 from llmgw.agent.engines import archive, assets, ospackages
 from llmgw.agent.weights import FetchError, Fetcher, cache_name, partial_name
-from llmgw.durable import write_file
 from llmgw.engines.base import ProbeFailed, missing_libraries, run_probe
 from llmgw.engines.llamacpp import BINARY, _parse_version
 from llmgw.records import EngineBuild, EngineInfo, EnginePlan, Progress
 from llmgw.states import EngineState
 
-from . import pip
-from .pip import Refused
+from . import layout, pip
+from .layout import DOWNLOADS, MARKER, Unusable
+
+__all__ = ["DOWNLOADS", "MARKER", "Installer", "Unusable"]
 
 log = Logger()
 
 LLAMA_CPP = "llama.cpp"
-MARKER = ".llmgw-installed"
 ORIGIN = "server.yaml"
-DOWNLOADS = ".downloads"
-# An unpack in progress: <root>/<name>/.tmp-<version>-<random>; a crash leaves it for start() to remove.
-_TEMP = ".tmp-"
-# Where llama.cpp's archives keep llama-server: at the top (recent tarballs,
-# under one folder named after the release) or in build/bin (the zips).
-_BINARY_PLACES = (".", "build/bin")
 _TAG = re.compile(r"b\d+")
 _DETECT = ...
 
-_REFUSALS = (Refused, FetchError, archive.UnsafeArchive, assets.NoAsset, ospackages.OSPackagesFailed)
+_REFUSALS = (Unusable, FetchError, archive.UnsafeArchive, assets.NoAsset, ospackages.OSPackagesFailed)
 
 
 @attrs.define(eq=False)
@@ -185,6 +178,8 @@ class Installer:
             self._current[build.name] = installed
             return
         current = self._current.get(build.name)
+        if current is not None and current.wants == build and build.name in self._workers:
+            return  # being attempted now; asking again must not queue a second attempt
         if current is None or current.wants != build:
             self._current[build.name] = _Build(build.name, build.version, EngineState.INSTALLING,
                                                "waiting to install", wants=build)
@@ -228,9 +223,9 @@ class Installer:
             elif wants.name in pip.MODULES and wants.pip:
                 done = await self._install_pip(build, wants)
             elif wants.name in pip.MODULES:
-                raise Refused(f"engines.{wants.name} in server.yaml names neither python: nor pip:")
+                raise Unusable(f"engines.{wants.name} in server.yaml names neither python: nor pip:")
             else:
-                raise Refused(f"this llmgw cannot install {wants.name}; it installs llama.cpp, vllm and sglang")
+                raise Unusable(f"this llmgw cannot install {wants.name}; it installs llama.cpp, vllm and sglang")
         except _REFUSALS as e:
             log.warn("{name} {version} not installed: {reason}", name=wants.name, version=wants.version, reason=e)
             return self._set(build, EngineState.BROKEN, str(e))
@@ -246,30 +241,32 @@ class Installer:
             return self._set(build, EngineState.BROKEN, f"installing failed unexpectedly ({e!r}); see the agent's log")
         if self._current.get(wants.name) is build:
             self._current[wants.name] = done
+        else:
+            self._remove_unwanted()  # the plan moved on while this installed
         self._touch()
 
     async def _install_llama_cpp(self, build: _Build, wants: EngineBuild) -> _Build:
         tag = wants.version
         if not tag or not wants.base_url:
-            raise Refused("engines.llama.cpp in server.yaml needs a version and a base_url")
+            raise Unusable("engines.llama.cpp in server.yaml needs a version and a base_url")
         asset = assets.llama_cpp_asset(tag, self._platform, available=wants.sha256)
         if asset.note:
             log.warn("llama.cpp {tag}: {note}", tag=tag, note=asset.note)
         names = [asset.name, *asset.extras]
         for name in names:
             if name not in wants.sha256:
-                raise Refused(f"no sha256 for {name} in engines.llama.cpp.sha256 of server.yaml: "
+                raise Unusable(f"no sha256 for {name} in engines.llama.cpp.sha256 of server.yaml: "
                               "add it from the release page")
         final = self._directory(wants)
-        temp = final.parent / f"{_TEMP}{tag}-{secrets.token_hex(4)}"
+        temp = final.parent / f"{layout.TEMP}{tag}-{secrets.token_hex(4)}"
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             for i, name in enumerate(names):
                 url = f"{wants.base_url}{tag}/{name}"
                 downloaded = await self._download(build, url, name, wants.sha256[name].lower())
                 self._set(build, EngineState.INSTALLING, f"unpacking {name}")
-                await self._in_thread(_unpack, downloaded, temp, i == 0)
-            binary = _find_binary(temp, asset.name)
+                await self._in_thread(layout.unpack, downloaded, temp, i == 0)
+            binary = layout.find_binary(temp, asset.name)
             self._set(build, EngineState.INSTALLING, f"checking {BINARY} (ldd, --version)")
             version, ran = await self._check_llama_cpp(build, str(binary), tag)
             # What an operator should know of a build that runs: the CPU build on a GPU node, the packages installed.
@@ -278,11 +275,12 @@ class Installer:
             marker = {"version": version, "path": str(final / relative), "sha256": wants.sha256[asset.name],
                       "assets": {n: wants.sha256[n] for n in names}, "note": note,
                       "installed_at": self._clock.seconds()}
-            await self._in_thread(_publish, temp, final, marker)
+            await self._in_thread(layout.publish, temp, final, marker)
         finally:
             await self._in_thread(shutil.rmtree, temp, True)
         for name in names:
-            await self._in_thread(_remove_download, self._fetcher.weights_dir, f"{wants.base_url}{tag}/{name}")
+            await self._in_thread(layout.remove_download, self._fetcher.weights_dir,
+                                  cache_name(f"{wants.base_url}{tag}/{name}"))
         log.info("llama.cpp {version} installed in {final}", version=version, final=final)
         return self._record(_Build(LLAMA_CPP, version, EngineState.INSTALLED, note, str(final / relative), final,
                                    wants, note))
@@ -295,11 +293,11 @@ class Installer:
         finally:
             self._downloading.pop(url, None)
         self._set(build, EngineState.INSTALLING, f"checking the sha256 of {name}")
-        digest = await self._in_thread(_sha256, path)
+        digest = await self._in_thread(layout.sha256_of, path)
         if digest != sha256:
             path.unlink(missing_ok=True)
-            raise Refused(f"{name} from {url} has sha256 {digest}, but engines.llama.cpp.sha256 says {sha256}; "
-                          "the download was deleted: check the mirror, or the digest in server.yaml")
+            raise Unusable(f"{name} from {url} has sha256 {digest}, but the sha256 pinned for it is {sha256}; "
+                          "the download was deleted: check the mirror, or engines.llama.cpp.sha256 in server.yaml")
         return path
 
     def _downloaded(self, report: Progress) -> None:
@@ -310,23 +308,23 @@ class Installer:
         self._progress(report)
 
     async def _check_llama_cpp(self, build: _Build, binary: str, tag: str) -> tuple[str, str | None]:
-        """The version *binary* reports (the tag when it names no build) and a note; Refused when it does not run."""
+        """The version *binary* reports (the tag when it names no build) and a note; Unusable when it does not run."""
         note = await self._libraries(build, binary)
         try:
             output = await self._in_thread(run_probe, [binary, "--version"], self._probe_timeout_s)
         except ProbeFailed as e:
             missing = await self._in_thread(missing_libraries, binary, e.output, self._ldd_timeout_s)
             if missing:
-                raise Refused(ospackages.advice(missing, self._manager)) from None
-            raise Refused(f"{binary} --version failed: {e}") from None
+                raise Unusable(ospackages.advice(missing, self._manager)) from None
+            raise Unusable(f"{binary} --version failed: {e}") from None
         info, _ = _parse_version(binary, output)
         if info.version is not None and _TAG.fullmatch(info.version) and info.version != tag:
-            raise Refused(f"the archive for {tag} holds {BINARY} {info.version}")
+            raise Unusable(f"the archive for {tag} holds {BINARY} {info.version}")
         # No build number (a build from outside git): the pinned sha256 is what ties it to the tag.
         return tag, note
 
     async def _libraries(self, build: _Build, binary: str) -> str | None:
-        """Nothing when ldd finds every library; the OS packages run when the plan allows; else Refused."""
+        """Nothing when ldd finds every library; the OS packages run when the plan allows; else Unusable."""
         missing = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
         if not missing:
             return None
@@ -334,13 +332,13 @@ class Installer:
         known = sorted({p for p in packages.values() if p})
         allowed = self._plan is not None and self._plan.install_os_packages
         if not (allowed and self._manager and known):
-            raise Refused(ospackages.advice(missing, self._manager))
+            raise Unusable(ospackages.advice(missing, self._manager))
         self._set(build, EngineState.INSTALLING, f"installing OS packages {', '.join(known)}")
         command = await self._in_thread(ospackages.install, known, self._manager, timeout_s=self._os_timeout_s)
         log.info("installed OS packages for {binary}: {command}", binary=binary, command=command)
         still = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
         if still:
-            raise Refused(f"{ospackages.advice(still, self._manager)} (after running {command})")
+            raise Unusable(f"{ospackages.advice(still, self._manager)} (after running {command})")
         return f"ran {command}"
 
     async def _probe_python(self, build: _Build, wants: EngineBuild) -> _Build:
@@ -364,7 +362,7 @@ class Installer:
             pip.check_version(wants, python, version)
             marker = {"version": version, "path": python, "sha256": None, "pip": wants.pip,
                       "index_url": wants.index_url, "installed_at": self._clock.seconds()}
-            await self._in_thread(_write_marker, directory, marker)
+            await self._in_thread(layout.write_marker, directory, marker)
         except BaseException:
             await self._in_thread(shutil.rmtree, directory, True)
             raise
@@ -414,7 +412,7 @@ class Installer:
                 self._want(wants)  # never installed: try again, the mirror or the node may be mended
 
     async def _check(self, build: _Build) -> str | None:
-        """Whether *build*, installed once (or a python: as given), still runs; Refused saying why not."""
+        """Whether *build*, installed once (or a python: as given), still runs; Unusable saying why not."""
         if build.name == LLAMA_CPP:
             return (await self._check_llama_cpp(build, build.path or "", build.version or ""))[1]
         version = await self._in_thread(pip.probe, build.path or "", build.name, self._probe_timeout_s)
@@ -422,7 +420,7 @@ class Installer:
             pip.check_version(build.wants, build.path or "", version)
             build.version = version
         elif version != build.version:
-            raise Refused(f"{build.path} has {build.name} {version} now, installed as {build.version}")
+            raise Unusable(f"{build.path} has {build.name} {version} now, installed as {build.version}")
         return None
 
     def _checkable(self) -> list[_Build]:
@@ -447,12 +445,19 @@ class Installer:
             del self._disk[directory]
             log.info("removing {name} {version} from {directory}: the plan no longer names it",
                      name=build.name, version=build.version, directory=directory)
-            self._in_thread(_remove_install, directory).addErrback(
-                lambda f, d=directory: log.failure("removing {directory}", f, directory=d))
+            # Out of the way at once, so an install of the same version can come back at that name
+            # while the old files are deleted; a crash before the end leaves a .tmp- for start().
+            going = directory.with_name(f"{layout.TEMP}removing-{directory.name}-{secrets.token_hex(4)}")
+            try:
+                os.rename(directory, going)
+            except OSError as e:
+                log.warn("cannot remove {directory}: {error}", directory=directory, error=e.strerror)
+                continue
+            self._in_thread(shutil.rmtree, going, True)
         keep = {name for b in self._plan.builds if b.name == LLAMA_CPP and b.version and b.base_url
                 for name in self._download_names(b)}
         keep |= {name for url in self._downloading for name in (cache_name(url), partial_name(url))}
-        self._in_thread(_prune_downloads, self._fetcher.weights_dir, keep).addErrback(
+        self._in_thread(layout.prune_downloads, self._fetcher.weights_dir, keep).addErrback(
             lambda f: log.failure("pruning {directory}", f, directory=self._fetcher.weights_dir))
 
     def _download_names(self, wants: EngineBuild) -> list[str]:
@@ -467,7 +472,7 @@ class Installer:
 
     def _directory(self, build: EngineBuild) -> Path | None:
         if build.name == LLAMA_CPP:
-            return self.root / LLAMA_CPP / (build.version or "")
+            return self.root / LLAMA_CPP / build.version if _TAG.fullmatch(build.version or "") else None
         if build.name in pip.MODULES and build.pip and not build.python:
             return self.root / build.name / pip.venv_key(build)
         return None
@@ -501,10 +506,10 @@ class Installer:
             except FileNotFoundError:
                 continue
             for child in children:
-                marker = _read_marker(child)
+                marker = layout.read_marker(child)
                 if marker is None:
                     log.info("removing {child}: an install that did not finish", child=child)
-                    _remove_install(child)
+                    layout.remove_install(child)
                     continue
                 note = marker.get("note") if isinstance(marker.get("note"), str) else None
                 self._disk[child] = _Build(name, marker.get("version"), EngineState.INSTALLED, note,
@@ -518,88 +523,3 @@ def _version_key(version: str | None) -> tuple:
 def _mb(n: int | None) -> str:
     n = n or 0
     return f"{n / 1e6:.1f}" if n < 10e6 else f"{n / 1e6:.0f}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _unpack(downloaded: Path, temp: Path, first: bool) -> None:
-    """The main archive into *temp*; a companion archive beside it, then merged in, never over a file."""
-    if first:
-        archive.extract(downloaded, temp)
-        return
-    extra = temp.with_name(temp.name + "-extra")
-    try:
-        archive.extract(downloaded, extra)
-        for entry in sorted(extra.iterdir()):
-            if os.path.lexists(temp / entry.name):
-                raise Refused(f"{downloaded.name} and the main archive both hold {entry.name}")
-            os.rename(entry, temp / entry.name)
-    finally:
-        shutil.rmtree(extra, ignore_errors=True)
-
-
-def _find_binary(temp: Path, asset: str) -> Path:
-    tops = [temp, *sorted(p for p in temp.iterdir() if p.is_dir() and not p.is_symlink())]
-    for top in tops:
-        for place in _BINARY_PLACES:
-            candidate = top / place / BINARY
-            if candidate.is_file() and candidate.resolve().is_relative_to(temp.resolve()):
-                return candidate
-    raise Refused(f"{asset} holds no {BINARY} (looked at its top, in build/bin/, and one folder down)")
-
-
-def _publish(temp: Path, final: Path, marker: dict) -> None:
-    """*temp* renamed to *final* (a markerless leftover there is removed first), then its marker, last."""
-    if final.exists():
-        _remove_install(final)
-    os.rename(temp, final)
-    try:
-        _write_marker(final, marker)
-    except BaseException:
-        _remove_install(final)
-        raise
-
-
-def _write_marker(directory: Path, marker: dict) -> None:
-    write_file(directory / MARKER, json.dumps(marker, indent=2).encode(), private=False, replace=True)
-
-
-def _read_marker(directory: Path) -> dict | None:
-    if directory.name.startswith(_TEMP) or not directory.is_dir() or directory.is_symlink():
-        return None
-    try:
-        marker = json.loads((directory / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
-        return None
-    return marker
-
-
-def _remove_install(directory: Path) -> None:
-    """The marker first, so a crash halfway leaves a folder start() removes, never a half install marked whole."""
-    if directory.is_symlink() or not directory.is_dir():
-        directory.unlink(missing_ok=True)
-        return
-    (directory / MARKER).unlink(missing_ok=True)
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def _remove_download(downloads: Path, url: str) -> None:
-    (downloads / cache_name(url)).unlink(missing_ok=True)
-
-
-def _prune_downloads(downloads: Path, keep: set[str]) -> None:
-    try:
-        entries = list(downloads.iterdir())
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name not in keep and entry.is_file():
-            entry.unlink(missing_ok=True)

@@ -25,6 +25,8 @@ from twisted.logger import Logger
 from llmgw.engines.base import ProbeFailed, last_line, run_probe
 from llmgw.records import EngineBuild, Progress
 
+from .layout import Unusable
+
 log = Logger()
 
 # The module each Python engine's package is imported as.
@@ -34,10 +36,6 @@ OUTPUT_TAIL = 64 * 1024
 _PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTHONUSERBASE")
 
 
-class Refused(Exception):
-    """An engine build cannot be installed, or does not run, on this node; ``str()`` is the node's reason."""
-
-
 def venv_key(build: EngineBuild) -> str:
     """The folder name of *build*'s venv: another spec, index or version is another venv."""
     text = "\0".join((build.pip or "", build.index_url or "", build.version or ""))
@@ -45,7 +43,7 @@ def venv_key(build: EngineBuild) -> str:
 
 
 def probe(python: str, name: str, timeout_s: float) -> str:
-    """The version of engine *name* that *python* imports (blocking: call from a thread); Refused if none."""
+    """The version of engine *name* that *python* imports (blocking: call from a thread); Unusable if none."""
     module = MODULES[name]
     # -c puts the agent's working directory first on sys.path: a folder named
     # vllm there would be imported instead of the interpreter's own.
@@ -55,17 +53,17 @@ def probe(python: str, name: str, timeout_s: float) -> str:
         output = run_probe([python, "-c", script], timeout_s)
     except ProbeFailed as e:
         said = last_line(e.output) if e.returncode is not None else ""
-        raise Refused(f"{python} cannot import {module}: {said or e}") from None
+        raise Unusable(f"{python} cannot import {module}: {said or e}") from None
     version = last_line(output)
     if not version:
-        raise Refused(f"{python}: {module}.__version__ is empty")
+        raise Unusable(f"{python}: {module}.__version__ is empty")
     return version
 
 
 def check_version(build: EngineBuild, python: str, version: str) -> None:
-    """Refused when server.yaml names a version of *build* and *python* has another."""
+    """Unusable when server.yaml names a version of *build* and *python* has another."""
     if build.version is not None and version != build.version:
-        raise Refused(f"{python} has {build.name} {version}, and engines.{build.name}.version in server.yaml "
+        raise Unusable(f"{python} has {build.name} {version}, and engines.{build.name}.version in server.yaml "
                       f"says {build.version}")
 
 
@@ -100,7 +98,7 @@ async def install_venv(reactor, clock, directory: Path, build: EngineBuild, *, p
     try:
         await run_bounded(reactor, clock, argv, timeout_s=pip_timeout_s, env=env,
                           on_output=lambda n: seen.__setitem__(0, n))
-    except Refused as e:
+    except Unusable as e:
         report(final=True, error=str(e))
         raise
     finally:
@@ -135,9 +133,9 @@ class _Collect(protocol.ProcessProtocol):
 
 async def run_bounded(reactor, clock, argv: Sequence[str], *, timeout_s: float, env: dict[str, str] | None = None,
                       on_output: Callable[[int], object] | None = None) -> str:
-    """Run *argv* with stdin closed; the tail of its output when it exits 0, else Refused saying why.
+    """Run *argv* with stdin closed; the tail of its output when it exits 0, else Unusable saying why.
 
-    At *timeout_s* of *clock* the process is killed and Refused says so,
+    At *timeout_s* of *clock* the process is killed and Unusable says so,
     without waiting on children that may still hold its output open.
     """
     command = shlex.join(argv)
@@ -145,7 +143,7 @@ async def run_bounded(reactor, clock, argv: Sequence[str], *, timeout_s: float, 
     try:
         transport = reactor.spawnProcess(collect, argv[0], list(argv), env=env if env is not None else child_env())
     except OSError as e:
-        raise Refused(f"{argv[0]} could not be run: {e.strerror or e}") from None
+        raise Unusable(f"{argv[0]} could not be run: {e.strerror or e}") from None
     done: defer.Deferred = defer.Deferred()  # True: it ended; False: the timeout came first
     collect.ended.addCallback(lambda _: done.called or done.callback(True))
     timer = clock.callLater(timeout_s, lambda: done.called or done.callback(False))
@@ -161,14 +159,14 @@ async def run_bounded(reactor, clock, argv: Sequence[str], *, timeout_s: float, 
     if not ended_in_time:
         _kill(transport)
         said = last_line(output)
-        raise Refused(f"{command} did not finish within {timeout_s:g} s" + (f"; it last said: {said}" if said else ""))
+        raise Unusable(f"{command} did not finish within {timeout_s:g} s" + (f"; it last said: {said}" if said else ""))
     ended = collect.reason
     if isinstance(ended, error.ProcessDone):
         return output
     code = getattr(ended, "exitCode", None)
     how = f"exited with status {code}" if code is not None else f"was killed by signal {ended.signal}"
     said = last_line(output)
-    raise Refused(f"{command} {how}" + (f": {said}" if said else ""))
+    raise Unusable(f"{command} {how}" + (f": {said}" if said else ""))
 
 
 def _kill(transport) -> None:
