@@ -65,7 +65,8 @@ def _c_string(text: str) -> str:
 
 
 def stand_in(directory: Path, name: str = "llama-server", *, version: str = "version: 6000 (abc1234)\n",
-             status: int = 0, missing_library: str | None = None, library_dir: Path | None = None) -> Path:
+             status: int = 0, missing_library: str | None = None, library_dir: Path | None = None,
+             origin: bool = False) -> Path:
     """A native binary *directory*/*name* whose ``--version`` prints *version* on stderr and exits *status*.
 
     With *missing_library* (a soname such as ``libllmgw-gone.so.1``) it is
@@ -73,7 +74,8 @@ def stand_in(directory: Path, name: str = "llama-server", *, version: str = "ver
     loader refuses to start it, and ``ldd`` names the library "not found".
     With *library_dir* as well, the library is kept there instead and found
     through the binary's RUNPATH, until the test deletes it (``library(...)``
-    puts it back).
+    puts it back).  *origin* sets the RUNPATH ``$ORIGIN``, as llama.cpp's
+    builds have it: a library beside the binary is found.
     """
     cc = compiler()
     directory.mkdir(parents=True, exist_ok=True)
@@ -92,6 +94,8 @@ def stand_in(directory: Path, name: str = "llama-server", *, version: str = "ver
             link = [f"-L{scratch}", f"-l{stem.group(1)}"]
             if library_dir is not None:
                 link.append(f"-Wl,-rpath,{library_dir}")
+        if origin:
+            link.append("-Wl,-rpath,$ORIGIN")
         source = scratch / "main.c"
         source.write_text(_C_MAIN % {"declare": declare, "call": call, "version": _c_string(version),
                                      "status": status})

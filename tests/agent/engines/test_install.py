@@ -343,6 +343,34 @@ async def test_a_platform_without_an_asset_is_refused_in_the_assets_words(mirror
     assert only(installer).reason == expected and mirror.requests == []
 
 
+@pytest.mark.parametrize("one_folder", [False, True], ids=["files-at-top", "files-in-a-folder"])
+@pytest_twisted.ensureDeferred
+async def test_a_cuda_build_brings_its_runtime_from_the_companion_archive(tmp_path, mirror, root, installers,
+                                                                         one_folder):
+    tag, gpu = "b11081", assets.Platform(system="linux", machine="x86_64", cuda="12.8")
+    asset = assets.llama_cpp_asset(tag, gpu)
+    (cudart,) = asset.extras
+    # llama-server needs libcudart.so.12, which only the runtime archive holds; it is found beside the binary.
+    stand_in(tmp_path / "main", version="version: 11081 (abc1234)\n", missing_library="libcudart.so.12",
+             origin=True)
+    main = release_archive(tmp_path / "main", tmp_path / "out" / asset.name, inside=f"llama-{tag}")
+    engine_archives.library(tmp_path / "cudart", "libcudart.so.12")
+    runtime = release_archive(tmp_path / "cudart", tmp_path / "out" / cudart, inside="cudart" if one_folder else "")
+    for archive in (main, runtime):
+        mirror.publish(archive, tag)
+    build = EngineBuild("llama.cpp", tag, base_url=mirror.url(),
+                        sha256={asset.name: sha256_of(main), cudart: sha256_of(runtime)})
+    installer = Installer(reactor, root, platform=gpu, progress=lambda p: None, changed=lambda: None,
+                          os_packages_manager=None)
+    installers.append(installer)
+    await installer.converge(EnginePlan([build]), set)
+    entry = only(installer)
+    assert (entry.state, entry.version) == (EngineState.INSTALLED, tag), entry.reason
+    assert sorted(p.name for p in (root / "llama.cpp" / tag / f"llama-{tag}").iterdir()) == [
+        "libcudart.so.12", "llama-server"]
+    assert [mirror.count(f"{tag}/{name}") for name in (asset.name, cudart)] == [1, 1]
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_restarted_agent_reports_its_installs_at_once_and_downloads_nothing(tmp_path, mirror, make, root):
     _, sha = publish(tmp_path, mirror)

@@ -261,12 +261,15 @@ class Installer:
         temp = final.parent / f"{layout.TEMP}{tag}-{secrets.token_hex(4)}"
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
-            for i, name in enumerate(names):
-                url = f"{wants.base_url}{tag}/{name}"
-                downloaded = await self._download(build, url, name, wants.sha256[name].lower())
-                self._set(build, EngineState.INSTALLING, f"unpacking {name}")
-                await self._in_thread(layout.unpack, downloaded, temp, i == 0)
+            # Every archive is checked before any is unpacked.
+            downloaded = [await self._download(build, f"{wants.base_url}{tag}/{name}", name,
+                                               wants.sha256[name].lower()) for name in names]
+            self._set(build, EngineState.INSTALLING, f"unpacking {asset.name}")
+            await self._in_thread(archive.extract, downloaded[0], temp)
             binary = layout.find_binary(temp, asset.name)
+            for name, path in zip(names[1:], downloaded[1:]):
+                self._set(build, EngineState.INSTALLING, f"unpacking {name}")
+                await self._in_thread(layout.merge_extra, path, binary.parent)
             self._set(build, EngineState.INSTALLING, f"checking {BINARY} (ldd, --version)")
             version, ran = await self._check_llama_cpp(build, str(binary), tag)
             # What an operator should know of a build that runs: the CPU build on a GPU node, the packages installed.

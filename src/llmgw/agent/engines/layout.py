@@ -39,18 +39,21 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def unpack(downloaded: Path, temp: Path, first: bool) -> None:
-    """The main archive into *temp*; a companion archive beside it, then merged in, never over a file."""
-    if first:
-        archive.extract(downloaded, temp)
-        return
-    extra = temp.with_name(temp.name + "-extra")
+def merge_extra(downloaded: Path, into: Path) -> None:
+    """A companion archive (a CUDA runtime) unpacked into *into*, the folder of llama-server, never over a file.
+
+    Its files go beside the binary, whose RUNPATH is ``$ORIGIN``; an
+    archive whose members all sit in one folder gives that folder's files.
+    """
+    extra = into.parent / f"{TEMP}extra-{downloaded.name}"
     try:
         archive.extract(downloaded, extra)
-        for entry in sorted(extra.iterdir()):
-            if os.path.lexists(temp / entry.name):
-                raise Unusable(f"{downloaded.name} and the main archive both hold {entry.name}")
-            os.rename(entry, temp / entry.name)
+        entries = sorted(extra.iterdir())
+        top = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else extra
+        for entry in sorted(top.iterdir()):
+            if os.path.lexists(into / entry.name):
+                raise Unusable(f"{downloaded.name} holds {entry.name}, which the main archive has already")
+            os.rename(entry, into / entry.name)
     finally:
         shutil.rmtree(extra, ignore_errors=True)
 
