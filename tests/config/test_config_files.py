@@ -190,3 +190,14 @@ def test_the_default_tags_written_out_are_no_tags_at_all(confdir: Path) -> None:
         "profiles:\n  s: {engine: sim, args: !!seq [a]}\n"
     )
     assert load_server_config("server.yaml").profiles["s"].args == ("a",)
+
+
+@pytest.mark.skipif(getattr(yamlpos.yaml, "CSafeLoader", None) is None, reason="PyYAML built without libyaml")
+def test_a_big_broken_file_is_not_parsed_twice(confdir: Path, monkeypatch) -> None:
+    # Reading 64 KiB and more again with PyYAML for its wording would stall a reload for seconds.
+    text = SERVER + "profiles:\n  s:\n    engine: sim\n    args: [" + "a," * 40000 + "]]\n"
+    (confdir / "server.yaml").write_text(text)
+    monkeypatch.setattr(yamlpos.yaml, "SafeLoader", None)  # a second, pure-Python parse would fail on this
+    with pytest.raises(ConfigError) as refused:
+        load_server_config("server.yaml")
+    assert str(refused.value).startswith("server.yaml:7: (document): YAML syntax: ")

@@ -301,8 +301,11 @@ def read_config_bytes(name: str, limit: int) -> bytes:
 
 # libyaml composes four times faster than PyYAML, which matters because a
 # reload parses on the reactor.  Its error messages differ, so a file it
-# refuses is read again by PyYAML for the messages the docs show.
+# refuses is read again by PyYAML for the messages the docs show, unless the
+# file is so big that reading it twice would stall the reactor (PyYAML takes
+# some 0.5 s for 64 KiB of the worst YAML): that one keeps libyaml's message.
 _FAST_LOADER = getattr(yaml, "CSafeLoader", None)
+_REREAD_LIMIT = 64 * KiB
 
 
 def _compose(text: str) -> Node | None:
@@ -310,7 +313,8 @@ def _compose(text: str) -> Node | None:
         try:
             return yaml.compose(text, Loader=_FAST_LOADER)
         except yaml.YAMLError:
-            pass
+            if len(text) > _REREAD_LIMIT:
+                raise
     return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
