@@ -262,6 +262,7 @@ class ListOf(Type):
             return ()
         if not isinstance(node, SequenceNode):
             raise self.expected(loader, node, path)
+        loader.document.check_untagged(node, path)
         return tuple(
             loader.convert(self.item, item, path + (i,)) for i, item in enumerate(node.value)
         )

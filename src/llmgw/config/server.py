@@ -29,6 +29,7 @@ from llmgw.config.schema import (
     AbsPath,
     Bool,
     Enum,
+    File,
     Int,
     ListOf,
     Loader,
@@ -342,7 +343,8 @@ SCHEMA = Section(
                 "admin": Nullable(Str(what="an endpoint string", check=check_listener)),
             },
         ),
-        "tls": TLS,
+        # Only the hub reads a revocation list, so only server.yaml names one.
+        "tls": Section(TLSFiles, {**TLS.keys, "crl": File()}),
         "fleet": Section(
             FleetSettings,
             {

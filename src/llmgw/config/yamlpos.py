@@ -7,12 +7,18 @@ every error further on can say ``FILE:LINE: key.path: ...``.  Only scalars are
 ever turned into Python values here; the schema walks the mappings and
 sequences itself, which is also why a recursive anchor cannot loop forever:
 the walk is only as deep as the schema.
+
+Reading is bounded before parsing starts: the path must be a regular file
+(a FIFO would block the reader, and a reload the reactor, for ever) no
+larger than :data:`MAX_CONFIG_BYTES`, because parsing runs on the reactor
+when the server reloads.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Any, Iterator, Sequence, Union
 
 import attrs
@@ -26,6 +32,19 @@ KeyPath = tuple[Union[str, int], ...]
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 STR_TAG = "tag:yaml.org,2002:str"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
+_YAML_TAG_PREFIX = "tag:yaml.org,2002:"
+
+KiB = 1024
+# The largest configuration file llmgw reads.  A reload parses server.yaml on
+# the reactor, at some 3 s per MiB of the worst YAML (one-character list
+# items), so the limit is what keeps that stall under a second; it is three
+# times the file of a fleet of 500 models and 500 API keys (85 KiB).
+MAX_CONFIG_BYTES = 256 * KiB
+#: The limit's override, in the environment of the process that reads the
+#: file: it cannot be a key of the file it limits.
+MAX_CONFIG_ENV = "LLMGW_MAX_CONFIG_BYTES"
 
 _KIND_BY_TAG = {
     "tag:yaml.org,2002:null": "null",
@@ -130,6 +149,7 @@ class Document:
     def _items(
         self, node: MappingNode, path: KeyPath, merging: frozenset[int]
     ) -> dict[str, tuple[str, Node, Node]]:
+        self.check_untagged(node, path)
         explicit: dict[str, tuple[str, Node, Node]] = {}
         merged: dict[str, tuple[str, Node, Node]] = {}
         for key_node, value_node in node.value:
@@ -153,9 +173,20 @@ class Document:
             explicit[key] = (key, key_node, value_node)
         return {**merged, **explicit}
 
+    def check_untagged(self, node: Node, path: KeyPath) -> None:
+        """Refuse a mapping or list with a tag: llmgw gives none a meaning, so one would be ignored."""
+        default = MAP_TAG if isinstance(node, MappingNode) else SEQ_TAG
+        if isinstance(node, ScalarNode) or node.tag == default:
+            return
+        tag = "!!" + node.tag[len(_YAML_TAG_PREFIX):] if node.tag.startswith(_YAML_TAG_PREFIX) else node.tag
+        raise self.origin.error(
+            line_of(node), path, f"{describe(node)} tagged {tag}; llmgw reads no tags: remove it"
+        )
+
     def _merge_sources(
         self, node: Node, path: KeyPath, merging: frozenset[int]
     ) -> Iterator[MappingNode]:
+        self.check_untagged(node, path)
         sources: Sequence[Node] = node.value if isinstance(node, SequenceNode) else [node]
         for source in sources:
             if not isinstance(source, MappingNode):
@@ -190,13 +221,101 @@ def read_document(path: str | os.PathLike[str]) -> Document:
     are later resolved against the file's own directory.
     """
     name = os.fspath(path)
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
+    data = read_config_bytes(name, max_config_bytes())
     origin = Origin(name=name, directory=os.path.dirname(os.path.abspath(name)))
     return parse_document(data, origin)
+
+
+def max_config_bytes(environ: os._Environ[str] | dict[str, str] = os.environ) -> int:
+    """The size limit of a configuration file: ``LLMGW_MAX_CONFIG_BYTES``, or :data:`MAX_CONFIG_BYTES`."""
+    text = environ.get(MAX_CONFIG_ENV)
+    if text is None:
+        return MAX_CONFIG_BYTES
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ConfigError(
+            f"{MAX_CONFIG_ENV}={text!r} is not a whole number of bytes above 0; "
+            f"unset it for the default of {MAX_CONFIG_BYTES} ({MAX_CONFIG_BYTES // KiB} KiB)"
+        )
+    return limit
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(name: str, mode: int) -> ConfigError | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((kind for test, kind in _KINDS if test(mode)), "not a file")
+    return ConfigError(f"{name}: is {kind}, not a regular file; name the configuration file itself")
+
+
+def _too_big(name: str, size: int, limit: int) -> ConfigError:
+    shown = f" ({limit // KiB} KiB)" if limit % KiB == 0 else ""
+    return ConfigError(
+        f"{name}: the file is {size} bytes, more than the {limit} bytes{shown} a configuration file may be: "
+        f"check that it is the right file, or raise {MAX_CONFIG_ENV} in the environment of the process "
+        "that reads it"
+    )
+
+
+def read_config_bytes(name: str, limit: int) -> bytes:
+    """The bytes of the regular file *name*, at most *limit* of them, or ``ConfigError`` saying why not.
+
+    The path is looked at before it is opened, so a FIFO or a device is never
+    opened at all; it is opened without blocking and looked at again, so a
+    path swapped in between cannot block either.
+    """
+    try:
+        if (refused := _not_regular(name, os.stat(name).st_mode)) is not None:
+            raise refused
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
+    try:
+        opened = os.fstat(fd)
+        if (refused := _not_regular(name, opened.st_mode)) is not None:
+            raise refused
+        if opened.st_size > limit:
+            raise _too_big(name, opened.st_size, limit)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            # One byte more than allowed tells a file that grew since the stat.
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise _too_big(name, max(len(data), os.fstat(fd).st_size), limit)
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return data
+
+
+# libyaml composes four times faster than PyYAML, which matters because a
+# reload parses on the reactor.  Its error messages differ, so a file it
+# refuses is read again by PyYAML for the messages the docs show, unless the
+# file is so big that reading it twice would stall the reactor (PyYAML takes
+# some 0.5 s for 64 KiB of the worst YAML): that one keeps libyaml's message.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", None)
+_REREAD_LIMIT = 64 * KiB
+
+
+def _compose(text: str) -> Node | None:
+    if _FAST_LOADER is not None:
+        try:
+            return yaml.compose(text, Loader=_FAST_LOADER)
+        except yaml.YAMLError:
+            if len(text) > _REREAD_LIMIT:
+                raise
+    return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
 def parse_document(data: bytes, origin: Origin) -> Document:
@@ -210,7 +329,7 @@ def parse_document(data: bytes, origin: Origin) -> Document:
             "save the file as UTF-8"
         ) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else 1

@@ -18,7 +18,8 @@ from twisted.logger import Logger
 
 from llmgw.config.server import ServerConfig
 from llmgw.control.catalog import Catalog
-from llmgw.errors import ConfigError, LlmgwError
+from llmgw.errors import ConfigError, LlmgwError, PKIError
+from llmgw.link.tls import HubTLS, load_revocations
 
 log = Logger()
 
@@ -82,3 +83,32 @@ def _refused(why: str) -> Outcome:
     sentence = f"{REFUSED}: {why}"
     log.error("{sentence}", sentence=sentence)
     return Outcome(refused=sentence)
+
+
+def revocation_listener(tls: HubTLS) -> Listener:
+    """The hub's revocation list as a part of the reload: read again, checked, then swapped in.
+
+    A list that is unreadable or not signed by the cluster CA refuses the
+    reload, as would a list that was read before and is now gone: either would
+    otherwise let revoked certificates back in.  Once applied, the next
+    handshake is checked against it, and open connections it revokes are closed.
+    """
+
+    def prepare(config: ServerConfig) -> Apply:
+        new = load_revocations(config.tls)
+        old = tls.revocations
+        if new.path is None and old.path is not None:
+            raise PKIError(
+                f"{old.path} is gone, and the hub would forget the {len(old)} certificates it revokes; "
+                "put it back (`llmgw pki revoke` writes it in the CA's directory), or name another in tls.crl"
+            )
+
+        def apply() -> None:
+            closed = tls.replace(new)
+            if new.path is not None and (new.number, new.path) != (old.number, old.path):
+                log.info("revocation list {path}: {n} certificates revoked ({added:+d}); {closed} connections closed",
+                         path=new.path, n=len(new), added=len(new) - len(old), closed=len(closed))
+
+        return apply
+
+    return Listener("the revocation list", prepare)

@@ -5,7 +5,9 @@
   one place that reads it;
 * :mod:`.authority` — the CA: :func:`init_ca` creates it, :func:`issue` signs
   with it;
-* :mod:`.commands` — ``llmgw pki init`` and ``llmgw pki issue`` (imported by the
+* :mod:`.revocation` — :func:`revoke` writes the CA's revocation list,
+  :func:`read_revocations` reads and checks it;
+* :mod:`.commands` — ``llmgw pki init``, ``issue`` and ``revoke`` (imported by the
   command line only, so the hub does not load argparse code).
 
 Key and certificate files are written by :mod:`llmgw.durable`.
@@ -14,9 +16,13 @@ Key and certificate files are written by :mod:`llmgw.durable`.
 from __future__ import annotations
 
 from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_CLUSTER_NAME, MAX_DAYS, init_ca, issue
-from .subject import MAX_LABEL, MAX_NAME, CertificateSubject, check_name, identity_of, name_problem
+from .revocation import CRL_FILE, Revocation, RevocationList, read_revocations, revoke
+from .subject import (
+    MAX_LABEL, MAX_NAME, CertificateSubject, check_name, describe_subject, identity_of, name_problem, printable,
+)
 
 __all__ = [
     "CA_CERT", "CA_DAYS", "CA_KEY", "CERT_DAYS", "MAX_CLUSTER_NAME", "MAX_DAYS", "MAX_LABEL", "MAX_NAME",
-    "CertificateSubject", "check_name", "identity_of", "init_ca", "issue", "name_problem",
+    "CRL_FILE", "CertificateSubject", "Revocation", "RevocationList", "check_name", "describe_subject",
+    "identity_of", "init_ca", "issue", "name_problem", "printable", "read_revocations", "revoke",
 ]

@@ -324,7 +324,7 @@ def _no_ca_message(path: Path) -> str:
 def _exists_message(path: Path) -> str:
     return (
         f"{path} already exists; to replace it, run again with --force "
-        "(the old certificate stays valid until it expires)"
+        "(the old certificate stays valid until it expires, or until `llmgw pki revoke` ends it)"
     )
 
 

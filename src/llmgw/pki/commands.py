@@ -1,4 +1,4 @@
-"""``llmgw pki init`` and ``llmgw pki issue``: the CA's command line, and what to copy where next."""
+"""``llmgw pki init``, ``issue`` and ``revoke``: the CA's command line, and what to copy where next."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from cryptography import x509
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
 
 from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, init_ca, issue, read_ca_certificate
+from .revocation import CRL_FILE, revoke
+from .subject import describe_subject
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``pki init`` and ``pki issue`` to the ``llmgw`` command line."""
+    """Add ``pki init``, ``pki issue`` and ``pki revoke`` to the ``llmgw`` command line."""
     pki = subparsers.add_parser(
         "pki",
         help="create the cluster CA and issue certificates",
@@ -51,6 +53,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="replace an existing NAME.crt and NAME.key")
     iss.set_defaults(func=_run_issue)
 
+    rev = actions.add_parser(
+        "revoke",
+        help="take back a certificate before it expires (DIR/crl.pem)",
+        description=f"Add a certificate to DIR/{CRL_FILE}, the revocation list signed by DIR/ca.key. "
+        "The server refuses it at the next handshake once it has read the list "
+        "(at start, on SIGHUP and on `llmgw ctl reload`), and closes its session if it has one.",
+    )
+    rev.add_argument("dir", type=Path, metavar="DIR", help="the directory of ca.crt and ca.key")
+    rev.add_argument("target", metavar="NAME|SERIAL",
+                     help="the certificate: NAME for DIR/NAME.crt, or a serial in hex "
+                          "(for a certificate since re-issued under the same name)")
+    rev.set_defaults(func=_run_revoke)
+
 
 def _run_init(args: argparse.Namespace) -> int:
     cert_path = init_ca(args.dir, name=args.name, days=args.days)
@@ -64,6 +79,7 @@ def _run_init(args: argparse.Namespace) -> int:
 
 def _run_issue(args: argparse.Namespace) -> int:
     ca_cert = read_ca_certificate(args.dir / CA_CERT)
+    replaced = _readable_certificate(args.dir / f"{args.name}.crt") if args.force else None
     cert_path, key_path = issue(args.dir, args.name, args.role, sans=args.san,
                                 days=args.days, force=args.force)
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
@@ -78,6 +94,12 @@ def _run_issue(args: argparse.Namespace) -> int:
         f"wrote {cert_path} and {key_path}: "
         f"{args.role} {args.name}, valid until {until} ({shown})"
     )
+    if replaced is not None:
+        print(
+            f"the certificate it replaces (serial {replaced.serial_number:x}) stays valid until "
+            f"{replaced.not_valid_after_utc:%Y-%m-%d}; to end it now: "
+            f"llmgw pki revoke {args.dir} {replaced.serial_number:x}"
+        )
     if args.role == ROLE_NODE:
         print(
             f"on {args.name}: copy {args.dir / CA_CERT}, {cert_path} and {key_path} to /etc/llmgw/ "
@@ -94,6 +116,32 @@ def _run_issue(args: argparse.Namespace) -> int:
             f"{{ca: ca.crt, cert: {cert_path.name}, key: {key_path.name}}}"
         )
     return 0
+
+
+def _run_revoke(args: argparse.Namespace) -> int:
+    done = revoke(args.dir, args.target)
+    entry = done.revocation
+    what = f"serial {entry.serial:x}"
+    if done.certificate is not None:
+        what = (f"{describe_subject(done.certificate)} ({what}, valid until "
+                f"{done.certificate.not_valid_after_utc:%Y-%m-%d})")
+    if done.already:
+        print(f"{what} was already revoked on {entry.revoked_at:%Y-%m-%d}; {done.path} is unchanged")
+        return 0
+    print(f"revoked {what}: {done.path} now lists {done.count} certificate{'s' if done.count != 1 else ''}")
+    print(
+        f"the server reads it from tls.crl in server.yaml, or from {CRL_FILE} beside its tls.ca: "
+        f"copy {done.path} there if the server has copies of its own, then run `llmgw ctl reload` "
+        "(or send the server SIGHUP): it refuses the certificate from then on and closes its session"
+    )
+    return 0
+
+
+def _readable_certificate(path: Path) -> x509.Certificate | None:
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def _days_argument(text: str) -> int:

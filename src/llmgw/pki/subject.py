@@ -7,6 +7,7 @@ a certificate's name.
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import attrs
@@ -27,10 +28,33 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 @attrs.frozen
 class CertificateSubject:
-    """Who a certificate's holder is on the link: the authid and the authrole."""
+    """Who a certificate's holder is on the link: the authid and the authrole.
+
+    ``serial`` and ``not_after`` say which certificate proved it, and until
+    when; they are not part of who the holder is, so they take no part in
+    equality (a re-issued certificate proves the same identity).
+    """
 
     name: str
     role: str
+    serial: int | None = attrs.field(default=None, eq=False)
+    not_after: datetime.datetime | None = attrs.field(default=None, eq=False)
+
+
+def printable(text: str) -> str:
+    """*text* with every character that is not printable escaped (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    Whatever a certificate says reaches a log line through this: a CN with a
+    newline in it would otherwise write a line of its own choosing.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def describe_subject(cert: x509.Certificate) -> str:
+    """The subject of *cert* as RFC 4514 text, safe for one log line."""
+    return printable(cert.subject.rfc4514_string())
 
 
 def name_problem(name: str) -> str | None:
@@ -81,11 +105,11 @@ def identity_of(cert: x509.Certificate) -> CertificateSubject:
     problem = name_problem(name)
     if problem is not None:
         raise PKIError(f"certificate {_describe(cert)}: {problem}")
-    return CertificateSubject(name=name, role=role)
+    return CertificateSubject(name=name, role=role, serial=cert.serial_number, not_after=cert.not_valid_after_utc)
 
 
 def _describe(cert: x509.Certificate) -> str:
-    return f"'{cert.subject.rfc4514_string()}' (serial {cert.serial_number:x})"
+    return f"'{describe_subject(cert)}' (serial {cert.serial_number:x})"
 
 
 def _only_attribute(cert: x509.Certificate, oid: x509.ObjectIdentifier, label: str) -> str:

@@ -22,7 +22,7 @@ from llmgw.control.catalog import Catalog
 from llmgw.control.collector import FleetCollector
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession
-from llmgw.control.reload import Listener
+from llmgw.control.reload import Listener, revocation_listener
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.link.tls import server_options
@@ -42,15 +42,15 @@ def makeService(options) -> service.MultiService:
 def build(reactor, config: ServerConfig) -> service.MultiService:
     top = ProcessTree("llmgw-server", config.path)
     hub = Hub(reactor)
-    tls = config.tls
-    factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
+    hub_tls = server_options(config.tls)
+    factory = TLSMemoryBIOFactory(hub_tls, False, hub.websocket_factory())
     link = internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory)
     link.setServiceParent(top)
     top.must_listen("listen.link", link)
     registry = CollectorRegistry()
     catalog = Catalog(config)
     router = None
-    reload_listeners = []
+    reload_listeners = [revocation_listener(hub_tls)]
     if config.listen.api:
         check_open_api(config.router, config.listen.api, config.path)
         router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True)
@@ -68,6 +68,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     top.registry = registry
     top.router = router
     top.hub = hub
+    top.hub_tls = hub_tls
     top.control = control
     log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
     return top
