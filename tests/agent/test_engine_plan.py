@@ -187,3 +187,16 @@ def test_set_engines_refuses_what_is_not_a_plan(make_agent, payload):
         session(agent).set_engines(payload)
     assert refused.value.error == uris.ERROR_INVALID_ARGUMENT
     assert agent.installer.converged == []
+
+
+def test_the_log_says_each_change_once_and_not_every_tick_of_a_download():
+    from llmgw.agent.enginelist import describe, news
+
+    ticking = [installing(reason="downloading llama-b6000-bin-ubuntu-x64.zip 1/16 MB")]
+    assert news(ticking, [installing()]) == []
+    assert describe(news(ticking, [installed()])) == [
+        "llama.cpp b6000 installed at /state/engines/llama.cpp/b6000/llama-server (server.yaml)"
+    ]
+    assert describe(news([], ticking)) == [
+        "llama.cpp b6000 installing: downloading llama-b6000-bin-ubuntu-x64.zip 1/16 MB (server.yaml)"
+    ]

@@ -138,6 +138,16 @@ def describe(entries: list[EngineInfo]) -> list[str]:
     return lines
 
 
+def news(before: list[EngineInfo], after: list[EngineInfo]) -> list[EngineInfo]:
+    """The entries of *after* worth a log line: new, or changed other than a download's progress."""
+
+    def key(e: EngineInfo):
+        return e.name, e.version, e.path, e.state, None if e.state == EngineState.INSTALLING else e.reason
+
+    seen = {key(e) for e in before}
+    return [e for e in after if key(e) not in seen]
+
+
 def in_use(statuses, installed: Callable[[str], list[str]]) -> set[tuple[str, str]]:
     """(engine, version) of every build a shard here runs on.
 

@@ -21,7 +21,7 @@ from twisted.logger import Logger
 
 from llmgw import PROTOCOL_VERSION, __version__
 from llmgw.agent.discovery.host import route_address
-from llmgw.agent.enginelist import NodeEngines, describe
+from llmgw.agent.enginelist import NodeEngines, describe, news
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.shard import ShardFetch
@@ -81,13 +81,16 @@ class Agent:
         found = self.node_engines.entries()
         changed = found != self.engines
         if changed and found is not None:
-            for line in describe(found):
+            for line in describe(news(self.engines or [], found)):
                 log.info("engine: {line}", line=line)
         self.engines = found
         return changed
 
-    def set_engine_plan(self, plan: EnginePlan) -> None:
-        """Converge on the control plane's *plan*: install what it names, remove what it no longer does."""
+    def set_engine_plan(self, plan: EnginePlan) -> defer.Deferred:
+        """Converge on the control plane's *plan*: install what it names, remove what it no longer does.
+
+        Fires once every build is installed or broken (never with an error).
+        """
         from llmgw.agent.enginelist import in_use
 
         self.node_engines.plan = plan
@@ -111,6 +114,7 @@ class Agent:
         d = self.installer.converge(wanted, used)
         d.addErrback(lambda f: log.failure("installing the catalog's engines failed", f))
         self.refresh_engines()
+        return d
 
     def plan(self, spec: ShardSpec, port: int):
         """The launch plan for *spec*, or an exception in this node's own words."""
