@@ -70,6 +70,23 @@ class NodeView:
     warnings: list[str] = attrs.Factory(list)
 
 
+def engine_words(engine: EngineInfo) -> str:
+    """One engine entry in full, as the log and node details say it.
+
+    "llama.cpp b6000 installed"; "vllm absent (not in the catalog's engines,
+    nor in agent.yaml)"; an agent older than install states: "llama.cpp b6000".
+    """
+    words = " ".join(w for w in (engine.name or "?", engine.version, engine.state) if w)
+    return f"{words} ({engine.reason})" if engine.reason else words
+
+
+def engines_words(engines: list[EngineInfo] | None) -> str:
+    """Every entry of a node's report, "; " between them; "none" for an empty one, "-" for none reported."""
+    if engines is None:
+        return "-"
+    return "; ".join(engine_words(e) for e in engines) or "none"
+
+
 @attrs.frozen
 class ShardView:
     """One shard of a replica view: where it runs and what its node says of it."""

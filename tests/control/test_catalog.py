@@ -109,7 +109,9 @@ def test_entries_give_each_model_its_profile_and_its_engines_version(server_yaml
 
 def test_a_new_engine_version_in_server_yaml_changes_only_that_engines_models(server_yaml):
     before = entries(load_server_config(server_yaml))
-    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100"}\n')
+    digest = "0" * 64
+    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100", '
+                           f'sha256: {{llama-b6100-bin-ubuntu-x64.zip: "{digest}"}}}}\n')
     after = entries(load_server_config(server_yaml))
     assert after["gemma"].fingerprint != before["gemma"].fingerprint
     assert after["echo"].fingerprint == before["echo"].fingerprint
@@ -175,6 +177,16 @@ def test_the_shipped_example_makes_a_catalog(tmp_path):
 
 
 # -- reloading --
+
+
+def test_a_reload_says_which_engine_builds_the_nodes_now_install(server_yaml):
+    catalog = Catalog(load_server_config(server_yaml))
+    server_yaml.write_text(SERVER_YAML + 'engines:\n  llama.cpp: {version: "b6100", '
+                           f'sha256: {{llama-b6100-bin-ubuntu-x64.zip: "{SHA}"}}}}\n')
+    assert catalog.reload() == ["engines changed: the nodes now install llama.cpp b6100", "model gemma changed"]
+    # No profile uses llama.cpp any more: the nodes are to install nothing.
+    server_yaml.write_text(SERVER_YAML.replace('engine: llama.cpp, args: ["-c", "4096"], ', "engine: sim, "))
+    assert catalog.reload()[0] == "engines changed: the nodes now install no engine builds"
 
 
 def test_a_reload_reports_what_it_changed(server_yaml):

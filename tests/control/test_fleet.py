@@ -8,8 +8,8 @@ import pytest
 from twisted.internet.task import Clock
 
 from llmgw.control.fleet import Fleet, NodeInput, NotRegistered, node_after
-from llmgw.records import GPU, Heartbeat, Inventory
-from llmgw.states import NodeState
+from llmgw.records import GPU, EngineInfo, Heartbeat, Inventory
+from llmgw.states import EngineState, NodeState
 
 
 @pytest.fixture
@@ -137,6 +137,24 @@ def test_memory_changes_are_logged(fleet, capture_log):
     fleet.register("node01", 7, inventory())
     fleet.heartbeat("node01", 7, Heartbeat(memory_total_bytes=64_000_000_000))
     assert any("memory changed from 32.0 GB to 64.0 GB" in line for line in capture_log)
+
+
+def test_a_nodes_engines_are_logged_once_per_change_not_per_heartbeat(fleet, capture_log):
+    absent = EngineInfo("vllm", state=EngineState.ABSENT, reason="not in the catalog's engines, nor in agent.yaml")
+    installing = [EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLING,
+                             reason="downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)"), absent]
+    installed = [EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLED, origin="server.yaml"), absent]
+    fleet.register("node07", 7, Inventory(node_id="node07", engines=installing))
+    fleet.heartbeat("node07", 7, Heartbeat(engines=installing))
+    fleet.heartbeat("node07", 7, Heartbeat())
+    fleet.heartbeat("node07", 7, Heartbeat(engines=installed))
+    fleet.heartbeat("node07", 7, Heartbeat(engines=installed))
+    fleet.register("node07", 8, Inventory(node_id="node07", engines=installed))
+    assert [line for line in capture_log if " engines: " in line] == [
+        "node07 engines: llama.cpp b6000 installing (downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)); "
+        "vllm absent (not in the catalog's engines, nor in agent.yaml)",
+        "node07 engines: llama.cpp b6000 installed; vllm absent (not in the catalog's engines, nor in agent.yaml)",
+    ]
 
 
 def test_views_show_absent_as_none(fleet):

@@ -13,6 +13,7 @@ from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
+from twisted.logger import formatEvent, globalLogPublisher
 
 from llmgw.config.server import Model, Profile
 from llmgw.control.catalog import Entry
@@ -195,3 +196,104 @@ async def test_operators_are_answered_the_unwanted_weights_and_what_each_node_co
     assert answer == {"unwanted": listed, "collected": {"node01": {"removed": [fetched], "refused": {}}}}
     assert asked == [[fetched]]
     assert from_wire(WeightsAnswer, answer).collected["node01"] == CollectResult(removed=[fetched])
+
+
+# -- engine builds: the plan at register, and again after a reload that changes it --
+
+def server_yaml(tmp_path, version):
+    for name in ("ca.crt", "server.crt", "server.key"):
+        (tmp_path / name).write_text("")
+    path = tmp_path / "server.yaml"
+    path.write_text(f"""\
+listen: {{link: "ssl:7443", api: "tcp:0:interface=127.0.0.1"}}
+tls: {{ca: ca.crt, cert: server.crt, key: server.key}}
+engines:
+  llama.cpp:
+    version: {version}
+    base_url: http://127.0.0.1:9/mirror
+    sha256: {{llama-{version}-bin-ubuntu-x64.zip: "{'a' * 64}"}}
+profiles:
+  gemma-cpu: {{engine: llama.cpp}}
+models:
+  gemma: {{profile: gemma-cpu, source: /srv/models/gemma.gguf}}
+""")
+    return path
+
+
+@pytest_twisted.async_yield_fixture
+async def planned(tmp_path, clock):
+    from llmgw.config.server import load_server_config
+    from llmgw.control.catalog import Catalog
+
+    catalog = Catalog(load_server_config(server_yaml(tmp_path, "b5000")))
+    hub = Hub(reactor)
+    control = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit), catalog, clock)
+    joined = defer.Deferred()
+    control.on("ready", lambda *a: joined.called or joined.callback(None))
+    hub.attach_local(control)
+    await joined.addTimeout(5, reactor)
+
+    async def attach(authid):
+        client = Client(ComponentConfig(realm=uris.REALM))
+        hub.attach_local(client, authid=authid, role=uris.ROLE_NODE)
+        await client.ready.addTimeout(5, reactor)
+        # engines=[]: refused by placement, so the reconciler asks these nodes for nothing.
+        await client.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id=authid, engines=[])))
+        return client
+
+    control.attach_node = attach
+    control.yaml = lambda version: server_yaml(tmp_path, version)
+    yield control
+
+
+def plan_of(version):
+    return {
+        "builds": [{"name": "llama.cpp", "version": version, "base_url": "http://127.0.0.1:9/mirror/",
+                    "sha256": {f"llama-{version}-bin-ubuntu-x64.zip": "a" * 64},
+                    "python": None, "pip": None, "index_url": None}],
+        "install_os_packages": False,
+    }
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_is_answered_the_engine_builds_the_catalog_runs_when_it_registers(planned):
+    client = await planned.attach_node("node01")
+    answer = await client.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01")))
+    assert answer == {"node_id": "node01", "engines": plan_of("b5000")}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reload_that_changes_the_builds_tells_every_ready_node_and_survives_those_that_cannot_take_it(
+    planned, clock,
+):
+    told: dict[str, defer.Deferred] = {"node01": defer.Deferred(), "node02": defer.Deferred()}
+    nodes = {}
+    for node_id in ("node01", "node02", "old03", "lost04"):
+        nodes[node_id] = await planned.attach_node(node_id)
+    for node_id, d in told.items():
+        await nodes[node_id].register(lambda plan, d=d: d.callback(plan), uris.node_uri(node_id, uris.NODE_SET_ENGINES))
+
+    def refuse(plan):
+        raise ApplicationError(uris.ERROR_REFUSED, "lost04 is shutting down")
+
+    await nodes["lost04"].register(refuse, uris.node_uri("lost04", uris.NODE_SET_ENGINES))
+    planned.yaml("b6000")
+    lines = []
+    observer = lambda event: lines.append(formatEvent(event))  # noqa: E731
+    globalLogPublisher.addObserver(observer)
+    try:
+        outcome = planned.apply_reload()
+        assert outcome.refused is None and "model gemma changed" in outcome.changes
+        got = await defer.gatherResults([d.addTimeout(5, reactor) for d in told.values()])
+        assert got == [plan_of("b6000"), plan_of("b6000")]
+        await planned.pushing.addTimeout(5, reactor)
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    # old03 has no such procedure and lost04 refused: both said, neither fails the push.
+    assert "old03: its agent is too old to install engines; it keeps running what it has" in lines
+    assert ("lost04 did not take the new engine plan (lost04 is shutting down); "
+            "it is sent again when it next registers") in lines
+    # A reload that leaves the builds as they are tells nobody anything.
+    planned.pushing = None
+    assert planned.apply_reload().refused is None
+    assert planned.pushing is None

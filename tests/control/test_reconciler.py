@@ -23,18 +23,18 @@ from llmgw.control.fleet import Fleet
 from llmgw.control.reconciler import RESTOP_AFTER_S, Reconciler, Slot
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Heartbeat, Inventory, ShardSpec, ShardStatus
-from llmgw.states import NodeState
+from llmgw.states import EngineState, NodeState
 from llmgw.wire import to_wire
 
 GB = 1_000_000_000
 
 
 def entry(name="echo", replicas=1, engine="sim", args=("--ttft-ms", "0"), gpus=0, min_memory_gb=None,
-          source=None, node_selector=None, profile="sim-fast"):
+          source=None, node_selector=None, profile="sim-fast", engine_version=None):
     prof = Profile(name=profile, engine=engine, args=tuple(args), gpus=gpus, min_memory_gb=min_memory_gb,
                    node_selector=dict(node_selector or {}))
     model = Model(name=name, profile=profile, source=source, replicas=replicas)
-    return Entry(model, prof, fingerprint(model, prof, None))
+    return Entry(model, prof, fingerprint(model, prof, engine_version), engine_version)
 
 
 def inventory(node_id, memory_gb=32, gpus=None, engines=("sim",), shards=None, labels=None):
@@ -43,7 +43,7 @@ def inventory(node_id, memory_gb=32, gpus=None, engines=("sim",), shards=None, l
         address=f"10.0.0.{int(node_id[-2:])}",
         memory_total_bytes=int(memory_gb * GB),
         gpus=None if gpus is None else [GPU(index=i, memory_total_bytes=80 * GB) for i in range(gpus)],
-        engines=[EngineInfo(name) for name in engines],
+        engines=[e if isinstance(e, EngineInfo) else EngineInfo(e) for e in engines],
         labels=dict(labels or {}),
         shards=shards,
     )
@@ -481,6 +481,62 @@ def test_an_unplaceable_replica_stays_pending_and_says_why_for_each_node(world):
     world.node("node03", memory_gb=128)
     world.reconciler.tick()
     assert world.started() == [("node03", "echo/0/0")]
+
+
+# -- engine versions --
+
+
+def llama(version, state=EngineState.INSTALLED, reason=None):
+    return EngineInfo("llama.cpp", version, state=state, reason=reason, origin="server.yaml")
+
+
+def test_a_shard_is_started_on_the_build_the_catalog_names_and_only_where_it_is_installed(world):
+    world.serve(entry("gemma", engine="llama.cpp", profile="gemma-cpu", engine_version="b6000"))
+    world.node("node01", engines=[llama("b5000"), llama("b6000", EngineState.INSTALLING, "downloading x.zip (16 MB)")])
+    world.node("node02", engines=[llama("b6000")])
+    world.reconciler.tick()
+    ((node_id, spec),) = world.starts
+    assert (node_id, spec.engine_version) == ("node02", "b6000")
+
+
+def test_a_slot_no_node_has_the_build_for_says_what_each_node_is_doing_about_it(world):
+    world.serve(entry("gemma", engine="llama.cpp", profile="gemma-cpu", engine_version="b6000"))
+    world.node("node01", engines=[llama("b5000"), llama("b6000", EngineState.INSTALLING, "downloading x.zip (16 MB)")])
+    world.node("node02", engines=[llama("b6000", EngineState.BROKEN, "needs libgomp.so.1")])
+    world.reconciler.tick()
+    assert world.starts == []
+    assert world.view("gemma/0")["reason"] == (
+        "no node can hold it: node01: has llama.cpp b5000, needs b6000: installing; "
+        "node02: llama.cpp broken: needs libgomp.so.1"
+    )
+    # The install finishes and the next heartbeat says so: placed there.
+    world.fleet.heartbeat("node01", world.sessions["node01"], Heartbeat(engines=[llama("b5000"), llama("b6000")]))
+    world.reconciler.tick()
+    assert [(n, s.engine_version) for n, s in world.starts] == [("node01", "b6000")]
+
+
+def test_a_version_bump_leaves_the_old_build_serving_until_the_replica_moves(world):
+    world.serve(entry("gemma", engine="llama.cpp", profile="gemma-cpu", engine_version="b5000"))
+    world.node("node01", engines=[llama("b5000")])
+    world.node("node02", engines=[llama("b5000")])
+    world.reconciler.tick()
+    world.report("gemma/0/0", "ready", endpoint="http://10.0.0.1:40001")
+    world.serve(entry("gemma", engine="llama.cpp", profile="gemma-cpu", engine_version="b6000"))
+    # Both nodes install the new build beside the old one, which keeps serving throughout.
+    for engines in ([llama("b5000"), llama("b6000", EngineState.INSTALLING, "downloading x.zip")],
+                    [llama("b5000"), llama("b6000")]):
+        for node_id in ("node01", "node02"):
+            world.fleet.heartbeat(node_id, world.sessions[node_id], Heartbeat(engines=engines))
+        for _ in range(3):
+            world.reconciler.tick()
+            world.clock.advance(10)
+        view = world.view("gemma/0")
+        assert (view["state"], view["endpoint"], view["stale"]) == ("ready", "http://10.0.0.1:40001", True)
+        assert world.stops == [] and world.started() == [("node01", "gemma/0/0")]
+    # The replica moves (its node drained, here lost): the new one runs on the new build.
+    world.silence("node01", 120)
+    world.reconciler.tick()
+    assert [(n, s.engine_version) for n, s in world.starts] == [("node01", "b5000"), ("node02", "b6000")]
 
 
 # -- what ctl shows --

@@ -7,7 +7,8 @@ import pytest
 
 from llmgw.control import placement_filters as filters
 from llmgw.control.placement import NodeSnapshot, PlacementRequest, Unplaceable, place
-from llmgw.records import GPU
+from llmgw.records import GPU, EngineInfo
+from llmgw.states import EngineState
 
 from .machines import node
 
@@ -121,7 +122,7 @@ def test_a_node_that_has_no_engines_at_all_is_refused():
     assert refusal(PlacementRequest("gemma", "llama.cpp"), bare) == ["node05: has no llama.cpp engine"]
 
 
-def test_a_node_still_installing_says_so_in_its_own_words():
+def test_a_node_with_no_entry_for_the_engine_says_what_it_was_told():
     installing = attrs.evolve(
         node("cpu-box", node_id="node05"),
         engines=[],
@@ -130,6 +131,50 @@ def test_a_node_still_installing_says_so_in_its_own_words():
     assert refusal(PlacementRequest("gemma", "llama.cpp"), installing) == [
         "node05: installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)"
     ]
+
+
+I, B, A = EngineState.INSTALLING, EngineState.BROKEN, EngineState.ABSENT
+DOWNLOADING = "downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)"
+LIBGOMP = "needs libgomp.so.1, which this node does not have: apt-get install libgomp1"
+
+
+@pytest.mark.parametrize("entries, version, words", [
+    ([EngineInfo("llama.cpp", "b6000", state=I, reason=DOWNLOADING)], "b6000",
+     "installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)"),
+    ([EngineInfo("llama.cpp", "b6000", state=B, reason=LIBGOMP)], "b6000",
+     "llama.cpp broken: needs libgomp.so.1, which this node does not have: apt-get install libgomp1"),
+    ([EngineInfo("llama.cpp", "b5000", state=EngineState.INSTALLED)], "b6000", "has llama.cpp b5000, needs b6000"),
+    ([EngineInfo("llama.cpp", "b5000", state=EngineState.INSTALLED),
+      EngineInfo("llama.cpp", "b6000", state=I, reason=DOWNLOADING)], "b6000",
+     "has llama.cpp b5000, needs b6000: installing"),
+    ([EngineInfo("llama.cpp", "b5000", state=EngineState.INSTALLED),
+      EngineInfo("llama.cpp", "b6000", state=B, reason=LIBGOMP)], "b6000",
+     f"has llama.cpp b5000, needs b6000: broken: {LIBGOMP}"),
+    ([EngineInfo("llama.cpp", state=A, reason="not in the catalog's engines, nor in agent.yaml")], "b6000",
+     "not in the catalog's engines, nor in agent.yaml"),
+    ([EngineInfo("llama.cpp", state=A)], "b6000", "has no llama.cpp engine"),
+    ([EngineInfo("sim", "0.1", state=EngineState.INSTALLED, origin="builtin")], None, "has no llama.cpp engine"),
+    ([EngineInfo("vllm", state=I, reason="installing: pip install vllm==0.11.0")], None,
+     "installing: pip install vllm==0.11.0"),
+])
+def test_a_node_without_the_wanted_build_is_refused_in_its_own_words(entries, version, words):
+    engine = entries[0].name if entries[0].name != "sim" else "llama.cpp"
+    bare = attrs.evolve(node("cpu-box", node_id="node07"), engines=entries)
+    assert refusal(PlacementRequest("gemma", engine, engine_version=version), bare) == [f"node07: {words}"]
+
+
+@pytest.mark.parametrize("entry, version", [
+    (EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLED, origin="server.yaml"), "b6000"),
+    (EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLED), None),
+    # Named by hand in agent.yaml: taken at whatever version it is.
+    (EngineInfo("llama.cpp", "b4000", state=EngineState.INSTALLED, origin="agent.yaml"), "b6000"),
+    # An agent older than install states cannot install another build: refusing it would empty its node.
+    (EngineInfo("llama.cpp", "4000 (abc)"), "b6000"),
+])
+def test_a_node_with_a_build_it_may_run_is_a_candidate(entry, version):
+    box = attrs.evolve(node("cpu-box"), engines=[EngineInfo("llama.cpp", "b5000", state=B, reason="x"), entry])
+    result = place(PlacementRequest("gemma", "llama.cpp", engine_version=version), [box])
+    assert [r.node_id for r in result.ranks] == ["cpu01"]
 
 
 def test_an_agent_too_old_to_name_its_engines_is_not_refused():

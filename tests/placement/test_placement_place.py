@@ -243,6 +243,7 @@ def test_a_request_is_what_the_profile_asks_of_a_node():
         model="llama-3.1-70b", engine="vllm", gpus=8, min_memory_gb=256,
         node_selector={"gpu": "h100"}, ranks=2, min_gpu_free_bytes=None,
     )
+    assert PlacementRequest.from_profile("llama-3.1-70b", profile, "0.11.0").engine_version == "0.11.0"
 
 
 def test_a_snapshot_is_what_the_node_reported():
@@ -250,9 +251,10 @@ def test_a_snapshot_is_what_the_node_reported():
         "gpu01", "ready", False, inventory("h100x8-ib-a-1"),
         gpus_in_use=frozenset({3}), replicas={"m": 1},
     )
-    assert (snap.engines, snap.fabrics, snap.gpus_in_use, snap.replicas) == (
+    assert ([e.name for e in snap.engines], snap.fabrics, snap.gpus_in_use, snap.replicas) == (
         ["llama.cpp", "vllm"], {"ib-a"}, {3}, {"m": 1},
     )
+    assert snap.engines == inventory("h100x8-ib-a-1").engines  # every entry, with its state and reason
     assert snap.labels == {"gpu": "h100"} and len(snap.gpus) == 8
     assert snap.memory_total_bytes is None  # the recording has no meminfo
 
@@ -270,7 +272,7 @@ def test_only_adapters_with_a_fabric_put_a_node_on_one():
         gpus=[GPU(0)],
     )
     snap = NodeSnapshot.from_inventory("n", "ready", False, inv)
-    assert snap.fabrics == {"ib-a"} and snap.engines == ["sim"]
+    assert snap.fabrics == {"ib-a"} and snap.engines == [EngineInfo("sim")]
 
 
 def test_apply_to_leaves_other_nodes_alone():

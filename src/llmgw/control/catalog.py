@@ -55,6 +55,13 @@ def entries(config: ServerConfig) -> dict[str, Entry]:
     return out
 
 
+def _build_words(build) -> str:
+    """"llama.cpp b6000", "vllm (pip vllm==0.11.0)", "sglang (python /opt/sglang/bin/python)"."""
+    how = f"pip {build.pip}" if build.pip else f"python {build.python}" if build.python else None
+    words = " ".join(w for w in (build.name, build.version) if w)
+    return f"{words} ({how})" if how else words
+
+
 def check_profiles(config: ServerConfig) -> None:
     """Refuse profiles their engine would refuse — now, not after minutes of loading."""
     from llmgw.engines import validate_profile
@@ -99,6 +106,12 @@ class Catalog:
         if new.fleet != self.config.fleet:
             # The fleet and the reconciler read their timings once, at start.
             changes.append("fleet changed: it takes effect when the server restarts")
+        from llmgw.engines.releases import engine_plan
+
+        before, after = engine_plan(self.config), engine_plan(new)
+        if after != before:
+            builds = ", ".join(_build_words(b) for b in after.builds) or "no engine builds"
+            changes.append(f"engines changed: the nodes now install {builds}")
         old = self.entries
         fresh = entries(new)
         for name in sorted(set(old) | set(fresh)):

@@ -20,7 +20,7 @@ from twisted.logger import Logger
 
 from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
 from llmgw.states import NodeState, ShardState
-from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent
+from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
 
 log = Logger()
 
@@ -122,10 +122,12 @@ class Fleet:
         old = self.nodes.get(node_id)
         if old is None:
             log.info("node {id} registered from {addr}", id=node_id, addr=inventory.address or "-")
+            self._log_engines(node_id, None, inventory.engines)
         else:
             if old.session is not None and old.session != session and old.state == NodeState.READY:
                 log.warn("node {id} registered from a second session; the newer one wins", id=node_id)
             self._log_changes(node_id, old.inventory, inventory.memory_total_bytes)
+            self._log_engines(node_id, old.inventory.engines, inventory.engines)
             log.info("node {id} registered again (was {state})", id=node_id, state=old.state)
         state = NodeState.READY if old is None else node_after(old.state, NodeInput.HEARD)
         self._update(
@@ -196,6 +198,8 @@ class Fleet:
             raise NotRegistered(node_id)
         now = self._clock.seconds()
         self._log_changes(node_id, old.inventory, beat.memory_total_bytes)
+        if beat.engines is not None:
+            self._log_engines(node_id, old.inventory.engines, beat.engines)
         live = {
             name: getattr(beat, name)
             for name in ("memory_total_bytes", "memory_available_bytes", "gpus", "filesystems", "engines", "weights")
@@ -255,6 +259,12 @@ class Fleet:
                 "node {id} memory changed from {a:.1f} GB to {b:.1f} GB",
                 id=node_id, a=before / 1e9, b=memory_total / 1e9,
             )
+
+    def _log_engines(self, node_id: str, before, after) -> None:
+        # Once per change: an install finishing, or breaking, is why a model
+        # placed (or stopped placing) there; a heartbeat repeating it is not news.
+        if after is not None and after != before:
+            log.info("{id} engines: {engines}", id=node_id, engines=engines_words(after))
 
     def views(self) -> list[NodeView]:
         now = self._clock.seconds()

@@ -22,7 +22,7 @@ import attrs
 
 from llmgw.control import placement_filters as filters
 from llmgw.control import placement_scorers as scorers
-from llmgw.records import GPU, Inventory
+from llmgw.records import GPU, EngineInfo, Inventory
 from llmgw.states import NodeState
 
 if TYPE_CHECKING:
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
 def _frozenset(value: Iterable) -> frozenset:
     return frozenset(value)
+
+
+def _engine_entries(value: Iterable[EngineInfo | str] | None) -> list[EngineInfo] | None:
+    # A bare name is an engine seen to run, as agents older than install states said it.
+    if value is None:
+        return None
+    return [EngineInfo(name=e) if isinstance(e, str) else e for e in value]
 
 
 def _non_negative(instance, attribute, value) -> None:
@@ -48,7 +55,9 @@ class NodeSnapshot:
     """One node as placement sees it: what it reported, and what is already on it.
 
     ``None`` is "not reported", never "none": ``engines=None`` is an agent too
-    old to say, ``engines=[]`` one that looked and has none; ``gpus=None`` a
+    old to say, ``engines=[]`` one that looked and has none; ``engines`` holds
+    the node's ``EngineInfo`` entries, each with its state and reason (a bare
+    name is read as an entry seen to run); ``gpus=None`` a
     driver that could not count its cards, ``gpus=[]`` a node without any.
     """
 
@@ -57,7 +66,7 @@ class NodeSnapshot:
     cordoned: bool = False
     labels: dict[str, str] = attrs.Factory(dict)
     memory_total_bytes: int | None = None
-    engines: list[str] | None = None
+    engines: list[EngineInfo] | None = attrs.field(default=None, converter=_engine_entries)
     gpus: list[GPU] | None = None
     # NVML indices held by shards already placed here.
     gpus_in_use: frozenset[int] = attrs.field(default=frozenset(), converter=_frozenset)
@@ -65,8 +74,8 @@ class NodeSnapshot:
     fabrics: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
     # model name -> replicas of it already on this node
     replicas: dict[str, int] = attrs.Factory(dict)
-    # The node's own words when an engine is not (yet) available:
-    # "installing: downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)".
+    # Words for an engine the node has no entry for at all; an entry's own
+    # reason comes first.
     engines_reason: str | None = None
     # Free bytes where the node fetches weights; None: not reported.
     weights_free_bytes: int | None = None
@@ -85,7 +94,7 @@ class NodeSnapshot:
         engines_reason: str | None = None,
         weights_free_bytes: int | None = None,
     ) -> NodeSnapshot:
-        engines = None if inventory.engines is None else [e.name for e in inventory.engines]
+        engines = None if inventory.engines is None else list(inventory.engines)
         fabrics = frozenset(a.fabric for a in inventory.infiniband or () if a.fabric)
         return cls(
             id=node_id,
@@ -122,13 +131,17 @@ class PlacementRequest:
     min_gpu_free_bytes: int | None = attrs.field(default=None, validator=_non_negative)
     # Room the weights need where a node fetches them; None: not stated.
     disk_gb: float | None = attrs.field(default=None, validator=_non_negative)
+    # The build the catalog runs the engine at (server.yaml engines.NAME.version);
+    # None: any build will do.
+    engine_version: str | None = None
 
     @classmethod
-    def from_profile(cls, model_name: str, profile: Profile) -> PlacementRequest:
-        """The request for one replica of *model_name* run with *profile*."""
+    def from_profile(cls, model_name: str, profile: Profile, engine_version: str | None = None) -> PlacementRequest:
+        """The request for one replica of *model_name* run with *profile*, on *engine_version* when given."""
         return cls(
             model=model_name,
             engine=profile.engine,
+            engine_version=engine_version,
             gpus=profile.gpus,
             min_memory_gb=profile.min_memory_gb,
             node_selector=dict(profile.node_selector),

@@ -13,13 +13,17 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from llmgw.states import NodeState
+from llmgw.states import EngineState, NodeState
 
 if TYPE_CHECKING:
     from llmgw.control.placement import NodeSnapshot, PlacementRequest
+    from llmgw.records import EngineInfo
 
 Reasons = dict[str, str]
 Filter = Callable[["PlacementRequest", Sequence["NodeSnapshot"]], tuple[list["NodeSnapshot"], Reasons]]
+
+# EngineInfo.origin of a build the operator named on the node itself.
+AGENT_YAML = "agent.yaml"
 
 GB = 1e9  # decimal, as `ctl nodes` shows memory and as min_memory_gb is read
 
@@ -67,10 +71,46 @@ def labels(request: PlacementRequest, node: NodeSnapshot) -> str | None:
 
 @each_node
 def engine(request: PlacementRequest, node: NodeSnapshot) -> str | None:
-    """The engine installed and seen to run; a node too old to say is not refused."""
-    if node.engines is None or request.engine in node.engines:
+    """The engine installed and seen to run, at the catalog's version; a node too old to say is not refused.
+
+    A build named in the node's agent.yaml is taken at whatever version it
+    is, and so is one an agent older than install states reported: neither
+    can install another.  Otherwise the refusal is the node's own words for
+    the build it is missing.
+    """
+    if node.engines is None:
         return None
-    return node.engines_reason or f"has no {request.engine} engine"
+    name, wanted = request.engine, request.engine_version
+    mine = [e for e in node.engines if e.name == name]
+    usable = [e for e in mine if e.state in (None, EngineState.INSTALLED)]
+    if any(wanted is None or e.version == wanted or e.origin == AGENT_YAML or e.state is None for e in usable):
+        return None
+    wanted_entry = next((e for e in mine if wanted is not None and e.version == wanted), None)
+    if usable:
+        has = " and ".join(sorted({e.version or "of no stated version" for e in usable}))
+        why = f"has {name} {has}, needs {wanted}"
+        if wanted_entry is not None and wanted_entry.state == EngineState.INSTALLING:
+            return f"{why}: installing"
+        if wanted_entry is not None and wanted_entry.state == EngineState.BROKEN:
+            return f"{why}: broken: {wanted_entry.reason or 'no reason given'}"
+        return why
+    entry = wanted_entry or next((e for e in mine if e.state != EngineState.ABSENT), None)
+    if entry is not None and entry.state == EngineState.INSTALLING:
+        return _installing(entry)
+    if entry is not None and entry.state == EngineState.BROKEN:
+        return _broken(entry)
+    absent = next((e for e in mine if e.reason), None)
+    return (absent.reason if absent else None) or node.engines_reason or f"has no {name} engine"
+
+
+def _installing(entry: EngineInfo) -> str:
+    reason = entry.reason or f"{entry.name} {entry.version or ''}".rstrip()
+    # Some agents' words already begin so ("installing: pip install vllm==0.11.0").
+    return reason if reason.startswith("installing") else f"installing: {reason}"
+
+
+def _broken(entry: EngineInfo) -> str:
+    return f"{entry.name} broken: {entry.reason}" if entry.reason else f"{entry.name} broken"
 
 
 @each_node

@@ -11,15 +11,17 @@ import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.control.fleet import Fleet, NotRegistered
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.control.routing import endpoint_table
+from llmgw.engines.releases import engine_plan
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
-from llmgw.records import CollectResult, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
+from llmgw.records import CollectResult, EnginePlan, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import NodeState, ShardState
 from llmgw.views import EndpointTable, FleetStatus, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
@@ -27,6 +29,10 @@ from llmgw.wire import WireError, from_wire, to_wire
 # How long a node may take to accept a start or stop before the call fails.
 COMMAND_TIMEOUT_MS = 30_000
 LOGS_TIMEOUT_MS = 10_000
+# Taking a new engine plan only starts the installs; the node answers at once.
+SET_ENGINES_TIMEOUT_MS = 10_000
+# What the router says when the callee is not there: an agent older than the procedure.
+NO_SUCH_PROCEDURE = "wamp.error.no_such_procedure"
 
 log = Logger()
 
@@ -38,6 +44,8 @@ class ControlSession(ApplicationSession):
         self.fleet: Fleet = fleet_factory(self._emit)
         self.catalog = catalog
         self._table: EndpointTable | None = None
+        # The last push of a changed engine plan to the nodes (tests wait on it).
+        self.pushing: defer.Deferred | None = None
         # In-process consumers of the endpoint table and of reloaded
         # configuration (the server's own router).
         self.table_listeners: list = []
@@ -98,7 +106,11 @@ class ControlSession(ApplicationSession):
             )
             inv = attrs.evolve(inv, node_id=node_id)
         self.fleet.register(node_id, details.caller, inv)
-        return {"node_id": node_id}
+        plan = self.engine_plan()
+        if plan is None:
+            return {"node_id": node_id}
+        # The builds it is to install; an agent older than installs ignores the key.
+        return {"node_id": node_id, "engines": to_wire(plan)}
 
     def agent_heartbeat(self, beat, details=None):
         node_id = self._node_caller(details)
@@ -190,13 +202,48 @@ class ControlSession(ApplicationSession):
         return {"changes": list(outcome.changes)}
 
     def apply_reload(self) -> Outcome:
-        """SIGHUP and `ctl reload`: server.yaml again, to the catalog and every reload listener or to none."""
+        """SIGHUP and `ctl reload`: server.yaml again, to the catalog and every reload listener or to none.
+
+        A reload that changes the engine plan is sent to every ready node; a
+        node that does not take it is logged, and gets the plan again when it
+        next registers.
+        """
         if self.catalog is None:
             return Outcome(refused="this control plane has no catalog to reload")
+        before = self.engine_plan()
         outcome = reload_all(self.catalog, self.reload_listeners)
         if outcome.refused is None:
+            plan = self.engine_plan()
+            if plan != before:
+                self.pushing = defer.ensureDeferred(self.push_engines(plan))
             self.reconciler.tick()
         return outcome
+
+    # -- engine builds --
+
+    def engine_plan(self) -> EnginePlan | None:
+        """The builds every node is to install; None without a catalog (nothing to ask of a node)."""
+        return engine_plan(self.catalog.config) if self.catalog is not None else None
+
+    async def push_engines(self, plan: EnginePlan) -> None:
+        """Tell every ready node *plan*, all at once; never fails, whatever the nodes answer."""
+        ready = sorted(n.id for n in self.fleet.nodes.values() if n.state == NodeState.READY)
+        log.info("the engine plan changed: telling {n} ready node(s)", n=len(ready))
+        wire = to_wire(plan)
+        await defer.DeferredList([defer.ensureDeferred(self._set_engines(node_id, wire)) for node_id in ready],
+                                 consumeErrors=True)
+
+    async def _set_engines(self, node_id: str, plan) -> None:
+        try:
+            await self.call(uris.node_uri(node_id, uris.NODE_SET_ENGINES), plan,
+                            options=CallOptions(timeout=SET_ENGINES_TIMEOUT_MS))
+        except Exception as e:
+            if isinstance(e, ApplicationError) and e.error == NO_SUCH_PROCEDURE:
+                log.info("{id}: its agent is too old to install engines; it keeps running what it has", id=node_id)
+                return
+            why = e.args[0] if isinstance(e, ApplicationError) and e.args else f"{type(e).__name__}: {e}"
+            log.warn("{id} did not take the new engine plan ({why}); it is sent again when it next registers",
+                     id=node_id, why=why)
 
     async def logs(self, node_id, source=None, n=200):
         """A node's log lines, relayed; a node that does not answer in 10 s says so, not a hang."""

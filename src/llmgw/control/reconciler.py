@@ -254,8 +254,10 @@ class Reconciler:
         ]
 
     def _launch(self, replica_id: str, entry: Entry, slot: Slot, now: float) -> None:
-        request = attrs.evolve(placement.PlacementRequest.from_profile(entry.model.name, entry.profile),
-                               disk_gb=entry.model.disk_gb)
+        request = attrs.evolve(
+            placement.PlacementRequest.from_profile(entry.model.name, entry.profile, entry.engine_version),
+            disk_gb=entry.model.disk_gb,
+        )
         if self._snapshots is None:
             self._snapshots = self.snapshots()
         # Holding the weights is a preference and lifts the disk check; it is never a filter.
@@ -286,6 +288,7 @@ class Reconciler:
                     rank=index,
                     ranks=len(chosen.ranks),
                     leader=leader if len(chosen.ranks) > 1 else None,
+                    engine_version=entry.engine_version,
                 ),
             )
             for index, rank in enumerate(chosen.ranks)
