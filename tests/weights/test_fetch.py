@@ -288,6 +288,19 @@ async def test_a_missing_file_names_the_url_and_leaves_nothing_under_the_final_n
     assert not (weights_dir / cache_name(source)).exists()
 
 
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "chunked"])
+@pytest_twisted.ensureDeferred
+async def test_a_file_over_max_bytes_is_refused_and_nothing_is_kept(http, weights_dir, length):
+    http.files[MODEL] = Served(model_bytes(300_000), length=length)
+    source = http.url(MODEL)
+    fetcher, reports = make(weights_dir, max_bytes=100_000, check="the mirror")
+    error = await failure_of(fetcher.fetch(source))
+    assert isinstance(error, SizeMismatch)
+    assert source in str(error) and "over the limit of 100000" in str(error) and "check the mirror" in str(error)
+    assert listing(weights_dir) == []
+    assert reports[-1].final and reports[-1].error == str(error)
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_stalled_server_fails_the_fetch_instead_of_hanging(http, weights_dir):
     data = model_bytes(100_000)

@@ -34,6 +34,10 @@ class Writer(protocol.Protocol):
         self.d.done += len(data)
         self.d.received += len(data)
         self.last_data = self.d.clock.seconds()
+        if self.d.max_bytes is not None and self.d.done > self.d.max_bytes:
+            # A server that sent no length, or more than it said.
+            self.error = self.d.too_large(self.d.done)
+            self.transport.stopProducing()
 
     def stalled(self) -> None:
         self.error = FetchError(

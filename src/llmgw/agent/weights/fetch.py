@@ -54,6 +54,9 @@ class Fetcher:
     ``progress_interval_s`` of *clock* while a download runs, and once more
     when it ends.  *environ* supplies ``HF_TOKEN`` and ``HF_ENDPOINT``
     (a mirror of huggingface.co); it defaults to the process environment.
+    *max_bytes* refuses a file larger than that, whether the server says so
+    up front or keeps sending; *check* names what to check when the server
+    has no such file (the engine installer fetches release archives too).
     """
 
     def __init__(self, reactor, weights_dir: str | os.PathLike, clock=None,
@@ -61,7 +64,8 @@ class Fetcher:
                  environ: Mapping[str, str] | None = None, hf_endpoint: str | None = None,
                  connect_timeout_s: float = 30.0, idle_timeout_s: float = 60.0,
                  progress_interval_s: float = 1.0, lock_poll_s: float = 5.0,
-                 tls_policy=None, redirect_limit: int = 10):
+                 tls_policy=None, redirect_limit: int = 10, max_bytes: int | None = None,
+                 check: str = "the model's source"):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         self.weights_dir = Path(weights_dir)
@@ -71,6 +75,8 @@ class Fetcher:
         self._idle_timeout_s = idle_timeout_s
         self._interval_s = progress_interval_s
         self._lock_poll_s = lock_poll_s
+        self._max_bytes = max_bytes
+        self._check = check
         pool = connection_pool(reactor, persistent=False)
         agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
                       connectTimeout=connect_timeout_s, pool=pool)
@@ -173,6 +179,7 @@ class _Download:
         self.f, self.src, self.file, self.partial, self.final = fetcher, src, file, partial, final
         self.sha256, self.expected_size = sha256, expected_size
         self.clock, self.idle_timeout_s = fetcher._clock, fetcher._idle_timeout_s
+        self.max_bytes = fetcher._max_bytes
         self.total: int | None = None
         self.done = 0  # bytes in the partial file
         self.received = 0  # bytes received in this download
@@ -230,7 +237,10 @@ class _Download:
             if self.total is not None and self.expected_size is not None and self.total != self.expected_size:
                 await discard(response, self.clock, self.idle_timeout_s)
                 raise SizeMismatch(f"{self.src.url} is {self.total} bytes, expected {self.expected_size}; "
-                                   "check the source")
+                                   f"check {self.f._check}")
+            if self.total is not None and self.max_bytes is not None and self.total > self.max_bytes:
+                await discard(response, self.clock, self.idle_timeout_s)
+                raise self.too_large(self.total)
             self.done = offset
             if offset:
                 log.info("resuming {name} at byte {offset}", name=self.src.file_name, offset=offset)
@@ -306,7 +316,7 @@ class _Download:
                 return FetchError(f"{what}; the HF_TOKEN sent was refused: check that it may read this repository")
             return FetchError(f"{what}; this repository needs a token: set HF_TOKEN in the agent's environment")
         if response.code == 404:
-            return FetchError(f"{what}; check the model's source")
+            return FetchError(f"{what}; check {self.f._check}")
         return FetchError(what)
 
     async def _finish(self, hasher) -> Path:
@@ -317,7 +327,7 @@ class _Download:
         if self.expected_size is not None and size != self.expected_size:
             raise SizeMismatch(f"{self.src.url}: got {size} bytes, expected {self.expected_size}")
         if size == 0:
-            raise FetchError(f"{self.src.url} sent an empty file; that is not weights")
+            raise FetchError(f"{self.src.url} sent an empty file; check {self.f._check}")
         if hasher is not None and hasher.hexdigest() != self.sha256:
             self.partial.unlink(missing_ok=True)
             raise ChecksumMismatch(
@@ -327,6 +337,11 @@ class _Download:
         os.replace(self.partial, self.final)
         log.info("fetched {name} into {final} ({size} bytes)", name=self.src.file_name, final=self.final, size=size)
         return self.final
+
+    def too_large(self, size: int) -> SizeMismatch:
+        self.partial.unlink(missing_ok=True)
+        return SizeMismatch(f"{self.src.url} is {size} bytes or more, over the limit of {self.max_bytes}; "
+                            f"check {self.f._check}")
 
     def _tick(self) -> None:
         writer = self.writer

@@ -1,0 +1,605 @@
+"""The node's engines: installed by the node itself, proven to run, checked again, removed when no longer named.
+
+``Installer.converge(plan, in_use)`` makes the builds of an ``EnginePlan``
+usable here.  A llama.cpp build is a release asset fetched from the plan's
+``base_url`` through the weights' own Fetcher (the same progress, stall
+timeout and resume), checked against the plan's sha256 before anything is
+unpacked, unpacked beside its final place, and proven: ``ldd`` finds every
+library of llama-server, and ``--version`` answers with the build the tag
+names.  Only then is the folder renamed to ``<root>/llama.cpp/<tag>`` and its
+marker (``.llmgw-installed``, JSON) written, atomically and last; a folder
+without a marker is never reported, and is removed when the agent starts.
+A Python engine is a ``python:`` probed as given, or a ``pip:`` spec
+installed into ``<root>/<name>/<key>/``, a venv of its own (see
+:mod:`.pip`).
+
+Every build installed is checked again every ``recheck_s`` (an unrelated
+upgrade can remove a library): broken then, it is reported broken with the
+reason, and installed again once the check passes.  A version on disk that
+the plan no longer names is removed, unless ``in_use()`` says a shard runs
+it; that is asked again at each converge and recheck.  What the node reports
+is ``entries()``: one ``EngineInfo`` per build, origin ``server.yaml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+import attrs
+from twisted.internet import defer, task, threads
+from twisted.logger import Logger
+
+from llmgw.agent.engines import archive, assets, ospackages
+from llmgw.agent.weights import FetchError, Fetcher, cache_name, partial_name
+from llmgw.durable import write_file
+from llmgw.engines.base import ProbeFailed, missing_libraries, run_probe
+from llmgw.engines.llamacpp import BINARY, _parse_version
+from llmgw.records import EngineBuild, EngineInfo, EnginePlan, Progress
+from llmgw.states import EngineState
+
+from . import pip
+from .pip import Refused
+
+log = Logger()
+
+LLAMA_CPP = "llama.cpp"
+MARKER = ".llmgw-installed"
+ORIGIN = "server.yaml"
+DOWNLOADS = ".downloads"
+# An unpack in progress: <root>/<name>/.tmp-<version>-<random>; a crash leaves it for start() to remove.
+_TEMP = ".tmp-"
+# Where llama.cpp's archives keep llama-server: at the top (recent tarballs,
+# under one folder named after the release) or in build/bin (the zips).
+_BINARY_PLACES = (".", "build/bin")
+_TAG = re.compile(r"b\d+")
+_DETECT = ...
+
+_REFUSALS = (Refused, FetchError, archive.UnsafeArchive, assets.NoAsset, ospackages.OSPackagesFailed)
+
+
+@attrs.define(eq=False)
+class _Build:
+    """One engine build as this node knows it: the plan's (maybe still installing) or one on disk."""
+
+    name: str
+    version: str | None
+    state: EngineState
+    reason: str | None = None
+    path: str | None = None  # what runs it: llama-server, or the Python
+    directory: Path | None = None  # None: a python: build, used where it is
+    wants: EngineBuild | None = None  # the plan's build this one is, if any
+    note: str | None = None  # the reason an installed build carries (a CPU build on a GPU node)
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(self.name, self.version, self.path, self.state, self.reason, ORIGIN)
+
+
+class Installer:
+    """Converges this node on an ``EnginePlan`` under *root*; pass ``clock=reactor`` unless you are testing.
+
+    *progress* receives the ``Progress`` of every download and pip install,
+    *changed* is called whenever ``entries()`` would answer differently.
+    *os_packages_manager* is the package manager to name in advice and to
+    run when the plan allows it; left out, the node's own is looked up.
+    """
+
+    def __init__(self, reactor, root: Path, *, platform: assets.Platform, progress: Callable[[Progress], None],
+                 changed: Callable[[], None], recheck_s: float = 600.0, os_packages_manager: str | None = _DETECT,
+                 clock=None, python: str = sys.executable, max_download_bytes: int = 4 * 2**30,
+                 connect_timeout_s: float = 30.0, stall_timeout_s: float = 60.0, progress_interval_s: float = 1.0,
+                 probe_timeout_s: float = 30.0, ldd_timeout_s: float = 10.0, os_packages_timeout_s: float = 900.0,
+                 venv_timeout_s: float = 300.0, pip_timeout_s: float = 3600.0):
+        self._reactor = reactor
+        self._clock = clock if clock is not None else reactor
+        self.root = Path(root)
+        self._platform = platform
+        self._progress = progress
+        self._changed = changed
+        self._recheck_s = recheck_s
+        self._manager = ospackages.package_manager() if os_packages_manager is _DETECT else os_packages_manager
+        self._python = python
+        self._interval_s = progress_interval_s
+        self._probe_timeout_s, self._ldd_timeout_s = probe_timeout_s, ldd_timeout_s
+        self._os_timeout_s, self._venv_timeout_s, self._pip_timeout_s = os_packages_timeout_s, venv_timeout_s, pip_timeout_s
+        self._fetcher = Fetcher(reactor, self.root / DOWNLOADS, clock=self._clock, progress=self._downloaded,
+                                environ={}, connect_timeout_s=connect_timeout_s, idle_timeout_s=stall_timeout_s,
+                                progress_interval_s=progress_interval_s, max_bytes=max_download_bytes,
+                                check="engines.llama.cpp.base_url and version in server.yaml")
+        self._plan: EnginePlan | None = None  # None until the control plane has said
+        self._in_use: Callable[[], set[tuple[str, str]]] = set
+        self._current: dict[str, _Build] = {}  # engine name -> the plan's build of it
+        self._disk: dict[Path, _Build] = {}  # install folder -> a marked install
+        self._pending: set[str] = set()  # engine names whose plan build wants an attempt
+        self._workers: dict[str, defer.Deferred] = {}
+        self._idle: dict[str, list[defer.Deferred]] = {}
+        self._downloading: dict[str, _Build] = {}  # asset URL -> the build it is for
+        self._rechecks: task.LoopingCall | None = None
+        self._rechecking: defer.Deferred | None = None
+        self._reported: list[EngineInfo] = []
+
+    # -- what the agent asks -------------------------------------------------
+
+    def entries(self) -> list[EngineInfo]:
+        """Every build of the current plan, then every other version still on disk."""
+        out: list[EngineInfo] = []
+        seen: set[tuple[str, str | None]] = set()
+        builds = [self._current[b.name] for b in self._plan_builds() if b.name in self._current]
+        for build in [*builds, *(b for b in self._disk.values() if b not in builds)]:
+            if (build.name, build.version) not in seen:
+                seen.add((build.name, build.version))
+                out.append(build.info())
+        return out
+
+    def binary(self, name: str, version: str | None) -> str | None:
+        """What runs *name* at *version* (None: the newest installed), or None when no such build is installed."""
+        usable = [b for b in self._usable() if b.name == name and (version is None or b.version == version)]
+        if not usable:
+            return None
+        return max(usable, key=lambda b: _version_key(b.version)).path
+
+    def start(self) -> None:
+        """Read what earlier runs installed, remove what they left half-done, and start the rechecks."""
+        self._read_disk()
+        self._touch()
+        self._rechecks = task.LoopingCall(self.recheck)
+        self._rechecks.clock = self._clock
+        self._rechecks.start(self._recheck_s, now=False)
+
+    def stop(self) -> None:
+        if self._rechecks is not None and self._rechecks.running:
+            self._rechecks.stop()
+        for worker in list(self._workers.values()):
+            worker.cancel()
+
+    def converge(self, plan: EnginePlan, in_use: Callable[[], set[tuple[str, str]]]) -> defer.Deferred:
+        """Install what *plan* names and is not installed, remove what it no longer names; fires when all have settled."""
+        self._plan, self._in_use = plan, in_use
+        named = {b.name for b in plan.builds}
+        for name in [n for n in self._current if n not in named]:
+            del self._current[name]
+        for build in plan.builds:
+            current = self._current.get(build.name)
+            if current is None or current.wants != build or current.state is not EngineState.INSTALLED:
+                self._want(build)
+        self._remove_unwanted()
+        self._touch()
+        if any(b.state is EngineState.BROKEN for b in self._checkable()):
+            self.recheck()  # the plan may allow OS packages now, or the library is back
+        return defer.gatherResults([self._settled(name) for name in named]).addCallback(lambda _: None)
+
+    # -- installing ----------------------------------------------------------
+
+    def _want(self, build: EngineBuild) -> None:
+        installed = self._disk.get(self._directory(build)) if self._directory(build) else None
+        if installed is not None:
+            # Installed once: rechecks say whether it runs; reinstalling could pull it from under a shard.
+            installed.wants = build
+            self._current[build.name] = installed
+            return
+        current = self._current.get(build.name)
+        if current is None or current.wants != build:
+            self._current[build.name] = _Build(build.name, build.version, EngineState.INSTALLING,
+                                               "waiting to install", wants=build)
+        self._pending.add(build.name)
+        if build.name not in self._workers:
+            worker = defer.Deferred.fromCoroutine(self._work(build.name))
+            if not worker.called:
+                self._workers[build.name] = worker
+
+    def _settled(self, name: str) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+        if name in self._workers:
+            self._idle.setdefault(name, []).append(d)
+        else:
+            d.callback(None)
+        return d
+
+    async def _work(self, name: str) -> None:
+        """Attempt the plan's build of *name* until no newer one is wanted: one install of an engine at a time."""
+        try:
+            while name in self._pending and name in self._current:
+                self._pending.discard(name)
+                build = self._current[name]
+                if build.directory is None or self._disk.get(build.directory) is not build:
+                    await self._attempt(build)
+        finally:
+            self._workers.pop(name, None)
+            for d in self._idle.pop(name, []):
+                d.callback(None)
+
+    async def _attempt(self, build: _Build) -> None:
+        wants = build.wants
+        assert wants is not None
+        self._set(build, EngineState.INSTALLING, "waiting to install")
+        try:
+            if wants.name == LLAMA_CPP:
+                done = await self._install_llama_cpp(build, wants)
+            elif wants.name in pip.MODULES and wants.python:
+                build.path = wants.python
+                done = await self._probe_python(build, wants)
+            elif wants.name in pip.MODULES and wants.pip:
+                done = await self._install_pip(build, wants)
+            elif wants.name in pip.MODULES:
+                raise Refused(f"engines.{wants.name} in server.yaml names neither python: nor pip:")
+            else:
+                raise Refused(f"this llmgw cannot install {wants.name}; it installs llama.cpp, vllm and sglang")
+        except _REFUSALS as e:
+            log.warn("{name} {version} not installed: {reason}", name=wants.name, version=wants.version, reason=e)
+            return self._set(build, EngineState.BROKEN, str(e))
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            reason = f"{where}{e.strerror or e}; check the space and permissions of {self.root}"
+            log.warn("{name} {version} not installed: {reason}", name=wants.name, version=wants.version, reason=reason)
+            return self._set(build, EngineState.BROKEN, reason)
+        except defer.CancelledError:
+            raise
+        except Exception as e:
+            log.failure("installing {name} {version}", name=wants.name, version=wants.version)
+            return self._set(build, EngineState.BROKEN, f"installing failed unexpectedly ({e!r}); see the agent's log")
+        if self._current.get(wants.name) is build:
+            self._current[wants.name] = done
+        self._touch()
+
+    async def _install_llama_cpp(self, build: _Build, wants: EngineBuild) -> _Build:
+        tag = wants.version
+        if not tag or not wants.base_url:
+            raise Refused("engines.llama.cpp in server.yaml needs a version and a base_url")
+        asset = assets.llama_cpp_asset(tag, self._platform, available=wants.sha256)
+        if asset.note:
+            log.warn("llama.cpp {tag}: {note}", tag=tag, note=asset.note)
+        names = [asset.name, *asset.extras]
+        for name in names:
+            if name not in wants.sha256:
+                raise Refused(f"no sha256 for {name} in engines.llama.cpp.sha256 of server.yaml: "
+                              "add it from the release page")
+        final = self._directory(wants)
+        temp = final.parent / f"{_TEMP}{tag}-{secrets.token_hex(4)}"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            for i, name in enumerate(names):
+                url = f"{wants.base_url}{tag}/{name}"
+                downloaded = await self._download(build, url, name, wants.sha256[name].lower())
+                self._set(build, EngineState.INSTALLING, f"unpacking {name}")
+                await self._in_thread(_unpack, downloaded, temp, i == 0)
+            binary = _find_binary(temp, asset.name)
+            self._set(build, EngineState.INSTALLING, f"checking {BINARY} (ldd, --version)")
+            version, ran = await self._check_llama_cpp(build, str(binary), tag)
+            # What an operator should know of a build that runs: the CPU build on a GPU node, the packages installed.
+            note = "; ".join(n for n in (asset.note, ran) if n) or None
+            relative = binary.relative_to(temp)
+            marker = {"version": version, "path": str(final / relative), "sha256": wants.sha256[asset.name],
+                      "assets": {n: wants.sha256[n] for n in names}, "note": note,
+                      "installed_at": self._clock.seconds()}
+            await self._in_thread(_publish, temp, final, marker)
+        finally:
+            await self._in_thread(shutil.rmtree, temp, True)
+        for name in names:
+            await self._in_thread(_remove_download, self._fetcher.weights_dir, f"{wants.base_url}{tag}/{name}")
+        log.info("llama.cpp {version} installed in {final}", version=version, final=final)
+        return self._record(_Build(LLAMA_CPP, version, EngineState.INSTALLED, note, str(final / relative), final,
+                                   wants, note))
+
+    async def _download(self, build: _Build, url: str, name: str, sha256: str) -> Path:
+        self._set(build, EngineState.INSTALLING, f"downloading {name}")
+        self._downloading[url] = build
+        try:
+            path = Path(await self._fetcher.fetch(url))
+        finally:
+            self._downloading.pop(url, None)
+        self._set(build, EngineState.INSTALLING, f"checking the sha256 of {name}")
+        digest = await self._in_thread(_sha256, path)
+        if digest != sha256:
+            path.unlink(missing_ok=True)
+            raise Refused(f"{name} from {url} has sha256 {digest}, but engines.llama.cpp.sha256 says {sha256}; "
+                          "the download was deleted: check the mirror, or the digest in server.yaml")
+        return path
+
+    def _downloaded(self, report: Progress) -> None:
+        build = self._downloading.get(report.source)
+        if build is not None and not report.final:
+            size = f"{_mb(report.bytes_done)}/{_mb(report.bytes_total)}" if report.bytes_total else _mb(report.bytes_done)
+            self._set(build, EngineState.INSTALLING, f"downloading {report.file_name} {size} MB")
+        self._progress(report)
+
+    async def _check_llama_cpp(self, build: _Build, binary: str, tag: str) -> tuple[str, str | None]:
+        """The version *binary* reports (the tag when it names no build) and a note; Refused when it does not run."""
+        note = await self._libraries(build, binary)
+        try:
+            output = await self._in_thread(run_probe, [binary, "--version"], self._probe_timeout_s)
+        except ProbeFailed as e:
+            missing = await self._in_thread(missing_libraries, binary, e.output, self._ldd_timeout_s)
+            if missing:
+                raise Refused(ospackages.advice(missing, self._manager)) from None
+            raise Refused(f"{binary} --version failed: {e}") from None
+        info, _ = _parse_version(binary, output)
+        if info.version is not None and _TAG.fullmatch(info.version) and info.version != tag:
+            raise Refused(f"the archive for {tag} holds {BINARY} {info.version}")
+        # No build number (a build from outside git): the pinned sha256 is what ties it to the tag.
+        return tag, note
+
+    async def _libraries(self, build: _Build, binary: str) -> str | None:
+        """Nothing when ldd finds every library; the OS packages run when the plan allows; else Refused."""
+        missing = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
+        if not missing:
+            return None
+        packages = ospackages.packages_for(missing, self._manager) if self._manager else {}
+        known = sorted({p for p in packages.values() if p})
+        allowed = self._plan is not None and self._plan.install_os_packages
+        if not (allowed and self._manager and known):
+            raise Refused(ospackages.advice(missing, self._manager))
+        self._set(build, EngineState.INSTALLING, f"installing OS packages {', '.join(known)}")
+        command = await self._in_thread(ospackages.install, known, self._manager, timeout_s=self._os_timeout_s)
+        log.info("installed OS packages for {binary}: {command}", binary=binary, command=command)
+        still = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
+        if still:
+            raise Refused(f"{ospackages.advice(still, self._manager)} (after running {command})")
+        return f"ran {command}"
+
+    async def _probe_python(self, build: _Build, wants: EngineBuild) -> _Build:
+        python = wants.python or ""
+        self._set(build, EngineState.INSTALLING, f"probing {python}")
+        version = await self._in_thread(pip.probe, python, wants.name, self._probe_timeout_s)
+        pip.check_version(wants, python, version)
+        return _Build(wants.name, version, EngineState.INSTALLED, None, python, None, wants)
+
+    async def _install_pip(self, build: _Build, wants: EngineBuild) -> _Build:
+        directory = self._directory(wants)
+        await self._in_thread(shutil.rmtree, directory, True)  # a leftover without its marker
+        self._set(build, EngineState.INSTALLING, f"pip install {wants.pip}")
+        try:
+            python = await pip.install_venv(
+                self._reactor, self._clock, directory, wants, python=self._python, progress=self._progress,
+                venv_timeout_s=self._venv_timeout_s, pip_timeout_s=self._pip_timeout_s,
+                progress_interval_s=self._interval_s)
+            self._set(build, EngineState.INSTALLING, f"probing {python}")
+            version = await self._in_thread(pip.probe, python, wants.name, self._probe_timeout_s)
+            pip.check_version(wants, python, version)
+            marker = {"version": version, "path": python, "sha256": None, "pip": wants.pip,
+                      "index_url": wants.index_url, "installed_at": self._clock.seconds()}
+            await self._in_thread(_write_marker, directory, marker)
+        except BaseException:
+            await self._in_thread(shutil.rmtree, directory, True)
+            raise
+        log.info("{name} {version} installed in {directory}", name=wants.name, version=version, directory=directory)
+        return self._record(_Build(wants.name, version, EngineState.INSTALLED, None, python, directory, wants))
+
+    # -- checking again, removing --------------------------------------------
+
+    def recheck(self) -> defer.Deferred:
+        """Check every build again now (what the rechecks do every recheck_s); fires when done."""
+        running = self._rechecking
+        if running is None:
+            running = self._rechecking = defer.Deferred.fromCoroutine(self._recheck())
+            running.addErrback(lambda f: log.failure("checking the installed engines again", f))
+            running.addBoth(self._rechecked)
+        d: defer.Deferred = defer.Deferred()
+        running.addBoth(self._chain, d)
+        return d
+
+    def _rechecked(self, _) -> None:
+        self._rechecking = None
+
+    @staticmethod
+    def _chain(result, d: defer.Deferred):
+        d.callback(None)
+        return result
+
+    async def _recheck(self) -> None:
+        for build in self._checkable():
+            if build.name in self._workers:
+                continue  # an install of this engine is running; it checks its own
+            try:
+                reason = await self._check(build)
+            except _REFUSALS as e:
+                if build.state is not EngineState.BROKEN:
+                    log.warn("{name} {version} does not run any more: {reason}", name=build.name,
+                             version=build.version, reason=e)
+                self._set(build, EngineState.BROKEN, str(e))
+                continue
+            if build.state is EngineState.BROKEN:
+                log.info("{name} {version} runs again", name=build.name, version=build.version)
+            self._set(build, EngineState.INSTALLED, reason or build.note)
+        self._remove_unwanted()
+        for wants in self._plan_builds():
+            current = self._current.get(wants.name)
+            if current is not None and current.state is EngineState.BROKEN and current not in self._checkable():
+                self._want(wants)  # never installed: try again, the mirror or the node may be mended
+
+    async def _check(self, build: _Build) -> str | None:
+        """Whether *build*, installed once (or a python: as given), still runs; Refused saying why not."""
+        if build.name == LLAMA_CPP:
+            return (await self._check_llama_cpp(build, build.path or "", build.version or ""))[1]
+        version = await self._in_thread(pip.probe, build.path or "", build.name, self._probe_timeout_s)
+        if build.directory is None and build.wants is not None:
+            pip.check_version(build.wants, build.path or "", version)
+            build.version = version
+        elif version != build.version:
+            raise Refused(f"{build.path} has {build.name} {version} now, installed as {build.version}")
+        return None
+
+    def _checkable(self) -> list[_Build]:
+        """Builds installed once, and the python: builds, which are probed where they are."""
+        found = list(self._disk.values())
+        return found + [b for b in self._current.values() if b.directory is None and b.path and b not in found]
+
+    def _usable(self) -> list[_Build]:
+        return [b for b in self._checkable() if b.state is EngineState.INSTALLED]
+
+    def _plan_builds(self) -> list[EngineBuild]:
+        return self._plan.builds if self._plan is not None else []
+
+    def _remove_unwanted(self) -> None:
+        if self._plan is None:
+            return  # not told yet what is wanted: a restarted agent keeps everything until it is
+        wanted = {self._directory(b) for b in self._plan.builds} - {None}
+        busy = self._in_use()
+        for directory, build in list(self._disk.items()):
+            if directory in wanted or (build.name, build.version) in busy or (build.name, None) in busy:
+                continue
+            del self._disk[directory]
+            log.info("removing {name} {version} from {directory}: the plan no longer names it",
+                     name=build.name, version=build.version, directory=directory)
+            self._in_thread(_remove_install, directory).addErrback(
+                lambda f, d=directory: log.failure("removing {directory}", f, directory=d))
+        keep = {name for b in self._plan.builds if b.name == LLAMA_CPP and b.version and b.base_url
+                for name in self._download_names(b)}
+        keep |= {name for url in self._downloading for name in (cache_name(url), partial_name(url))}
+        self._in_thread(_prune_downloads, self._fetcher.weights_dir, keep).addErrback(
+            lambda f: log.failure("pruning {directory}", f, directory=self._fetcher.weights_dir))
+
+    def _download_names(self, wants: EngineBuild) -> list[str]:
+        try:
+            asset = assets.llama_cpp_asset(wants.version or "", self._platform, available=wants.sha256)
+        except assets.NoAsset:
+            return []
+        urls = [f"{wants.base_url}{wants.version}/{n}" for n in (asset.name, *asset.extras)]
+        return [name for url in urls for name in (cache_name(url), partial_name(url))]
+
+    # -- state -----------------------------------------------------------------
+
+    def _directory(self, build: EngineBuild) -> Path | None:
+        if build.name == LLAMA_CPP:
+            return self.root / LLAMA_CPP / (build.version or "")
+        if build.name in pip.MODULES and build.pip and not build.python:
+            return self.root / build.name / pip.venv_key(build)
+        return None
+
+    def _record(self, build: _Build) -> _Build:
+        assert build.directory is not None
+        self._disk[build.directory] = build
+        return build
+
+    def _set(self, build: _Build, state: EngineState, reason: str | None) -> None:
+        build.state, build.reason = state, reason
+        self._touch()
+
+    def _touch(self) -> None:
+        now = self.entries()
+        if now != self._reported:
+            self._reported = now
+            try:
+                self._changed()
+            except Exception:
+                log.failure("the engines' changed() callback failed")
+
+    def _in_thread(self, fn, *args, **kw) -> defer.Deferred:
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), fn, *args, **kw)
+
+    def _read_disk(self) -> None:
+        for name in (LLAMA_CPP, *pip.MODULES):
+            folder = self.root / name
+            try:
+                children = sorted(folder.iterdir())
+            except FileNotFoundError:
+                continue
+            for child in children:
+                marker = _read_marker(child)
+                if marker is None:
+                    log.info("removing {child}: an install that did not finish", child=child)
+                    _remove_install(child)
+                    continue
+                note = marker.get("note") if isinstance(marker.get("note"), str) else None
+                self._disk[child] = _Build(name, marker.get("version"), EngineState.INSTALLED, note,
+                                           marker.get("path"), child, note=note)
+
+
+def _version_key(version: str | None) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.findall(r"\d+|[A-Za-z]+", version or ""))
+
+
+def _mb(n: int | None) -> str:
+    n = n or 0
+    return f"{n / 1e6:.1f}" if n < 10e6 else f"{n / 1e6:.0f}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unpack(downloaded: Path, temp: Path, first: bool) -> None:
+    """The main archive into *temp*; a companion archive beside it, then merged in, never over a file."""
+    if first:
+        archive.extract(downloaded, temp)
+        return
+    extra = temp.with_name(temp.name + "-extra")
+    try:
+        archive.extract(downloaded, extra)
+        for entry in sorted(extra.iterdir()):
+            if os.path.lexists(temp / entry.name):
+                raise Refused(f"{downloaded.name} and the main archive both hold {entry.name}")
+            os.rename(entry, temp / entry.name)
+    finally:
+        shutil.rmtree(extra, ignore_errors=True)
+
+
+def _find_binary(temp: Path, asset: str) -> Path:
+    tops = [temp, *sorted(p for p in temp.iterdir() if p.is_dir() and not p.is_symlink())]
+    for top in tops:
+        for place in _BINARY_PLACES:
+            candidate = top / place / BINARY
+            if candidate.is_file() and candidate.resolve().is_relative_to(temp.resolve()):
+                return candidate
+    raise Refused(f"{asset} holds no {BINARY} (looked at its top, in build/bin/, and one folder down)")
+
+
+def _publish(temp: Path, final: Path, marker: dict) -> None:
+    """*temp* renamed to *final* (a markerless leftover there is removed first), then its marker, last."""
+    if final.exists():
+        _remove_install(final)
+    os.rename(temp, final)
+    try:
+        _write_marker(final, marker)
+    except BaseException:
+        _remove_install(final)
+        raise
+
+
+def _write_marker(directory: Path, marker: dict) -> None:
+    write_file(directory / MARKER, json.dumps(marker, indent=2).encode(), private=False, replace=True)
+
+
+def _read_marker(directory: Path) -> dict | None:
+    if directory.name.startswith(_TEMP) or not directory.is_dir() or directory.is_symlink():
+        return None
+    try:
+        marker = json.loads((directory / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
+        return None
+    return marker
+
+
+def _remove_install(directory: Path) -> None:
+    """The marker first, so a crash halfway leaves a folder start() removes, never a half install marked whole."""
+    if directory.is_symlink() or not directory.is_dir():
+        directory.unlink(missing_ok=True)
+        return
+    (directory / MARKER).unlink(missing_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_download(downloads: Path, url: str) -> None:
+    (downloads / cache_name(url)).unlink(missing_ok=True)
+
+
+def _prune_downloads(downloads: Path, keep: set[str]) -> None:
+    try:
+        entries = list(downloads.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name not in keep and entry.is_file():
+            entry.unlink(missing_ok=True)
