@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import attrs
 import pytest
 from twisted.internet.task import Clock
 
@@ -146,6 +147,9 @@ def test_a_nodes_engines_are_logged_once_per_change_not_per_heartbeat(fleet, cap
     installed = [EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLED, origin="server.yaml"), absent]
     fleet.register("node07", 7, Inventory(node_id="node07", engines=installing))
     fleet.heartbeat("node07", 7, Heartbeat(engines=installing))
+    # The download moves on, in the node's words: not a change worth a line.
+    fleet.heartbeat("node07", 7, Heartbeat(engines=[attrs.evolve(installing[0], reason="downloading … 12/16 MB"),
+                                                    absent]))
     fleet.heartbeat("node07", 7, Heartbeat())
     fleet.heartbeat("node07", 7, Heartbeat(engines=installed))
     fleet.heartbeat("node07", 7, Heartbeat(engines=installed))

@@ -290,7 +290,8 @@ async def test_a_reload_that_changes_the_builds_tells_every_ready_node_and_survi
     finally:
         globalLogPublisher.removeObserver(observer)
     # old03 has no such procedure and lost04 refused: both said, neither fails the push.
-    assert "old03: its agent is too old to install engines; it keeps running what it has" in lines
+    assert ("old03 has no set_engines (an agent older than engine installs, or one that has just left); "
+            "it keeps what it has until it registers again") in lines
     assert ("lost04 did not take the new engine plan (lost04 is shutting down); "
             "it is sent again when it next registers") in lines
     # A reload that leaves the builds as they are tells nobody anything.

@@ -17,8 +17,56 @@ def node(**kw):
 def test_an_old_agent_that_reports_nothing_shows_dashes_not_zeros():
     table = render.nodes_table([node()])
     row = table.splitlines()[1]
-    assert row.split() == ["node05", "ready", "-", "-", "-", "-", "-", "-"]
+    assert row.split() == ["node05", "ready", "-", "-", "-", "-", "-", "-", "-"]
     assert "0" not in row.replace("node05", "")
+
+
+LIBGOMP = "needs libgomp.so.1, which this node does not have: apt-get install libgomp1"
+ENGINES = [
+    {"name": "llama.cpp", "version": "b5000", "state": "installed", "origin": "server.yaml",
+     "path": "/var/lib/llmgw/engines/llama.cpp/b5000/llama-server"},
+    {"name": "llama.cpp", "version": "b6000", "state": "installing", "origin": "server.yaml",
+     "reason": "downloading llama-b6000-bin-ubuntu-x64.zip 12/16 MB"},
+    {"name": "vllm", "state": "broken", "origin": "server.yaml", "reason": LIBGOMP},
+    {"name": "sglang", "state": "absent", "reason": "not in the catalog's engines, nor in agent.yaml"},
+    {"name": "sim", "version": "0.1.0", "state": "installed", "origin": "builtin"},
+]
+
+
+def test_engines_show_each_build_with_a_mark_for_one_that_cannot_run_yet_and_its_words_underneath():
+    table = render.nodes_table([node(engines=ENGINES)])
+    header, row, *notes = table.splitlines()
+    assert header.split()[7] == "ENGINES"
+    assert "llama.cpp b5000, llama.cpp b6000 (installing), vllm (broken), sim 0.1.0" in row
+    assert "sglang" not in row  # absent: every node's, said only in --json and the details
+    assert notes == [
+        "  node05: llama.cpp b6000 installing: downloading llama-b6000-bin-ubuntu-x64.zip 12/16 MB",
+        f"  node05: vllm broken: {LIBGOMP}",
+    ]
+
+
+def test_engines_not_reported_are_a_dash_and_none_found_is_none():
+    assert render.engines(node()) == "-"
+    assert render.engines(node(engines=[])) == "none"
+    assert render.engines(node(engines=[ENGINES[3]])) == "none"
+    # An agent older than install states: what it saw run, unmarked.
+    assert render.engines(node(engines=[{"name": "llama.cpp", "version": "b4000", "path": "/usr/bin/llama-server"}])) \
+        == "llama.cpp b4000"
+
+
+def test_ctl_nodes_json_carries_every_engine_entry_with_its_state_reason_and_origin(capsys):
+    import argparse
+    import json
+
+    from llmgw.ctl.main import _print
+
+    _print(argparse.Namespace(json=True), [node(engines=ENGINES)], render.nodes_table)
+    (printed,) = json.loads(capsys.readouterr().out)
+    assert [(e["name"], e["version"], e["state"], e["origin"]) for e in printed["engines"]] == [
+        ("llama.cpp", "b5000", "installed", "server.yaml"), ("llama.cpp", "b6000", "installing", "server.yaml"),
+        ("vllm", None, "broken", "server.yaml"), ("sglang", None, "absent", None), ("sim", "0.1.0", "installed", "builtin"),
+    ]
+    assert printed["engines"][2]["reason"] == LIBGOMP
 
 
 def test_a_node_without_gpus_says_none_and_one_not_asked_says_dash():

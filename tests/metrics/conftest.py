@@ -7,6 +7,7 @@ from twisted.internet.task import Clock
 
 from llmgw.control.fleet import Fleet
 from llmgw.records import CPU, GPU, EngineInfo, Filesystem, Heartbeat, Inventory, ShardSpec, ShardStatus
+from llmgw.states import EngineState
 
 GIB = 1024**3
 
@@ -30,7 +31,10 @@ def gpu_node() -> Inventory:
             Filesystem(mountpoint="/scratch", fstype="ext4", shared=False, total_bytes=3500 * GIB,
                        weights_dirs=["/scratch/weights"]),
         ],
-        engines=[EngineInfo(name="vllm", version="0.6.3"), EngineInfo(name="sim")],
+        # An agent older than install states (no state: seen to run), and a build that is broken here.
+        engines=[EngineInfo(name="vllm", version="0.6.3"), EngineInfo(name="sim"),
+                 EngineInfo(name="llama.cpp", version="b6000", state=EngineState.BROKEN, origin="server.yaml",
+                            reason="needs libgomp.so.1, which this node does not have: apt-get install libgomp1")],
         shards=[],
     )
 

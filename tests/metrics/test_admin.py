@@ -99,6 +99,7 @@ async def test_promtool_finds_no_problems_with_every_family_populated(admin):
         pytest.skip("promtool is not on PATH (Debian: apt-get install prometheus); CI installs it")
     _, _, body = await get(admin + "/metrics")
     assert "llmgw_gpu_utilization_ratio{" in body  # promtool passes empty input too; this is not empty
+    assert 'llmgw_node_engine_state{engine="llama.cpp",node="gpu01",state="broken",version="b6000"} 1.0' in body
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from prometheus_client import CollectorRegistry
 
 from llmgw.control.collector import FleetCollector
 from llmgw.records import Heartbeat
-from llmgw.states import ReplicaState
+from llmgw.states import EngineState, ReplicaState
 from llmgw.views import ReplicaView
 
 from .conftest import GIB, shard
@@ -95,6 +96,28 @@ def test_node_info_cordon_age_and_engines(fleet, clock, registry):
     assert value(registry, "llmgw_node_engine_info", node="gpu01", engine="vllm", version="0.6.3") == 1
     assert value(registry, "llmgw_node_engine_info", node="gpu01", engine="sim", version="") == 1
     assert [s for s in series(registry, "llmgw_node_engine_info") if s.labels["node"] == "cpu07"] == []
+
+
+def test_each_engine_build_has_a_state_series_and_a_node_that_did_not_report_engines_has_none(fleet, registry):
+    def states(node, engine, version=""):
+        return {s.labels["state"]: s.value for s in series(registry, "llmgw_node_engine_state")
+                if (s.labels["node"], s.labels["engine"], s.labels["version"]) == (node, engine, version)}
+
+    everything = {"installing": 0, "installed": 0, "broken": 0, "absent": 0}
+    assert states("gpu01", "llama.cpp", "b6000") == {**everything, "broken": 1}
+    # An agent older than install states reported what it had seen run: installed.
+    assert states("gpu01", "vllm", "0.6.3") == {**everything, "installed": 1}
+    assert states("gpu01", "sim") == {**everything, "installed": 1}
+    # A broken build is not one the node has: no info series for it.
+    assert value(registry, "llmgw_node_engine_info", node="gpu01", engine="llama.cpp", version="b6000") is None
+    # cpu07 never said which engines it has: absent, not zeros.
+    assert [s for s in series(registry, "llmgw_node_engine_state") if s.labels["node"] == "cpu07"] == []
+    # The install is mended: the same series move, none appear or vanish.
+    fixed = [e if e.name != "llama.cpp" else attrs.evolve(e, state=EngineState.INSTALLED, reason=None)
+             for e in fleet.nodes["gpu01"].inventory.engines]
+    fleet.heartbeat("gpu01", 1, Heartbeat(engines=fixed))
+    assert states("gpu01", "llama.cpp", "b6000") == {**everything, "installed": 1}
+    assert value(registry, "llmgw_node_engine_info", node="gpu01", engine="llama.cpp", version="b6000") == 1
 
 
 def test_shards_by_model_and_state(fleet, registry):

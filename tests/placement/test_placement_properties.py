@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from llmgw.control import placement_filters as filters
 from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, Unplaceable, place
-from llmgw.records import GPU
+from llmgw.records import GPU, EngineInfo
+from llmgw.states import EngineState
 
 ENGINES = ("llama.cpp", "vllm", "sglang", "sim")
 MODELS = ("gemma", "qwen", "llama")
@@ -30,7 +31,18 @@ gpu_lists = st.one_of(
 # Weighted towards nodes that could take something, or nearly every example
 # would be "no node can hold it" and say little about where replicas land.
 states = st.sampled_from(("ready",) * 6 + ("unreachable", "lost"))
-engine_lists = st.one_of(st.just(list(ENGINES)), st.none(), st.lists(st.sampled_from(ENGINES), max_size=4))
+VERSIONS = ("b5000", "b6000", "0.11.0")
+# Entries as agents report them: any state (None from an agent older than install states), any origin.
+engine_entries = st.builds(
+    EngineInfo,
+    name=st.sampled_from(ENGINES),
+    version=st.none() | st.sampled_from(VERSIONS),
+    state=st.none() | st.sampled_from(list(EngineState)),
+    reason=st.none() | st.just("downloading llama-b6000-bin-ubuntu-x64.zip (16 MB)"),
+    origin=st.none() | st.sampled_from(("server.yaml", "agent.yaml", "builtin")),
+)
+engine_lists = st.one_of(st.just(list(ENGINES)), st.none(), st.lists(st.sampled_from(ENGINES), max_size=4),
+                         st.lists(engine_entries, max_size=5))
 
 
 @st.composite
@@ -79,6 +91,7 @@ requests = st.builds(
     node_selector=st.one_of(st.just({}), LABELS),
     ranks=st.one_of(st.just(1), st.integers(1, 4)),
     min_gpu_free_bytes=st.none() | st.integers(0, 100 * GB),
+    engine_version=st.none() | st.sampled_from(VERSIONS),
 )
 holds = st.frozensets(st.text("abcdefgh0123456789-", min_size=1, max_size=6), max_size=4)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import attrs
 import pytest
 
-from llmgw.states import ReplicaState
+from llmgw.records import EngineInfo
+from llmgw.states import EngineState, ReplicaState
 from llmgw.tui.app import DashboardApp
 from llmgw.tui.confirm import ConfirmScreen
 from llmgw.tui.details import DetailsScreen
@@ -47,6 +49,30 @@ async def test_the_nodes_pane_shows_every_node_with_a_dash_for_what_it_did_not_r
         assert shown["node03"][2] == "20s ago"
         assert shown["node03"][3:] == ["-"] * 6
         await until(pilot, lambda: "node03  unreachable  20s ago  -" in screen_text(app), "node03's dashes on screen")
+
+
+async def test_an_engine_that_cannot_run_is_marked_in_the_row_and_its_reason_is_in_the_details():
+    fake = small_fleet()
+    app = DashboardApp(fake, clock=fixed_clock)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: loaded(app), "the fleet to load")
+        assert column(app, "nodes", "node02", "engines") == "llama.cpp b6000 (broken)"
+        table = app.screen.query_one("#nodes").table
+        assert "red" in str(table.get_cell("node02", "engines").spans[0].style)
+        # The install finishes: the row says so, in place.
+        fake.emit_node(attrs.evolve(fake.nodes["node02"], engines=[
+            EngineInfo("llama.cpp", "b5000", state=EngineState.INSTALLED, origin="server.yaml"),
+            EngineInfo("llama.cpp", "b6000", state=EngineState.INSTALLING, reason="downloading x.zip 12/16 MB",
+                       origin="server.yaml"),
+        ]))
+        await until(pilot, lambda: column(app, "nodes", "node02", "engines")
+                    == "llama.cpp b5000, llama.cpp b6000 (installing)", "the install under way")
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailsScreen), "the details screen")
+        await until(pilot, lambda: "llama.cpp b6000 installing (server.yaml): downloading x.zip 12/16 MB"
+                    in screen_text(app), "the node's words in the details")
+        assert "llama.cpp b5000 installed (server.yaml)" in screen_text(app)
 
 
 async def test_a_cpu_without_avx2_is_flagged_in_red_and_on_the_state():
@@ -317,7 +343,8 @@ async def test_an_event_changes_its_row_in_place(monkeypatch):
             monkeypatch.setattr(table, name, lambda *a, _n=name, _o=original, **k: (changes.append((_n, a[:2])), _o(*a, **k))[1])
         fake.emit_node(node_view("node02", memory_available_bytes=100 * 10**9, cpu={"model": "Intel Atom C3758",
                                  "logical_cores": 8, "avx2": False}, gpus=[], address="10.0.0.2",
-                                 warnings=["CPU has no AVX2: llama.cpp runs several times slower here"]))
+                                 warnings=["CPU has no AVX2: llama.cpp runs several times slower here"],
+                                 engines=fake.nodes["node02"].engines))
         await until(pilot, lambda: column(app, "nodes", "node02", "memory") == "100 GB free / 512 GB", "the new figure")
         assert changes == [("update_cell", ("node02", "memory"))]
         assert table.cursor_row == 2, "the cursor stays where it was"

@@ -23,7 +23,7 @@ def test_cells_show_a_dash_for_what_was_not_reported_and_none_for_what_was_looke
     cells = [str(c) for c in columns.node_cells(old, None)]
     assert cells == ["n", "ready", "-", "-", "-", "-", "-", "-", "-"]
     looked = node_view("n", engines=[], gpus=[])
-    assert columns.engines(looked) == "none"
+    assert columns.engines(looked).plain == "none"
     assert columns.gpus(looked) == "none"
 
 

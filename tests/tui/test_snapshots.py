@@ -70,3 +70,20 @@ def test_disconnected_banner(snap_compare):
         await pilot.pause()
 
     assert snap_compare(DashboardApp(fake, clock=fixed_clock), terminal_size=SIZE, run_before=drop)
+
+
+def test_nodes_engines_and_a_broken_builds_reason_in_the_details(snap_compare):
+    # Wide enough for the ENGINES column, tall enough for the details to reach the engines.
+    async def open_details(pilot):
+        await _loaded(pilot)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(pilot.app.screen, DetailsScreen)
+                    and "libgomp" in screen_text(pilot.app), "node02's engines in its details")
+        await pilot.pause()
+
+    assert snap_compare(DashboardApp(small_fleet(), clock=fixed_clock), terminal_size=(140, 34),
+                        run_before=open_details)
+
+
+def test_nodes_pane_wide_enough_for_engines(snap_compare):
+    assert snap_compare(DashboardApp(small_fleet(), clock=fixed_clock), terminal_size=(160, 12), run_before=_loaded)

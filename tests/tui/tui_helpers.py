@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from llmgw.states import ReplicaState
-from llmgw.tui.fake import FakeBackend, node_view, replica_view
+from llmgw.states import EngineState, ReplicaState
+from llmgw.tui.fake import FakeBackend, llama_cpp, node_view, replica_view
 from tests.support.wait import until_async
 
 GB = 1_000_000_000
@@ -49,11 +49,13 @@ def column(app, pane: str, key: str, name: str) -> str | None:
 
 
 def small_fleet() -> FakeBackend:
-    """Three nodes (one old agent, one without AVX2) and four replicas, one of them fetching its weights."""
+    """Three nodes (one old agent, one without AVX2 whose llama.cpp is broken) and four replicas, one fetching its weights."""
     nodes = [
         node_view("node01"),
         node_view("node02", cpu={"model": "Intel Atom C3758", "logical_cores": 8, "avx2": False},
-                  warnings=["CPU has no AVX2: llama.cpp runs several times slower here"], gpus=[], address="10.0.0.2"),
+                  warnings=["CPU has no AVX2: llama.cpp runs several times slower here"], gpus=[], address="10.0.0.2",
+                  engines=[llama_cpp("b6000", EngineState.BROKEN,
+                                     "needs libgomp.so.1, which this node does not have: apt-get install libgomp1")]),
         # An agent too old to report most things: every figure is None.
         node_view("node03", address=None, cpu=None, memory_total_bytes=None, memory_available_bytes=None,
                   gpus=None, filesystems=None, engines=None, agent_version=None, protocol=None,

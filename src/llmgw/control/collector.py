@@ -26,12 +26,13 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llmgw.control.fleet import Fleet
-from llmgw.states import SHARD_ALIVE, NodeState, ShardState
+from llmgw.states import SHARD_ALIVE, EngineState, NodeState, ShardState
 from llmgw.views import ReplicaView
 
 NODE_STATES = tuple(NodeState)
 # Every state a shard the fleet keeps can be in (a stopped one is forgotten).
 SHARD_STATES = tuple(s for s in ShardState if s in SHARD_ALIVE or s == ShardState.FAILED)
+ENGINE_STATES = tuple(EngineState)
 
 
 def _label(value) -> str:
@@ -101,7 +102,14 @@ class FleetCollector(Collector):
                 if fs.free_bytes is not None:
                     f.fs_free.add_metric(labels, fs.free_bytes)
             for engine in inv.engines or ():
-                f.engine_info.add_metric([node_id, engine.name], {"version": _label(engine.version)})
+                # An agent older than install states reported only what it had seen run.
+                current = engine.state or EngineState.INSTALLED
+                if current == EngineState.INSTALLED:
+                    f.engine_info.add_metric([node_id, engine.name], {"version": _label(engine.version)})
+                # Every state of every entry, so a graph of broken builds reads 0, not a gap, while they are healthy.
+                for state in ENGINE_STATES:
+                    f.engine_state.add_metric([node_id, engine.name, _label(engine.version), state],
+                                              1 if state == current else 0)
         for state, n in counts.items():
             f.nodes.add_metric([state], n)
 
@@ -162,6 +170,11 @@ class _Families:
                                          labels=fs)
         self.engine_info = InfoMetricFamily("llmgw_node_engine", "An engine a node has and has seen run.",
                                             labels=["node", "engine"])
+        self.engine_state = GaugeMetricFamily(
+            "llmgw_node_engine_state",
+            "1 for the state each engine build a node reports is in (installing, installed, broken, absent), "
+            "0 for the others.",
+            labels=["node", "engine", "version", "state"])
         self.shards = GaugeMetricFamily("llmgw_shards", "Shards the nodes report, by model and state.",
                                         labels=["model", "state"])
         self.replicas = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state, as the reconciler sees them.",
@@ -170,5 +183,6 @@ class _Families:
     def all(self, with_replicas: bool) -> list[Metric]:
         families = [self.nodes, self.node_state, self.node_cordoned, self.node_seen_age, self.node_info,
                     self.node_cpus, self.mem_total, self.mem_available, self.node_gpus, self.gpu_mem_total,
-                    self.gpu_mem_used, self.gpu_util, self.fs_total, self.fs_free, self.engine_info, self.shards]
+                    self.gpu_mem_used, self.gpu_util, self.fs_total, self.fs_free, self.engine_info, self.engine_state,
+                    self.shards]
         return families + [self.replicas] if with_replicas else families

@@ -19,7 +19,7 @@ import attrs
 from twisted.logger import Logger
 
 from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
-from llmgw.states import NodeState, ShardState
+from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
 
 log = Logger()
@@ -262,8 +262,15 @@ class Fleet:
 
     def _log_engines(self, node_id: str, before, after) -> None:
         # Once per change: an install finishing, or breaking, is why a model
-        # placed (or stopped placing) there; a heartbeat repeating it is not news.
-        if after is not None and after != before:
+        # placed (or stopped placing) there; a heartbeat repeating it, or a
+        # download's bytes moving on in its reason, is not news.
+        def changes(engines):
+            return None if engines is None else [
+                (e.name, e.version, e.path, e.state, e.origin, None if e.state == EngineState.INSTALLING else e.reason)
+                for e in engines
+            ]
+
+        if after is not None and changes(after) != changes(before):
             log.info("{id} engines: {engines}", id=node_id, engines=engines_words(after))
 
     def views(self) -> list[NodeView]:

@@ -239,7 +239,8 @@ class ControlSession(ApplicationSession):
                             options=CallOptions(timeout=SET_ENGINES_TIMEOUT_MS))
         except Exception as e:
             if isinstance(e, ApplicationError) and e.error == NO_SUCH_PROCEDURE:
-                log.info("{id}: its agent is too old to install engines; it keeps running what it has", id=node_id)
+                log.info("{id} has no set_engines (an agent older than engine installs, or one that has just left); "
+                         "it keeps what it has until it registers again", id=node_id)
                 return
             why = e.args[0] if isinstance(e, ApplicationError) and e.args else f"{type(e).__name__}: {e}"
             log.warn("{id} did not take the new engine plan ({why}); it is sent again when it next registers",

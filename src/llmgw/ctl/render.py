@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from llmgw.records import Filesystem
-from llmgw.states import NodeState, ShardState
+from llmgw.records import EngineInfo, Filesystem
+from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
 
 DASH = "-"
@@ -98,19 +98,57 @@ def disk(node: NodeView) -> str:
     return ", ".join(parts)
 
 
+#: What an engine entry that cannot run (yet) adds to its build in the ENGINES column.
+ENGINE_MARKS = {EngineState.INSTALLING: "installing", EngineState.BROKEN: "broken"}
+
+
+def build(engine: EngineInfo) -> str:
+    """"llama.cpp b6000", or the name alone when the node gave no version."""
+    return f"{engine.name or '?'} {engine.version}" if engine.version else engine.name or "?"
+
+
+def engine_cell(engine: EngineInfo) -> str:
+    """One entry, compact: "llama.cpp b6000", "llama.cpp b6000 (installing)", "llama.cpp b6000 (broken)"."""
+    mark = ENGINE_MARKS.get(engine.state)
+    return f"{build(engine)} ({mark})" if mark else build(engine)
+
+
+def listed_engines(node: NodeView) -> list[EngineInfo]:
+    """The entries worth a column: an absent engine is every node's, and is said only when asked."""
+    return [e for e in node.engines or () if e.state != EngineState.ABSENT]
+
+
+def engines(node: NodeView) -> str:
+    """ENGINES: every build the node has or is getting; "none" when it has looked and has none, "-" unreported."""
+    if node.engines is None:
+        return DASH
+    return ", ".join(engine_cell(e) for e in listed_engines(node)) or "none"
+
+
+def engine_notes(node: NodeView) -> list[str]:
+    """A line for each build that cannot run yet, in the node's words: what it is doing, or what to do."""
+    return [
+        f"{build(e)} {e.state}: {e.reason}" if e.reason else f"{build(e)} {e.state}"
+        for e in node.engines or () if e.state in ENGINE_MARKS
+    ]
+
+
 def nodes_table(nodes: list[NodeView]) -> str:
     if not nodes:
         return "no nodes have registered yet"
-    header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "LAST SEEN")
+    header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "ENGINES", "LAST SEEN")
     rows = []
     notes = []
     for n in nodes:
         state = n.state or DASH
         if n.cordoned:
             state += ",cordoned"
-        rows.append((n.id, state, n.address or DASH, cpu(n), memory(n), gpus(n), disk(n), ago(n.seen_ago_s)))
+        rows.append((n.id, state, n.address or DASH, cpu(n), memory(n), gpus(n), disk(n), engines(n),
+                     ago(n.seen_ago_s)))
         for warning in n.warnings or []:
             notes.append(f"  {n.id}: {warning}")
+        for line in engine_notes(n):
+            notes.append(f"  {n.id}: {line}")
         if n.reason and n.state != NodeState.READY:
             notes.append(f"  {n.id}: {n.state}: {n.reason}")
     return table(header, rows) + ("\n" + "\n".join(notes) if notes else "")

@@ -13,7 +13,7 @@ from rich.text import Text
 from llmgw.ctl import render
 from llmgw.ctl.render import DASH
 from llmgw.records import Progress
-from llmgw.states import NodeState, ReplicaState, ShardState
+from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.views import NodeView, ReplicaView
 
 NODE_COLUMNS = (
@@ -94,13 +94,20 @@ def gpus(node: NodeView) -> str:
     return text
 
 
-def engines(node: NodeView) -> str:
-    found = node.engines
-    if found is None:
-        return DASH
-    if not found:
-        return "none"
-    return ", ".join(f"{e.name or '?'} {e.version}" if e.version else e.name or "?" for e in found)
+ENGINE_STATE_STYLES = {EngineState.INSTALLING: "cyan", EngineState.BROKEN: "bold red"}
+
+
+def engines(node: NodeView) -> Text:
+    """ctl's ENGINES, each build that cannot run yet in its state's colour."""
+    listed = render.listed_engines(node)
+    if not listed:
+        return Text(render.engines(node))
+    text = Text()
+    for index, engine in enumerate(listed):
+        if index:
+            text.append(", ")
+        text.append(render.engine_cell(engine), style=ENGINE_STATE_STYLES.get(engine.state, ""))
+    return text
 
 
 def node_cells(node: NodeView, seen_ago_s: float | None) -> tuple:

@@ -13,7 +13,8 @@ from textual.widgets import Footer, Static
 
 from llmgw.ctl import render
 from llmgw.ctl.render import DASH
-from llmgw.states import ReplicaState
+from llmgw.records import EngineInfo
+from llmgw.states import EngineState, ReplicaState
 from llmgw.tui import columns
 from llmgw.tui.common import FleetView, LinkBanner
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
@@ -31,6 +32,20 @@ def _line(text: Text, label: str, value: str | Text) -> None:
     text.append(f"{label:<{LABEL}}", style="bold")
     text.append(value if isinstance(value, Text) else Text(value))
     text.append("\n")
+
+
+def engine_line(engine: EngineInfo) -> Text:
+    """Everything a node said of one build: "llama.cpp b6000 broken (server.yaml): needs libgomp.so.1 …"."""
+    line = Text(render.build(engine))
+    if engine.state is not None:
+        line.append(f" {engine.state}", style=columns.ENGINE_STATE_STYLES.get(engine.state, ""))
+    if engine.origin:
+        line.append(f" ({engine.origin})", style="dim")
+    if engine.reason:
+        line.append(f": {engine.reason}")
+    if engine.path and engine.state != EngineState.ABSENT:
+        line.append(f"  {engine.path}", style="dim")
+    return line
 
 
 def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaView]) -> Text:
@@ -67,7 +82,10 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
     for adapter in adapters or []:
         ports = ", ".join(f"port {p.port} {_value(p.state)} {_value(p.rate_gbps)} Gb/s" for p in adapter.ports)
         _line(text, "infiniband", f"{adapter.name} fabric {_value(adapter.fabric)}: {ports or DASH}")
-    _line(text, "engines", columns.engines(node))
+    if not node.engines:
+        _line(text, "engines", columns.engines(node))
+    for index, engine in enumerate(node.engines or ()):
+        _line(text, "" if index else "engines", engine_line(engine))
     _line(text, "labels", ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "none")
     warnings = list(node.warnings)
     if node.cpu is not None and node.cpu.avx2 is False and not any("AVX2" in w for w in warnings):

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import attrs
 
-from llmgw.states import NodeState, ReplicaState, ShardState
+from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
 from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import from_wire, to_wire
@@ -184,7 +184,7 @@ def node_view(node_id: str, **overrides: Any) -> NodeView:
         ],
         "infiniband": [],
         "labels": {},
-        "engines": [{"name": "sim", "version": "0.1", "path": "/usr/bin/llmgw-sim"}],
+        "engines": [SIM],
         "warnings": [],
     }
     view.update(overrides)
@@ -225,6 +225,28 @@ def replica_view(replica_id: str, node_id: str | None = "node01", state: Replica
     return _build(ReplicaView, view)
 
 
+SIM = {"name": "sim", "version": "0.1", "path": "/usr/bin/llmgw-sim", "state": EngineState.INSTALLED,
+       "origin": "builtin"}
+
+
+def llama_cpp(version: str, state: EngineState = EngineState.INSTALLED, reason: str | None = None) -> dict[str, Any]:
+    """A llama.cpp build the node installed from the catalog, as its agent reports it."""
+    path = f"/var/lib/llmgw/engines/llama.cpp/{version}/llama-server"
+    return {"name": "llama.cpp", "version": version, "path": path if state == EngineState.INSTALLED else None,
+            "state": state, "reason": reason, "origin": "server.yaml"}
+
+
+def engines_while_upgrading(draw: float) -> list[dict[str, Any]]:
+    """A node's engines in a fleet moving from llama.cpp b5000 to b6000: most done, some on the way, a few broken."""
+    if draw < 0.6:
+        return [llama_cpp("b6000"), SIM]
+    if draw < 0.9:
+        return [llama_cpp("b5000"), llama_cpp("b6000", EngineState.INSTALLING,
+                                              "downloading llama-b6000-bin-ubuntu-x64.zip 12/16 MB"), SIM]
+    return [llama_cpp("b6000", EngineState.BROKEN,
+                      "needs libgomp.so.1, which this node does not have: apt-get install libgomp1"), SIM]
+
+
 def simulated_fleet(n_nodes: int, n_replicas: int, seed: int = 1) -> tuple[list[NodeView], list[ReplicaView]]:
     """*n_nodes* nodes and *n_replicas* replicas of 50 models, in varied states."""
     rng = random.Random(seed)
@@ -247,6 +269,7 @@ def simulated_fleet(n_nodes: int, n_replicas: int, seed: int = 1) -> tuple[list[
                 for c in range(cards)
             ],
             cpu={"model": "AMD EPYC 7763", "logical_cores": 128, "vector_flags": [], "avx2": rng.random() > 0.02},
+            engines=engines_while_upgrading(rng.random()),
         ))
     replicas = []
     for i in range(n_replicas):
