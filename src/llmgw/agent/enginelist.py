@@ -123,10 +123,7 @@ class NodeEngines:
 def in_words(entry: EngineInfo) -> str:
     """``installing: downloading …`` / ``broken: needs libgomp.so.1 …``: the state, then the node's reason."""
     state = str(entry.state or EngineState.INSTALLED)
-    if not entry.reason:
-        return state
-    # The Installer may already lead with the state ("installing: pip install vllm").
-    return entry.reason if entry.reason.startswith(f"{state}:") else f"{state}: {entry.reason}"
+    return f"{state}: {entry.reason}" if entry.reason else state
 
 
 def describe(entries: list[EngineInfo]) -> list[str]:
