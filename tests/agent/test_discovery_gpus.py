@@ -145,3 +145,19 @@ def test_fake_raises_pynvml_own_classes():
         nvml.nvmlShutdown()
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
         fake("no-driver").nvmlInit()
+
+
+class _CudaDriver(fakenvml.FakeNVML):
+    """A recorded card whose driver also says which CUDA it supports (the recordings predate the question)."""
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check()
+        return 12040  # how NVML writes CUDA 12.4
+
+
+def test_the_cuda_version_the_driver_supports_picks_the_build_a_node_installs():
+    doc = recorded("rtx4090")
+    assert gpus.cuda_version(_CudaDriver(doc.get("driver_version"), doc.get("gpus", []))) == "12.4"
+    assert gpus.cuda_version(fakenvml.FakeNVML(init_error="DriverNotLoaded")) is None
+    # An NVML that cannot say: no CUDA build is guessed at.
+    assert gpus.cuda_version(fake("rtx4090")) is None

@@ -50,8 +50,9 @@ def test_a_gpu_shard_sees_only_its_own_cards():
     assert p.argv[-4:] == ["-ngl", "99", "--parallel", "4"]
 
 
-def test_without_a_configured_binary_llama_server_is_found_on_path_at_launch():
-    assert plan(shard("llama.cpp"), binary=None).argv[0] == "llama-server"
+def test_without_a_binary_there_is_no_plan_rather_than_whatever_is_on_path():
+    with pytest.raises(ValueError, match="qwen/0/0: no llama-server to run: the node names no installed build"):
+        plan(shard("llama.cpp"), binary=None)
 
 
 def test_a_plan_needs_the_local_model_file():
@@ -190,22 +191,11 @@ def test_a_configured_path_that_is_not_there_is_said_so(tmp_path):
     assert LLAMA.probe_detail(os.fspath(tmp_path / "plain")).reason == f"{tmp_path / 'plain'} is not an executable file"
 
 
-def test_without_a_configured_path_it_is_looked_for_on_path(script, tmp_path, monkeypatch):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", os.fspath(empty))
-    assert LLAMA.probe_detail() == llamacpp_module.ProbeResult(None, "llama-server is not on PATH")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    path = script("llama-server", 'echo "version: 6000 (abc1234)" >&2\n', directory=bin_dir)
-    monkeypatch.setenv("PATH", os.pathsep.join([os.fspath(empty), os.fspath(bin_dir)]))
-    assert LLAMA.probe() == EngineInfo("llama.cpp", "b6000", path)
-
-
-def test_something_on_path_that_does_not_run_is_not_an_engine(script, tmp_path, monkeypatch):
-    script("llama-server", "exit 1\n")
+def test_path_is_never_searched(script, tmp_path, monkeypatch):
+    # A llama-server on PATH that would answer: without a path there is nothing to probe.
+    script("llama-server", 'echo "version: 6000 (abc1234)" >&2\n')
     monkeypatch.setenv("PATH", os.fspath(tmp_path))
-    assert LLAMA.probe() is None
+    assert LLAMA.probe_detail(None) == llamacpp_module.ProbeResult(None, "no llama-server path given to probe")
 
 
 # -- the real llama-server, where there is one ---------------------------------

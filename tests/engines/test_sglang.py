@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
@@ -37,8 +35,9 @@ def test_one_node():
     assert p.health == HealthProbe("/health")
 
 
-def test_without_a_configured_python_the_agents_own_is_used():
-    assert plan(shard("sglang", gpus=[0]), binary=None).argv[0] == sys.executable
+def test_without_a_python_there_is_no_plan_rather_than_the_agents_own():
+    with pytest.raises(ValueError, match="qwen/0/0: no sglang to run: the node names no installed build"):
+        plan(shard("sglang", gpus=[0]), binary=None)
 
 
 def test_a_tensor_parallel_size_the_profile_sets_is_not_repeated():
@@ -133,14 +132,11 @@ exit 1
 """)
     result = SGLANG.probe_detail(python)
     assert result.info is None
-    assert result.reason == f"{python} cannot import sglang; name the Python of SGLang's environment"
+    assert result.reason == f"{python} cannot import sglang; name the Python of sglang's environment"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
-def test_by_default_the_agents_own_python_is_asked():
-    result = SGLANG.probe_detail()
-    assert result.info is None
-    assert result.reason == f"{sys.executable} cannot import sglang; name the Python of SGLang's environment"
+def test_the_agents_own_python_is_never_asked():
+    assert SGLANG.probe_detail(None).reason == "no sglang path given to probe"
 
 
 def test_a_configured_python_that_is_not_there(tmp_path):

@@ -51,5 +51,5 @@ def test_validation(args, ranks, problems):
 
 
 def test_sim_is_always_available():
-    assert SIM.probe() == EngineInfo("sim", llmgw.__version__, sys.executable)
-    assert SIM.probe_detail().reason is None
+    assert SIM.probe(None) == EngineInfo("sim", llmgw.__version__, sys.executable)
+    assert SIM.probe_detail(None).reason is None

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from llmgw.engines import adapter_for
-from llmgw.engines.base import HealthProbe
+from llmgw.engines.base import HealthProbe, ProbeResult
 from llmgw.records import EngineInfo
 from tests.support.wait import wait_for
 
@@ -57,10 +57,33 @@ def test_pipeline_stages_on_one_node_share_its_gpus():
 
 
 def test_a_cpu_node_is_one_device_and_sees_no_gpus():
-    p = plan(shard("vllm"), binary=None)
-    assert p.argv[0] == "vllm"
+    p = plan(shard("vllm"))
     assert p.argv[-2:] == ["--tensor-parallel-size", "1"]
     assert p.env == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_a_python_that_imports_vllm_runs_its_api_server():
+    # What the node's own venv (pip:) or the site's python: gives: no vllm command on any PATH.
+    p = plan(shard("vllm", gpus=[0, 1]), binary="/var/lib/llmgw/engines/vllm/ab12/bin/python3")
+    assert p.argv == [
+        "/var/lib/llmgw/engines/vllm/ab12/bin/python3", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "/cache/qwen",
+        "--host", "10.0.0.5",
+        "--port", "8200",
+        "--served-model-name", "qwen",
+        "--tensor-parallel-size", "2",
+    ]  # fmt: skip
+
+
+def test_rank_0_of_a_python_vllm_takes_ray_from_the_same_environment():
+    p = plan(multi(0), binary="/opt/vllm/bin/python")
+    assert p.argv[2].startswith("/opt/vllm/bin/ray start --head")
+    assert "/opt/vllm/bin/python -m vllm.entrypoints.openai.api_server --model /cache/qwen" in p.argv[2]
+
+
+def test_without_a_binary_there_is_no_plan():
+    with pytest.raises(ValueError, match="qwen/0/0: no vllm to run: the node names no installed build"):
+        plan(shard("vllm"), binary=None)
 
 
 def test_a_plan_needs_the_local_model():
@@ -270,7 +293,21 @@ def test_a_vllm_that_cannot_start_is_not_an_engine(script):
     )
 
 
-def test_vllm_not_on_path(tmp_path, monkeypatch):
+def test_a_python_is_asked_for_the_version_vllm_imports_as(script):
+    python = script("python3", 'test "$1" = -c || exit 2\necho "$2" > "$0.asked"\necho "0.11.0"\n')
+    assert VLLM.probe_detail(python).info == EngineInfo("vllm", "0.11.0", python)
+    assert open(python + ".asked").read().strip() == "import vllm; print(vllm.__version__)"
+
+
+def test_a_python_without_vllm_is_said_so(script):
+    python = script("python3.12", 'echo "ModuleNotFoundError: No module named \'vllm\'" >&2\nexit 1\n')
+    assert VLLM.probe_detail(python) == ProbeResult(
+        None, f"{python} cannot import vllm; name the Python of vllm's environment"
+    )
+
+
+def test_path_is_never_searched(script, tmp_path, monkeypatch):
+    script("vllm", 'echo "0.10.1.1"\n')
     monkeypatch.setenv("PATH", os.fspath(tmp_path))
-    assert VLLM.probe() is None
-    assert VLLM.probe_detail().reason == "vllm is not on PATH"
+    assert VLLM.probe(None) is None
+    assert VLLM.probe_detail(None).reason == "no vllm path given to probe"

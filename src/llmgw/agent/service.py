@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from llmgw import PROTOCOL_VERSION, __version__
 from llmgw.agent.discovery.host import route_address
+from llmgw.agent.enginelist import NodeEngines, describe, news
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.shard import ShardFetch
@@ -30,7 +31,8 @@ from llmgw.errors import ConfigError
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
 from llmgw.link.tls import certificate_common_name
-from llmgw.records import EngineInfo, ShardSpec, ShardStatus, WeightsFile
+from llmgw.records import EngineInfo, EnginePlan, ShardSpec, ShardStatus, WeightsFile
+from llmgw.states import EngineState
 from llmgw.wire import WireError, from_wire, to_wire
 
 log = Logger()
@@ -39,7 +41,8 @@ log = Logger()
 class Agent:
     """What the agent knows and does, apart from any one link session."""
 
-    def __init__(self, reactor, config, node_id: str, hub: HubAddress):
+    def __init__(self, reactor, config, node_id: str, hub: HubAddress, *, platform=None, installer=None):
+        """*installer* is the Installer class (tests give a stand-in); *platform* what it installs for."""
         self.reactor = reactor
         self.config = config
         self.node_id = node_id
@@ -50,9 +53,12 @@ class Agent:
         # Engines listen on the address this node reaches the hub from: the
         # router, beside the hub, reaches them the same way.
         self.host = route_address(hub.host, hub.port) or "127.0.0.1"
+        # What this node reports; None until agent.yaml's engines were probed.
         self.engines: list[EngineInfo] | None = None
-        self.engine_reasons: dict[str, str] = {}
         self._engines_sent: list[EngineInfo] | None = None
+        self.engine_root = self.state_dir / "engines"
+        self.installer = self._installer(installer, platform)
+        self.node_engines = NodeEngines(config, self.installer, node_id)
         self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
         self.log_buffer = LogBuffer()
         # Fetched weights land in the first weights directory, under cache names
@@ -66,36 +72,49 @@ class Agent:
     # -- engines --
 
     async def probe_engines(self) -> bool:
-        """Probe every engine (in a thread); True when what the node has changed."""
-        from llmgw.engines import ADAPTERS
+        """Probe agent.yaml's engines again (in a thread); True when what the node reports changed."""
+        await self.node_engines.probe_overrides()
+        return self.refresh_engines()
 
-        paths = {name: self.config.engine_path(name) for name in ADAPTERS}
-
-        def probe_all():
-            return {name: adapter.probe_detail(paths[name]) for name, adapter in ADAPTERS.items()}
-
-        results = await threads.deferToThread(probe_all)
-        found = [r.info for r in results.values() if r.info is not None]
-        self.engine_reasons = {
-            name: self._engine_reason(name, r.reason, paths[name])
-            for name, r in results.items() if r.info is None and r.reason
-        }
+    def refresh_engines(self) -> bool:
+        """Recompute what the node reports; log it when it changed.  True when it did."""
+        found = self.node_engines.entries()
         changed = found != self.engines
-        if changed:
-            log.info("engines on this node: {engines}", engines=", ".join(
-                " ".join(filter(None, (e.name, e.version, e.path and f"at {e.path}"))) for e in found) or "none")
-            for name, reason in sorted(self.engine_reasons.items()):
-                # An engine the operator named and that does not run is a mistake
-                # to fix; one merely absent from PATH is the usual case.
-                emit = log.warn if paths[name] else log.info
-                emit("no {name} here: {reason}", name=name, reason=reason)
+        if changed and found is not None:
+            for line in describe(news(self.engines or [], found)):
+                log.info("engine: {line}", line=line)
         self.engines = found
         return changed
 
-    def _engine_reason(self, name: str, reason: str, path: str | None) -> str:
-        if path is None:
-            return reason
-        return f"{reason}; it is engines.{name}.path in {self.config.path}: fix the path, or remove it to look on PATH"
+    def set_engine_plan(self, plan: EnginePlan) -> defer.Deferred:
+        """Converge on the control plane's *plan*: install what it names, remove what it no longer does.
+
+        Fires once every build is installed or broken (never with an error).
+        """
+        from llmgw.agent.enginelist import in_use
+
+        self.node_engines.plan = plan
+        self.node_engines.old_control_plane = False
+        wanted = self.node_engines.installable(plan)
+        for build in plan.builds:
+            if build not in wanted.builds:
+                log.info("the catalog names {name} {version}; agent.yaml's engines.{name}.path runs it here instead",
+                         name=build.name, version=build.version or "")
+        log.info("engines the catalog names: {builds}; installed under {root}",
+                 builds=", ".join(" ".join(filter(None, (b.name, b.version, b.pip and f"(pip {b.pip})")))
+                                  for b in wanted.builds) or "none",
+                 root=self.engine_root)
+
+        def used():
+            return in_use(self.statuses(), lambda name: [
+                e.version for e in self.installer.entries()
+                if e.name == name and e.version and e.state == EngineState.INSTALLED
+            ])
+
+        d = self.installer.converge(wanted, used)
+        d.addErrback(lambda f: log.failure("installing the catalog's engines failed", f))
+        self.refresh_engines()
+        return d
 
     def plan(self, spec: ShardSpec, port: int):
         """The launch plan for *spec*, or an exception in this node's own words."""
@@ -105,10 +124,7 @@ class Agent:
         problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source)
         if problems:
             raise ValueError("; ".join(problems))
-        info = next((e for e in self.engines or [] if e.name == spec.engine), None)
-        if info is None:
-            why = self.engine_reasons.get(spec.engine, "not found")
-            raise ValueError(f"{self.node_id} has no {spec.engine} engine: {why}")
+        binary = self.node_engines.binary(spec)
         model_path = spec.source
         # sim needs no weights, but fetches them like any engine when given a
         # source: it is how the weights path is shown without a real engine.
@@ -121,7 +137,22 @@ class Agent:
                 raise ValueError(f"source {spec.source!r}: {e}") from None
             if not os.path.exists(model_path):
                 raise ValueError(f"the model file {model_path} does not exist on {self.node_id}")
-        return adapter.plan(spec, binary=info.path, host=self.host, port=port, model_path=model_path)
+        return adapter.plan(spec, binary=binary, host=self.host, port=port, model_path=model_path)
+
+    def _installer(self, installer, platform):
+        if installer is None:
+            from llmgw.agent.engines.install import Installer as installer
+        if platform is None:
+            from llmgw.agent.engines.assets import this_platform
+
+            platform = this_platform()
+        return installer(
+            self.reactor,
+            self.engine_root,
+            platform=platform,
+            progress=self.report_progress,
+            changed=self.refresh_engines,
+        )
 
     def report(self, status: ShardStatus) -> None:
         """A shard changed state: tell the control plane now if we can, else at the next register."""
@@ -280,6 +311,7 @@ class AgentSession(ApplicationSession):
         await self.register(self.cordon, uris.node_uri(node, uris.NODE_CORDON))
         await self.register(self.logs, uris.node_uri(node, uris.NODE_LOGS))
         await self.register(self.collect_weights, uris.node_uri(node, uris.NODE_COLLECT_WEIGHTS))
+        await self.register(self.set_engines, uris.node_uri(node, uris.NODE_SET_ENGINES))
         await self._register()
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
@@ -301,10 +333,26 @@ class AgentSession(ApplicationSession):
             weights=await self.agent.weights_report(force=True),
         )
         self.agent._engines_sent = self.agent.engines
-        await self.call(uris.AGENT_REGISTER, to_wire(inventory))
+        answer = await self.call(uris.AGENT_REGISTER, to_wire(inventory))
+        self._plan_from(answer)
         verb = "registered again" if self.agent.registered_once else "registered"
         self.agent.registered_once = True
         log.info("{verb} with the hub at {hub} as {id}", verb=verb, hub=self.agent.hub.url, id=self.agent.node_id)
+
+    def _plan_from(self, answer) -> None:
+        """The engine plan in a register answer; a control plane older than installs sends none."""
+        if not isinstance(answer, dict) or "engines" not in answer:
+            log.info("the control plane sent no engine plan: this node installs nothing and runs "
+                     "what agent.yaml names, and sim")
+            self.agent.node_engines.old_control_plane = True
+            self.agent.refresh_engines()
+            return
+        try:
+            plan = from_wire(EnginePlan, answer["engines"])
+        except WireError as e:
+            log.error("the control plane's engine plan is not one this agent reads ({e}); installing nothing", e=e)
+            return
+        self.agent.set_engine_plan(plan)
 
     async def _heartbeat(self):
         try:
@@ -384,6 +432,14 @@ class AgentSession(ApplicationSession):
         for path in result.removed:
             log.info("deleted unwanted weights {path}", path=path)
         return to_wire(result)
+
+    def set_engines(self, plan):
+        """A reload changed the catalog's engines: converge on the new plan."""
+        try:
+            decoded = from_wire(EnginePlan, plan)
+        except WireError as e:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, str(e)) from None
+        self.agent.set_engine_plan(decoded)
 
     def cordon(self, cordoned):
         if not isinstance(cordoned, bool):

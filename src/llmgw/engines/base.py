@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from typing import Sequence
 
 import attrs
+from twisted.logger import Logger
 
 from llmgw.records import EngineInfo, ShardSpec
+
+log = Logger()
 
 
 @attrs.frozen
@@ -53,12 +55,17 @@ class EngineAdapter:
     def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
         raise NotImplementedError
 
-    def probe(self, configured_path: str | None = None) -> EngineInfo | None:
-        """Whether this node has the engine and it runs (blocking: call from a thread)."""
-        return self.probe_detail(configured_path).info
+    def probe(self, path: str | None) -> EngineInfo | None:
+        """Whether the engine at *path* runs (blocking: call from a thread)."""
+        return self.probe_detail(path).info
 
-    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
-        """The engine, or why this node cannot run it, in the node's own words (blocking)."""
+    def probe_detail(self, path: str | None) -> ProbeResult:
+        """The engine at *path*, or why it cannot run, in the node's own words (blocking).
+
+        *path* is what the node installed or agent.yaml names; nothing is
+        looked for on PATH or in the agent's own Python, so an engine nobody
+        put there on purpose is never run by accident.
+        """
         raise NotImplementedError
 
 
@@ -142,18 +149,54 @@ class ProbeFailed(Exception):
         self.returncode = returncode
 
 
-def find_executable(configured_path: str | None, name: str) -> str:
-    """The configured path when given (it must exist), else *name* on PATH."""
-    if configured_path:
-        if not os.path.exists(configured_path):
-            raise ProbeFailed(f"{configured_path} does not exist")
-        if not os.access(configured_path, os.X_OK) or os.path.isdir(configured_path):
-            raise ProbeFailed(f"{configured_path} is not an executable file")
-        return configured_path
-    found = shutil.which(name)
-    if found is None:
-        raise ProbeFailed(f"{name} is not on PATH")
-    return found
+def check_executable(path: str | None, engine: str) -> str:
+    """*path*, when it is an executable file; else ``ProbeFailed`` saying what it is instead."""
+    if not path:
+        raise ProbeFailed(f"no {engine} path given to probe")
+    if not os.path.exists(path):
+        raise ProbeFailed(f"{path} does not exist")
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
+        raise ProbeFailed(f"{path} is not an executable file")
+    return path
+
+
+def require_binary(spec: ShardSpec, binary: str | None, engine: str) -> str:
+    """The binary a plan runs; there is no default to fall back to."""
+    if not binary:
+        raise ValueError(f"{spec.shard_id}: no {engine} to run: the node names no installed build")
+    return binary
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def is_python(path: str) -> bool:
+    """Whether *path* names a Python interpreter (``…/bin/python3.12``) rather than an engine's own command."""
+    return bool(_PYTHON.fullmatch(os.path.basename(path)))
+
+
+def probe_python_package(python: str | None, engine: str, module: str, timeout_s: float) -> ProbeResult:
+    """*module*'s ``__version__`` as *python* imports it: how a Python engine is seen to run."""
+    try:
+        check_executable(python, engine)
+        output = run_probe([python, "-c", f"import {module}; print({module}.__version__)"], timeout_s)
+    except ProbeFailed as e:
+        reason = str(e)
+        if f"No module named '{module}'" in e.output:
+            reason = f"{python} cannot import {module}; name the Python of {engine}'s environment"
+        log.warn("{engine} unavailable: {reason}", engine=engine, reason=reason)
+        return ProbeResult(None, reason)
+    return version_result(engine, python, last_line(output), f"{python}: {module} printed no version")
+
+
+_PACKAGE_VERSION = re.compile(r"^v?\d+\.\d+\S*$")
+
+
+def version_result(engine: str, path: str, version: str, unknown: str) -> ProbeResult:
+    """A Python engine that ran, with the version it printed, or unknown with *unknown* as the note."""
+    if not _PACKAGE_VERSION.match(version):
+        return ProbeResult(EngineInfo(engine, None, path), unknown)
+    return ProbeResult(EngineInfo(engine, version.lstrip("v"), path))
 
 
 def run_probe(argv: Sequence[str], timeout_s: float) -> str:

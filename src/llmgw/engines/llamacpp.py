@@ -18,11 +18,12 @@ from llmgw.engines.base import (
     LaunchPlan,
     ProbeFailed,
     ProbeResult,
-    find_executable,
+    check_executable,
     integer_option,
     missing_libraries,
     option_values,
     refuse_invalid,
+    require_binary,
     run_probe,
     visible_devices,
 )
@@ -81,7 +82,7 @@ class LlamaCpp(EngineAdapter):
         if model_path is None:
             raise ValueError(f"{spec.shard_id}: llama.cpp needs the model file's local path")
         argv = [
-            binary or BINARY,
+            require_binary(spec, binary, BINARY),
             "-m", model_path,
             "--host", host,
             "--port", str(port),
@@ -93,9 +94,9 @@ class LlamaCpp(EngineAdapter):
         # node does not help itself to cards that belong to other shards.
         return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=HealthProbe("/health"))
 
-    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
+    def probe_detail(self, path: str | None) -> ProbeResult:
         try:
-            path = find_executable(configured_path, BINARY)
+            check_executable(path, BINARY)
         except ProbeFailed as e:
             return ProbeResult(None, str(e))
         try:

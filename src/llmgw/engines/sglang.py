@@ -1,47 +1,39 @@
 """SGLang's server, on one node or across several with torch.distributed.
 
 SGLang is a Python package, not a program: the "binary" is the Python that
-can import it.  Across nodes every rank runs the same command with its own
-``--node-rank``; ranks meet at ``--dist-init-addr`` on rank 0, and only rank 0
-serves HTTP.  Unlike vLLM's, SGLang's tensor parallelism counts the GPUs of
+can import it — the node's own venv, the site's ``python:`` or agent.yaml's
+path, never the agent's own interpreter.  Across nodes every rank runs the
+same command with its own ``--node-rank``; ranks meet at ``--dist-init-addr``
+on rank 0, and only rank 0 serves HTTP.  Unlike vLLM's, SGLang's tensor parallelism counts the GPUs of
 every node together.
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from typing import Sequence
-
-from twisted.logger import Logger
 
 from llmgw.engines.base import (
     EngineAdapter,
     HealthProbe,
     LaunchPlan,
-    ProbeFailed,
     ProbeResult,
-    find_executable,
     fraction_option,
     host_port,
     integer_option,
-    last_line,
     leader_address,
     option_values,
+    probe_python_package,
     refuse_invalid,
-    run_probe,
+    require_binary,
     visible_devices,
 )
-from llmgw.records import EngineInfo, ShardSpec
-
-log = Logger()
+from llmgw.records import ShardSpec
 
 # The port of SGLang's own multi-node examples; a leader written HOST:PORT
 # overrides it.
 DIST_INIT_PORT = 20000
 # Importing sglang imports torch: tens of seconds on a cold cache.
 VERSION_TIMEOUT_S = 60.0
-VERSION_SCRIPT = "import sglang; print(sglang.__version__)"
 
 # --tp works only as argparse's abbreviation of --tp-size, so llmgw writes
 # --tp-size; a profile may use any of the three.
@@ -51,7 +43,6 @@ PIPELINE_PARALLEL = ("--pp-size", "--pipeline-parallel-size")
 _AT_LEAST_ONE = "a whole number, at least 1"
 # 1 would leave nothing for activations: the engine dies at its first batch.
 _MEMORY_FRACTION = "a fraction of each GPU's memory, more than 0 and less than 1"
-_VERSION = re.compile(r"^v?\d+\.\d+\S*$")
 
 
 class SGLang(EngineAdapter):
@@ -102,7 +93,7 @@ class SGLang(EngineAdapter):
         if model_path is None:
             raise ValueError(f"{spec.shard_id}: sglang needs the model's local path")
         argv = [
-            binary or sys.executable, "-m", "sglang.launch_server",
+            require_binary(spec, binary, "sglang"), "-m", "sglang.launch_server",
             "--model-path", model_path,
             "--host", host,
             "--port", str(port),
@@ -123,25 +114,8 @@ class SGLang(EngineAdapter):
         health = HealthProbe("/health") if spec.rank == 0 else None
         return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=health)
 
-    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
-        try:
-            python = find_executable(configured_path, "python3") if configured_path else sys.executable
-        except ProbeFailed as e:
-            return ProbeResult(None, str(e))
-        try:
-            output = run_probe([python, "-c", VERSION_SCRIPT], VERSION_TIMEOUT_S)
-        except ProbeFailed as e:
-            reason = str(e)
-            if "No module named 'sglang'" in e.output:
-                reason = f"{python} cannot import sglang; name the Python of SGLang's environment"
-            # The agent's own Python usually has no SGLang; that is no news.
-            if configured_path:
-                log.warn("sglang unavailable: {reason}", reason=reason)
-            return ProbeResult(None, reason)
-        version = last_line(output)
-        if not _VERSION.match(version):
-            return ProbeResult(EngineInfo("sglang", None, python), f"{python}: sglang printed no version")
-        return ProbeResult(EngineInfo("sglang", version.lstrip("v"), python))
+    def probe_detail(self, path: str | None) -> ProbeResult:
+        return probe_python_package(path, self.name, "sglang", VERSION_TIMEOUT_S)
 
 
 def _tensor_parallel(spec: ShardSpec) -> int:

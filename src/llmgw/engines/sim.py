@@ -40,6 +40,6 @@ class Sim(EngineAdapter):
         # for cards (to rehearse placement) as contained as a real engine.
         return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=HealthProbe("/health"))
 
-    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
+    def probe_detail(self, path: str | None = None) -> ProbeResult:
         # The agent's own Python runs it, and that Python is running now.
         return ProbeResult(EngineInfo(self.name, llmgw.__version__, sys.executable))

@@ -1,6 +1,9 @@
 """vLLM's OpenAI server, on one node or across several over Ray.
 
-One node: ``vllm serve MODEL`` with tensor parallelism over the node's GPUs.
+One node: ``vllm serve MODEL`` with tensor parallelism over the node's GPUs;
+when the node knows vLLM as a Python (its own venv, the site's ``python:``),
+``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL``, which needs
+no ``vllm`` command on any PATH.
 Several (``ranks: N``): pipeline parallelism across the nodes, one stage per
 node, each stage tensor-parallel over that node's GPUs — the layout vLLM
 recommends, because tensor parallelism across a network is slow.  Rank 0 runs
@@ -11,7 +14,6 @@ serves no HTTP.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import Sequence
 
@@ -23,22 +25,28 @@ from llmgw.engines.base import (
     LaunchPlan,
     ProbeFailed,
     ProbeResult,
-    find_executable,
+    check_executable,
     fraction_option,
     host_port,
+    is_python,
     integer_option,
     last_line,
     leader_address,
     option_values,
+    probe_python_package,
     refuse_invalid,
+    require_binary,
     run_probe,
+    version_result,
     visible_devices,
 )
-from llmgw.records import EngineInfo, ShardSpec
+from llmgw.records import ShardSpec
 
 log = Logger()
 
 BINARY = "vllm"
+# What ``vllm serve`` runs, started from a Python that imports vLLM.
+API_SERVER = "vllm.entrypoints.openai.api_server"
 # Ray's own default GCS port; a leader written HOST:PORT overrides it.
 RAY_PORT = 6379
 # vllm --version imports torch, which takes tens of seconds on a cold cache.
@@ -51,7 +59,6 @@ MULTI_NODE_ARGS = (*PIPELINE_PARALLEL, "--distributed-executor-backend")
 
 _AT_LEAST_ONE = "a whole number, at least 1"
 _MEMORY_FRACTION = "a fraction of each GPU's memory, more than 0 and at most 1 (vLLM's default is 0.9)"
-_VERSION = re.compile(r"^v?(\d+\.\d+\S*)$")
 
 
 class VLLM(EngineAdapter):
@@ -103,7 +110,7 @@ class VLLM(EngineAdapter):
 
     def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
         refuse_invalid(self, spec)
-        vllm = binary or BINARY
+        vllm = require_binary(spec, binary, BINARY)
         env = visible_devices(spec.gpus)
         ray = _ray_beside(vllm)
         if spec.ranks > 1 and spec.rank > 0:
@@ -115,7 +122,7 @@ class VLLM(EngineAdapter):
         if model_path is None:
             raise ValueError(f"{spec.shard_id}: vllm needs the model's local path")
         serve = [
-            vllm, "serve", model_path,
+            *([vllm, "-m", API_SERVER, "--model"] if is_python(vllm) else [vllm, "serve"]), model_path,
             "--host", host,
             "--port", str(port),
             # /v1/models and the "model" field of requests use the catalog's name.
@@ -131,21 +138,16 @@ class VLLM(EngineAdapter):
         ray_port = leader_address(spec.leader, RAY_PORT, engine="vllm")[1] if spec.leader else RAY_PORT
         return LaunchPlan(argv=["/bin/sh", "-c", _head_script(ray, ray_port, serve)], env=env)
 
-    def probe_detail(self, configured_path: str | None = None) -> ProbeResult:
+    def probe_detail(self, path: str | None) -> ProbeResult:
+        if path and is_python(path):
+            return probe_python_package(path, self.name, "vllm", VERSION_TIMEOUT_S)
         try:
-            path = find_executable(configured_path, BINARY)
-        except ProbeFailed as e:
-            return ProbeResult(None, str(e))
-        try:
-            output = run_probe([path, "--version"], VERSION_TIMEOUT_S)
+            output = run_probe([check_executable(path, BINARY), "--version"], VERSION_TIMEOUT_S)
         except ProbeFailed as e:
             log.warn("vllm unavailable: {reason}", reason=str(e))
             return ProbeResult(None, str(e))
         # Import-time log lines come first; the version is the last line.
-        version = last_line(output)
-        if not _VERSION.match(version):
-            return ProbeResult(EngineInfo("vllm", None, path), f"{path} --version printed no version")
-        return ProbeResult(EngineInfo("vllm", version.lstrip("v"), path))
+        return version_result(self.name, path, last_line(output), f"{path} --version printed no version")
 
 
 def _head_script(ray: str, ray_port: int, serve: list[str]) -> str:
@@ -184,7 +186,7 @@ def _tensor_parallel(spec: ShardSpec) -> int:
 
 
 def _ray_beside(vllm: str) -> str:
-    """Ray from vLLM's own environment: the ``ray`` on PATH may be another version."""
+    """Ray from vLLM's own environment, beside its ``vllm`` or its Python: PATH's may be another version."""
     directory = os.path.dirname(vllm)
     return os.path.join(directory, "ray") if directory else "ray"
 

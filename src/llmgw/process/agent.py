@@ -1,13 +1,17 @@
 """`twistd llmgw-agent`: one per node, dialling out to the hub and describing the node.
 
-What the tree holds: the link session to the hub (reconnecting forever), a
-timer that probes the installed engines again, and, on shutdown, a goodbye
-to the engines that leaves them serving for the next agent to adopt.
+What the tree holds: the link session to the hub (reconnecting forever), the
+Installer that keeps the catalog's engines installed under the state
+directory, a timer that probes agent.yaml's engines again, and, on
+shutdown, a goodbye to the engines that leaves them serving for the next
+agent to adopt.
 Before any of it, the node's id is checked against its certificate and the
 state directory is locked for this agent alone (``agent/statelock.py``).
 """
 
 from __future__ import annotations
+
+import os
 
 from twisted.application import internet, service
 from twisted.internet import defer
@@ -46,17 +50,45 @@ def build(reactor, config: AgentConfig) -> service.MultiService:
 def _build_holding(reactor, config: AgentConfig, hub, node_id: str, lock: StateLock) -> service.MultiService:
     top = service.MultiService()
     _HoldStateDir(lock).setServiceParent(top)
-    agent = Agent(reactor, config, node_id, hub)
+    agent = Agent(reactor, config, node_id, hub, platform=_platform())
     tls = config.tls
     globalLogPublisher.addObserver(agent.log_buffer)
     for status in agent.supervisor.adopt_all():
         log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
+    _Installs(agent).setServiceParent(top)
     client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
     internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
     _LeaveEnginesRunning(agent).setServiceParent(top)
     top.agent = agent
     log.info("llmgw agent {id}: dialling {hub}; {where}", id=node_id, hub=config.hub, where=where_it_keeps(config))
     return top
+
+
+def _platform():
+    """What this node installs builds for: its OS and CPU, and the CUDA its NVIDIA driver supports."""
+    from llmgw.agent.discovery.gpus import cuda_version
+    from llmgw.agent.engines.assets import this_platform
+
+    platform = this_platform(cuda=cuda_version())
+    log.info("engines are installed for {system} {machine}, {cuda}", system=platform.system,
+             machine=platform.machine,
+             cuda=f"CUDA {platform.cuda}" if platform.cuda else "CPU builds (no NVIDIA driver loaded)")
+    return platform
+
+
+class _Installs(service.Service):
+    """The Installer: what is on disk is reported at once, and checked again while the agent runs."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def startService(self):
+        super().startService()
+        self.agent.installer.start()
+
+    def stopService(self):
+        super().stopService()
+        self.agent.installer.stop()
 
 
 class _HoldStateDir(service.Service):
@@ -85,8 +117,9 @@ class _LeaveEnginesRunning(service.Service):
 def _reprobe(agent: Agent):
     if agent.engines is None:
         return None  # the first probe belongs to the first register
-    # A node given vLLM, or one whose llama-server lost a library to an
-    # unrelated upgrade, changes what it can run without anyone restarting it.
+    # An engine agent.yaml names can lose a library to an unrelated upgrade,
+    # or be fixed, without anyone restarting the agent.  The Installer checks
+    # its own installs again by itself.
     return defer.ensureDeferred(agent.probe_engines()).addErrback(
         lambda f: log.warn("probing engines failed: {e}", e=f.getErrorMessage())
     )
@@ -99,8 +132,9 @@ def where_it_keeps(config: AgentConfig) -> str:
     word, and a newcomer trying it in a checkout found its state nowhere near it.
     """
     state, weights = config.state_dir, ", ".join(config.weights_dirs)
+    engines = os.path.join(config.state_dir, "engines")
     if config.state_dir == DEFAULT_STATE_DIR:
         state += " (the default; state_dir in agent.yaml moves it)"
     if config.weights_dirs == DEFAULT_WEIGHTS_DIRS:
         weights += " (the default; weights_dirs in agent.yaml moves it)"
-    return f"state in {state}, weights in {weights}"
+    return f"state in {state}, weights in {weights}, engines the catalog names installed in {engines}"

@@ -126,3 +126,27 @@ def _absent(reason: str) -> None:
     if reason != _absent_reason:
         log.info("no NVIDIA cards: {reason}", reason=reason)
         _absent_reason = reason
+
+
+def cuda_version(nvml: Any = None) -> str | None:
+    """The highest CUDA version the loaded driver supports ("12.4"); None without a driver.
+
+    Which llama.cpp build a node installs depends on it: a CUDA build whose
+    runtime is newer than the driver fails at its first kernel, not at load.
+    """
+    nvml = resolve(nvml)
+    if nvml is None or not hasattr(nvml, "nvmlSystemGetCudaDriverVersion"):
+        return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        version = _ask(nvml, nvml.nvmlSystemGetCudaDriverVersion)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+    # NVML answers 12040 for 12.4.
+    return None if version is None else f"{version // 1000}.{version % 1000 // 10}"
