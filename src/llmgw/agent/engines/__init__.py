@@ -1,20 +1,17 @@
-"""The node's side of installing an engine: the pure(ish) pieces the installer composes.
+"""The node's side of installing an engine, one module per piece.
 
-* :mod:`.archive` — :func:`extract`: unpack a release archive, refusing anything that would
-  write outside its own new directory;
-* :mod:`.assets` — :func:`llama_cpp_asset`: which llama.cpp release asset this node needs,
-  from :func:`this_platform`;
-* :mod:`.ospackages` — the OS packages that provide the shared libraries an engine build lacks:
-  :func:`advice` names them, :func:`install` runs apt-get or dnf when the plan allows it.
+* :mod:`.install` — the ``Installer`` the agent runs: converges on the control
+  plane's ``EnginePlan``, downloads, checks, unpacks, proves and marks each build;
+* :mod:`.pip` — a vLLM/SGLang build: a given interpreter probed, or a venv of the node's own;
+* :mod:`.layout` — where builds live under the state dir, their markers, publishing and removal;
+* :mod:`.archive` — :func:`~.archive.extract`: unpack a release archive, refusing anything that
+  would write outside its own new directory;
+* :mod:`.assets` — :func:`~.assets.llama_cpp_asset`: which llama.cpp release asset this node
+  needs, from :func:`~.assets.this_platform`;
+* :mod:`.ospackages` — the OS packages that provide the shared libraries a build lacks:
+  :func:`~.ospackages.advice` names them, :func:`~.ospackages.install` runs apt-get or dnf when
+  the plan allows it.
+
+Nothing is re-exported here: ``install`` is both a module and a function of
+``ospackages``, and a package attribute may be only one of them.
 """
-
-from __future__ import annotations
-
-from .archive import UnsafeArchive, extract
-from .assets import Asset, NoAsset, Platform, cuda_of_driver, cuda_of_nvml, llama_cpp_asset, this_platform
-from .ospackages import OSPackagesFailed, advice, install, package_manager, packages_for
-
-__all__ = [
-    "Asset", "NoAsset", "OSPackagesFailed", "Platform", "UnsafeArchive", "advice", "cuda_of_driver", "cuda_of_nvml",
-    "extract", "install", "llama_cpp_asset", "package_manager", "packages_for", "this_platform",
-]
