@@ -38,6 +38,10 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CLOSE = b"Connection: close\r\n"
 
 
+def _no_constant(name: str):
+    raise ValueError("%s is not JSON (RFC 8259 has no NaN or Infinity): send a number or null" % name)
+
+
 class RouterProtocol(Protocol):
     """One client connection."""
 
@@ -50,6 +54,7 @@ class RouterProtocol(Protocol):
         self._close_after = False
         self._reading_paused = False
         self._linger = None
+        self._head_only = False
 
     # Protocol
 
@@ -109,16 +114,21 @@ class RouterProtocol(Protocol):
         started = factory.clock.seconds()
         path = request.path
         close = not request.keep_alive or request.version < (1, 1)
-        if path in PROXIED and request.method == "POST":
+        method = request.method
+        # HEAD is answered as GET would be, without the body (RFC 9110 §9.3.2).
+        self._head_only = method == "HEAD"
+        if self._head_only:
+            method = "GET"
+        if path in PROXIED and method == "POST":
             info = self._read(request, path, started, close)
             if info is not None:
                 exchange = self.exchange = Exchange(self, request, info, started)
                 exchange.start()
-        elif path == "/v1/models" and request.method == "GET":
+        elif path == "/v1/models" and method == "GET":
             created = factory.created
             data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in factory.dispatcher.models()]
             self._answer(200, json.dumps({"object": "list", "data": data}).encode(), close, "", path, started)
-        elif path.startswith("/v1/models/") and request.method == "GET":
+        elif path.startswith("/v1/models/") and method == "GET":
             model = path[len("/v1/models/"):]
             if model in factory.dispatcher.models():
                 body = json.dumps({"id": model, "object": "model", "created": factory.created, "owned_by": "llmgw"}).encode()
@@ -134,7 +144,7 @@ class RouterProtocol(Protocol):
     def _read(self, request: ParsedRequest, path: str, started: float, close: bool) -> RequestInfo | None:
         """The request's RequestInfo, or None after answering why it cannot have one."""
         try:
-            body = json.loads(request.body)
+            body = json.loads(request.body, parse_constant=_no_constant)
         except (ValueError, RecursionError) as e:
             self._error(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
             return None
@@ -173,7 +183,10 @@ class RouterProtocol(Protocol):
     def _answer(self, status: int, body: bytes, close: bool, model: str, path: str, started: float, extra: bytes = b"") -> None:
         if close:
             self._close_after = True
-        self.transport.write(response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra))
+        response = response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra)
+        if self._head_only:
+            response = response[: len(response) - len(body)]
+        self.transport.write(response)
         self.factory.metrics.request_done(model, path, status, self.factory.clock.seconds() - started, None, None, None)
 
     def _error(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
