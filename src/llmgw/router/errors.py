@@ -80,6 +80,14 @@ class UpstreamFailed(RouterError):
     code = "upstream_failed"
 
 
+class GatewayTimeout(RouterError):
+    """The engine serving this request did not answer in time; it may have done the work, so sending it again costs it twice."""
+
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
+
+
 # Said by the dispatcher ---------------------------------------------------------
 
 

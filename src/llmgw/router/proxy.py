@@ -20,6 +20,16 @@ gone to the client: a connection refused or timed out, one closed before a
 whole response head arrived, a response head that cannot be read, or an
 engine answering 502 or 503.  Once a byte went out, a failure
 truncates the client's response (the connection closes) instead.
+
+Two clocks run against the engine once the request is sent (docs/router.rst,
+"Timeouts"): its whole response head must arrive within
+``first_byte_timeout_s``, and after that its body must make progress — a
+completed chunk when it is chunked, any byte otherwise — at least every
+``between_bytes_timeout_s``, except while the client's own slowness holds the
+relay paused.  A head that is late is a 504 in OpenAI's shape; a stream that
+stalls ends with a final SSE error event where its framing allows one, and is
+cut off where it does not.  Either way the engine's lease is released as
+``upstream_failed``, which counts towards taking it out of rotation.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from twisted.logger import Logger
 
 from llmgw.router import errors
 from llmgw.router.bodies import read_usage
+from llmgw.http11 import LAST_CHUNK, chunk
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
 from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
 
@@ -45,6 +56,13 @@ log = Logger()
 # stream ends with it (before "[DONE]" in a stream).
 USAGE_TAIL_BYTES = 4096
 MAX_ATTEMPTS = 3
+# A non-streaming answer's head comes when the whole generation is done:
+# 300 s is 6,000 tokens at 20 a second.
+FIRST_BYTE_TIMEOUT_S = 300.0
+# A stream says nothing while the engine prefills a long prompt or waits for
+# room in its batch; two minutes is far beyond either on a working engine.
+BETWEEN_BYTES_TIMEOUT_S = 120.0
+_FIRST_BYTE, _BETWEEN_BYTES = "first_byte_timeout", "stalled"
 
 
 class EngineAddress(Protocol):
@@ -109,6 +127,7 @@ class Exchange:
         "router", "factory", "info", "started", "payload", "close_after", "version11",
         "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
+        "timer", "timer_kind",
     )
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
@@ -141,6 +160,9 @@ class Exchange:
         self.status = 0
         # The client left after the stream's last event: the rest is read and dropped.
         self.client_left = False
+        # The engine's deadline (a DelayedCall) and which of the two it is.
+        self.timer = None
+        self.timer_kind = _FIRST_BYTE
 
     # Admission ----------------------------------------------------------------
 
@@ -191,6 +213,7 @@ class Exchange:
         if self.upstream is not None:
             self.upstream.abort()
             self.upstream = None
+        self._disarm()
         self._unregister()
         if self.committed:
             self.finished = True
@@ -221,6 +244,7 @@ class Exchange:
         if b":" in host:
             host = b"[" + host + b"]"
         conn.send(self, b"%bHost: %b:%d\r\n\r\n%b" % (head, host, endpoint.port, body))
+        self._arm(self.factory.first_byte_timeout_s, _FIRST_BYTE)
 
     def upstream_data(self, data: bytes) -> None:
         conn = self.upstream
@@ -238,6 +262,7 @@ class Exchange:
             self.status = head.status
             if (head.status == 502 or head.status == 503) and self._retry_unavailable():
                 return
+            self._arm(self.factory.between_bytes_timeout_s, _BETWEEN_BYTES)
             data = parser.raw
             start = parser.body_start
             transport = self.router.transport
@@ -276,6 +301,10 @@ class Exchange:
                 self.ttft = self.factory.clock.seconds() - self.started
             write_now(transport, piece)
         if end == NEED_MORE:
+            # Progress is a whole chunk: an engine dribbling a byte at a time
+            # does not keep a chunked stream alive.
+            if self.timer is not None and (self.head.framing != CHUNKED or parser.between_chunks()):
+                self.timer.reset(self.factory.between_bytes_timeout_s)
             return
         self._complete(reusable=end == len(data) and self.head.keep_alive)
 
@@ -317,6 +346,7 @@ class Exchange:
 
     def _complete(self, reusable: bool) -> None:
         conn, self.upstream = self.upstream, None
+        self._disarm()
         self._unregister()
         if reusable:
             self.factory.pool.give_back(conn)
@@ -346,6 +376,7 @@ class Exchange:
             return False
         conn, self.upstream = self.upstream, None
         conn.abort()
+        self._disarm()
         self._wait_for(d)
         return True
 
@@ -354,6 +385,7 @@ class Exchange:
         conn, self.upstream = self.upstream, None
         if conn is not None:
             conn.abort()
+        self._disarm()
         lease, self.lease = self.lease, None
         self.factory.metrics.upstream_error(self.info.model, self.endpoint.id, kind)
         lease.release("upstream_failed")
@@ -379,6 +411,7 @@ class Exchange:
         conn, self.upstream = self.upstream, None
         if conn is not None:
             conn.abort()
+        self._disarm()
         self._unregister()
         lease, self.lease = self.lease, None
         self.finished = True
@@ -405,6 +438,7 @@ class Exchange:
         self.finished = True
         self.factory.metrics.client_gone(self.info.model)
         self.upstream = None
+        self._disarm()
         if conn is not None:
             conn.abort()
         lease, self.lease = self.lease, None
@@ -416,3 +450,90 @@ class Exchange:
         elif self.admitting is not None:
             # Still queued: give the place up (admission's errback sees `finished`).
             self.admitting.cancel()
+
+    # The engine's deadlines ---------------------------------------------------------
+
+    def _arm(self, seconds: float, kind: str) -> None:
+        timer = self.timer
+        self.timer_kind = kind
+        if timer is not None and timer.active():
+            timer.reset(seconds)
+        else:
+            self.timer = self.factory.clock.callLater(seconds, self._timed_out)
+
+    def _disarm(self) -> None:
+        timer, self.timer = self.timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+
+    def writes_paused(self) -> None:
+        """The client's transport is full: its reader, not the engine, is slow; the engine's clock stops."""
+        self._disarm()
+
+    def writes_resumed(self) -> None:
+        if self.upstream is not None and not self.finished:
+            self._arm(self.factory.between_bytes_timeout_s if self.head is not None else self.factory.first_byte_timeout_s,
+                      self.timer_kind)
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        if self.finished or self.upstream is None:
+            return
+        factory = self.factory
+        model = self.info.model
+        endpoint_id = self.endpoint.id
+        if self.timer_kind == _FIRST_BYTE:
+            limit = "router.engines.first_byte_timeout_s (%g s)" % factory.first_byte_timeout_s
+            what = "sent no whole response head"
+        else:
+            limit = "router.engines.between_bytes_timeout_s (%g s)" % factory.between_bytes_timeout_s
+            what = "stopped sending its answer"
+        conn, self.upstream = self.upstream, None
+        between_chunks = conn.parser.between_chunks()
+        conn.abort()
+        self._unregister()
+        factory.metrics.upstream_error(model, endpoint_id, self.timer_kind)
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release("upstream_failed")
+        message = "%s %s for %s within %s" % (endpoint_id, what, model, limit)
+        if not self.committed:
+            log.warn("{message}: answered 504", message=message)
+            self.router.answer_error(self, errors.GatewayTimeout(
+                "the engine serving %s did not answer within %g s; it may have done the work, so sending the "
+                "request again costs it twice" % (model, factory.first_byte_timeout_s)))
+            return
+        self.finished = True
+        if self.client_left:
+            return
+        final = self._final_event("the engine serving %s stopped sending its answer for %g s; it is cut short here"
+                                  % (model, factory.between_bytes_timeout_s), between_chunks)
+        if final is None:
+            log.warn("{message}: the client's response is cut off", message=message)
+            self.router.exchange_broken(self)
+            return
+        log.warn("{message}: the stream ends with an error event", message=message)
+        write_now(self.router.transport, final)
+        factory.metrics.request_done(model, self.info.path, self.status, factory.clock.seconds() - self.started,
+                                     self.ttft, None, None)
+        self.router.exchange_done(self, self.close_after)
+
+    def _final_event(self, message: str, between_chunks: bool) -> bytes | None:
+        """What ends a stalled stream cleanly for the client: an OpenAI error event, or None where none fits."""
+        head = self.head
+        if not self.info.stream or head is None:
+            return None
+        tail = b"".join(self.tail)
+        event = b"data: " + errors.error_body("server_error", message, None, errors.GatewayTimeout.code) + b"\n\n"
+        if head.framing == CHUNKED:
+            # At a chunk boundary, after the head or a whole event (SSE lines end in LF or CRLF).
+            if not between_chunks or not (tail.endswith(b"\n\n\r\n") or tail.endswith(b"\r\n\r\n")):
+                return None
+            if self.dechunk:
+                self.close_after = True
+                return event
+            return chunk(event) + LAST_CHUNK
+        if head.framing == UNTIL_CLOSE and (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n")):
+            self.close_after = True
+            return event
+        return None

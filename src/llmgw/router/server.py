@@ -26,7 +26,7 @@ from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
 from llmgw.router.dispatch import RequestInfo
 from llmgw.router.metrics import NullMetrics
-from llmgw.router.proxy import MAX_ATTEMPTS, Admitter, Exchange, Metrics
+from llmgw.router.proxy import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S, MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -241,8 +241,12 @@ class RouterFactory(Factory):
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         max_idle_per_endpoint: int = MAX_IDLE_PER_ENDPOINT,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        between_bytes_timeout_s: float = BETWEEN_BYTES_TIMEOUT_S,
     ):
         self.dispatcher = dispatcher
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self.between_bytes_timeout_s = between_bytes_timeout_s
         self.clock = clock
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics if metrics is not None else NullMetrics()

@@ -70,7 +70,9 @@ class Router(service.MultiService):
         self._poller = EnginePoller(reactor, self._fetch_metrics)
         from llmgw.router.server import RouterFactory
 
-        factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics)
+        factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics,
+                                first_byte_timeout_s=config.engines.first_byte_timeout_s,
+                                between_bytes_timeout_s=config.engines.between_bytes_timeout_s)
         self._factory = factory
         internet.StreamServerEndpointService(
             endpoints.serverFromString(reactor, listen_api), factory
@@ -90,6 +92,10 @@ class Router(service.MultiService):
         """A reloaded router: section (keys, admission, static endpoints)."""
         self.config = config
         self.dispatcher.reconfigure(config)
+        factory = self._factory
+        factory.max_body_bytes = config.max_body_bytes
+        factory.first_byte_timeout_s = config.engines.first_byte_timeout_s
+        factory.between_bytes_timeout_s = config.engines.between_bytes_timeout_s
         self._apply()
 
     def apply_table(self, table: EndpointTable) -> None:

@@ -114,11 +114,15 @@ class UpstreamConnection(Protocol):
             self.paused = True
             self.pauses += 1
             self.transport.pauseProducing()
+            if self.exchange is not None:
+                self.exchange.writes_paused()
 
     def resumeProducing(self) -> None:
         if self.paused and not self.lost:
             self.paused = False
             self.transport.resumeProducing()
+            if self.exchange is not None:
+                self.exchange.writes_resumed()
 
     def stopProducing(self) -> None:
         # The client's connection is gone; its protocol tells the exchange,
