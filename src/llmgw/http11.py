@@ -71,6 +71,7 @@ STATUS_REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
@@ -148,6 +149,14 @@ class RequestParser:
     def buffered(self) -> int:
         """Bytes received and not yet returned as part of a request."""
         return len(self._buf)
+
+    @property
+    def phase(self) -> str:
+        """Where the next request stands: ``idle`` (none of it yet), ``head``, ``body``, or ``failed``."""
+        state = self._state
+        if state == _HEAD:
+            return "head" if self._buf else "idle"
+        return "failed" if state == _FAILED else "body"
 
     def feed(self, data: bytes) -> None:
         if self._state != _FAILED:

@@ -8,6 +8,8 @@ lease's usage, outcome and retries), so tests can see the contract being kept.
 
 from __future__ import annotations
 
+import socket
+
 import attrs
 from twisted.internet import defer, protocol, reactor
 
@@ -121,6 +123,9 @@ class RecordingMetrics:
         self.gone: list[str] = []
         self.upstream_errors: list[tuple] = []
         self.retries: list[str] = []
+        self.client_timeouts: list[str] = []
+        self.connections = 0
+        self.refused = 0
 
     def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens):
         self.done.append((model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens))
@@ -133,6 +138,15 @@ class RecordingMetrics:
 
     def retried(self, model):
         self.retries.append(model)
+
+    def client_timeout(self, kind):
+        self.client_timeouts.append(kind)
+
+    def client_connections(self, n):
+        self.connections = n
+
+    def connection_refused(self):
+        self.refused += 1
 
 
 class Router:
@@ -214,6 +228,18 @@ class GatedEngine:
 
     async def stop(self) -> None:
         await self.port.stopListening()
+
+
+def buffered(transport) -> int:
+    """Bytes the router holds for a client: written to its transport, not yet taken by the kernel."""
+    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
+def slow_reader(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
 
 
 def chat(content: str = "hello there", **extra) -> dict:

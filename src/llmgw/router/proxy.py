@@ -119,6 +119,15 @@ class Metrics(Protocol):
     def retried(self, model: str) -> None:
         """A request went to another engine after one failed it."""
 
+    def client_timeout(self, kind: str) -> None:
+        """A client connection was ended by a limit; ``kind``: idle, head, body, write_stall."""
+
+    def client_connections(self, n: int) -> None:
+        """API connections open now."""
+
+    def connection_refused(self) -> None:
+        """An API connection was refused: ``router.clients.max_connections`` were open."""
+
 
 class Exchange:
     """A request from admission until its response is relayed (or it fails)."""
@@ -286,7 +295,7 @@ class Exchange:
             # Before writing: a first write over the transport's buffer size
             # pauses the engine at once.
             self.registered = True
-            transport.registerProducer(conn, True)
+            self.router.lend_transport(conn)
         if out is not None:
             piece = b"".join(out)
         elif self.passthrough and start:
@@ -342,7 +351,7 @@ class Exchange:
         # producer resumes it when its buffer drains instead of closing.
         if self.registered:
             self.registered = False
-            self.router.transport.unregisterProducer()
+            self.router.take_back_transport(relayed=True)
 
     def _complete(self, reusable: bool) -> None:
         conn, self.upstream = self.upstream, None
@@ -469,8 +478,10 @@ class Exchange:
     def writes_paused(self) -> None:
         """The client's transport is full: its reader, not the engine, is slow; the engine's clock stops."""
         self._disarm()
+        self.router.writes_paused()
 
     def writes_resumed(self) -> None:
+        self.router.writes_resumed()
         if self.upstream is not None and not self.finished:
             self._arm(self.factory.between_bytes_timeout_s if self.head is not None else self.factory.first_byte_timeout_s,
                       self.timer_kind)

@@ -7,6 +7,7 @@ hub, or from ``router.endpoints`` with no control plane at all).
 
 from __future__ import annotations
 
+import resource
 from typing import Iterable
 
 from twisted.application import internet, service
@@ -48,6 +49,21 @@ def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
         )
 
 
+def max_connections(config: RouterSettings) -> int:
+    """``router.clients.max_connections``, or a quarter of the open-files limit now when it is null.
+
+    A quarter, because an API connection can hold a second descriptor to its
+    engine and the hub's agent links, engines' idle connections and the
+    files being written need the rest.
+    """
+    if config.clients.max_connections is not None:
+        return config.clients.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 4)
+
+
 class Router(service.MultiService):
     """Dispatcher, engine-load poller and API listener, with the table kept current.
 
@@ -72,7 +88,8 @@ class Router(service.MultiService):
 
         factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics,
                                 first_byte_timeout_s=config.engines.first_byte_timeout_s,
-                                between_bytes_timeout_s=config.engines.between_bytes_timeout_s)
+                                between_bytes_timeout_s=config.engines.between_bytes_timeout_s,
+                                clients=config.clients, max_connections=max_connections(config))
         self._factory = factory
         internet.StreamServerEndpointService(
             endpoints.serverFromString(reactor, listen_api), factory
@@ -96,6 +113,8 @@ class Router(service.MultiService):
         factory.max_body_bytes = config.max_body_bytes
         factory.first_byte_timeout_s = config.engines.first_byte_timeout_s
         factory.between_bytes_timeout_s = config.engines.between_bytes_timeout_s
+        factory.clients = config.clients
+        factory.max_connections = max_connections(config)
         self._apply()
 
     def apply_table(self, table: EndpointTable) -> None:

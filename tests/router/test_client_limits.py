@@ -1,0 +1,158 @@
+"""Clients are on a clock and a budget: idle, slow heads and bodies, too many connections, readers that stop."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest_twisted
+from twisted.internet import threads
+from twisted.internet.task import Clock
+
+from llmgw.config.server import ClientLimits
+from llmgw.router.server import PIPELINE_LIMIT
+from tests.support.net import connect, post, read_response
+from tests.support.wait import until
+
+from .routerharness import GatedEngine, StaticDispatcher, buffered, chat, endpoint_of, slow_reader
+
+MODELS = b"GET /v1/models HTTP/1.1\r\nHost: r\r\n\r\n"
+
+
+def _read_to_eof(s: socket.socket) -> bytes:
+    got = []
+    while piece := s.recv(65536):
+        got.append(piece)
+    return b"".join(got)
+
+
+def _error(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)["error"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_idle_kept_alive_connection_is_closed_after_idle_timeout(sim, make_router):
+    clock = Clock()
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(idle_timeout_s=60))
+    s = connect(router.address)
+    try:
+        s.sendall(MODELS)
+        assert (await threads.deferToThread(read_response, s.makefile("rb")))[0] == 200
+        clock.advance(59)
+        assert not router.protocols[0].transport.disconnecting
+        clock.advance(1)
+        assert await threads.deferToThread(_read_to_eof, s) == b""
+        assert router.metrics.client_timeouts == ["idle"]
+    finally:
+        s.close()
+
+
+async def _answered_408(router, clock, steps) -> dict:
+    """Send each (bytes, until-what-the-router-read, seconds to advance) step; the 408's error after the last."""
+    s = connect(router.address)
+    try:
+        for raw, read, seconds in steps:
+            s.sendall(raw)
+            await until(lambda: router.protocols and read(router.protocols[0].parser), "the router read it", 5)
+            clock.advance(seconds)
+        status, error = _error(await threads.deferToThread(_read_to_eof, s))
+        assert status == 408 and error["code"] == "request_timeout"
+        return error
+    finally:
+        s.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_slowloris_head_is_answered_408_at_header_timeout_from_its_first_byte(sim, make_router):
+    clock = Clock()
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(header_timeout_s=10))
+    error = await _answered_408(router, clock, [
+        (b"GET /v1/models HTTP/1.1\r\n", lambda parser: parser.buffered, 6),
+        # More of the head does not buy more time.
+        (b"Host: r\r\n", lambda parser: parser.buffered > 25, 4),
+    ])
+    assert "10 s" in error["message"] and router.metrics.client_timeouts == ["head"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_that_does_not_arrive_is_answered_408_at_body_timeout(sim, make_router):
+    clock = Clock()
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(body_timeout_s=60))
+    error = await _answered_408(router, clock, [
+        (post("/v1/chat/completions", chat())[:-5], lambda parser: parser.phase == "body", 60),
+    ])
+    assert "body" in error["message"] and router.metrics.client_timeouts == ["body"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_connections_over_max_connections_are_answered_503_and_closed(sim, make_router):
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), max_connections=2)
+    first, second = connect(router.address), connect(router.address)
+    try:
+        await until(lambda: router.factory.connections == 2, "two connections open", 5)
+        with connect(router.address) as third:
+            status, error = _error(await threads.deferToThread(_read_to_eof, third))
+        assert status == 503 and error["code"] == "too_many_connections"
+        assert router.metrics.refused == 1
+        first.close()
+        await until(lambda: router.factory.connections == 1, "one connection closed", 5)
+        with connect(router.address) as fourth:
+            fourth.sendall(MODELS)
+            assert (await threads.deferToThread(read_response, fourth.makefile("rb")))[0] == 200
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_that_stops_reading_a_stream_is_cut_off_and_its_slot_freed(make_router):
+    engine = GatedEngine()
+    try:
+        clock = Clock()
+        dispatcher = StaticDispatcher([engine.endpoint])
+        router = make_router(dispatcher, clock=clock, clients=ClientLimits(write_stall_timeout_s=30))
+        s = slow_reader(router.address)
+        s.sendall(post("/v1/chat/completions", chat(stream=True)))
+        connection = await engine.request()
+        event = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 4000 + b'"}}]}\n\n'
+        connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n" % (len(event), event) * 2000)
+        await until(lambda: router.protocols[0].exchange.upstream.paused, "the relay paused by the client", 10)
+        clock.advance(29)
+        assert dispatcher.leases[0].outcome is None
+        clock.advance(1)
+        await until(lambda: dispatcher.leases[0].outcome, "the lease released", 5)
+        assert dispatcher.leases[0].outcome == "client_gone"
+        assert router.metrics.client_timeouts == ["write_stall"]
+        s.close()
+    finally:
+        await engine.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_pipelined_requests_are_not_answered_or_read_without_limit_while_answers_go_unread(sim, make_router):
+    clock = Clock()
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock,
+                         clients=ClientLimits(write_stall_timeout_s=30))
+    s = slow_reader(router.address)
+
+    def flood():
+        try:
+            s.sendall(MODELS * 200_000)  # 7 MB of requests, about 40 MB of answers
+        except OSError:
+            return "cut off"
+        return "all sent"
+
+    sending = threads.deferToThread(flood)
+    try:
+        await until(lambda: router.protocols and router.protocols[0]._reading_paused, "reading paused", 10)
+        protocol = router.protocols[0]
+        transport = protocol.transport
+        assert buffered(transport) < 256 * 1024
+        assert protocol.parser.buffered < PIPELINE_LIMIT + 256 * 1024
+        clock.advance(30)
+        assert await sending == "cut off"
+        assert router.metrics.client_timeouts == ["write_stall"]
+    finally:
+        s.close()
