@@ -11,14 +11,15 @@ import resource
 from typing import Iterable
 
 from twisted.application import internet, service
-from twisted.internet import defer, endpoints
+from twisted.internet import defer, endpoints, threads
 from twisted.logger import Logger
 
 from llmgw.config.endpoints import parse_server_endpoint
 from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
 from llmgw.router.dispatch import Dispatcher
-from llmgw.router.enginemetrics import EnginePoller
+from llmgw.router.enginemetrics import EnginePoller, fetch_metrics, parse_engine_metrics
+from llmgw.router.scoring import ENGINE_LOAD_POLICY
 from llmgw.views import EndpointEntry, EndpointTable
 
 log = Logger()
@@ -83,7 +84,8 @@ class Router(service.MultiService):
         self._table: EndpointTable | None = None if follows_table else EndpointTable()
         self._catalog: frozenset[str] | None = None
         self._agent = None
-        self._poller = EnginePoller(reactor, self._fetch_metrics)
+        self._poller = EnginePoller(reactor, self._fetch_metrics, timeout_s=config.engines.metrics_timeout_s,
+                                    parse=self._parse_metrics)
         from llmgw.router.server import RouterFactory
 
         factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics,
@@ -98,7 +100,16 @@ class Router(service.MultiService):
 
     def startService(self):
         super().startService()
-        self._poller.start(lambda: self.dispatcher.endpoints())
+        self._poll_if_needed()
+
+    def _poll_if_needed(self) -> None:
+        """Engines' /metrics are read only while the scoring policy uses them."""
+        self._poller.timeout_s = self.config.engines.metrics_timeout_s
+        wanted = self.running and self.config.scoring == ENGINE_LOAD_POLICY
+        if wanted and not self._poller.running:
+            self._poller.start(lambda: self.dispatcher.endpoints())
+        elif not wanted and self._poller.running:
+            self._poller.stop()
 
     def stopService(self):
         self._poller.stop()
@@ -115,6 +126,7 @@ class Router(service.MultiService):
         factory.between_bytes_timeout_s = config.engines.between_bytes_timeout_s
         factory.clients = config.clients
         factory.max_connections = max_connections(config)
+        self._poll_if_needed()
         self._apply()
 
     def apply_table(self, table: EndpointTable) -> None:
@@ -144,8 +156,11 @@ class Router(service.MultiService):
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
         self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
 
+    def _parse_metrics(self, page: bytes) -> defer.Deferred:
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), parse_engine_metrics, page)
+
     def _fetch_metrics(self, url: str) -> defer.Deferred:
-        """GET an engine's /metrics (the poller gives the whole URL); off the hot path."""
+        """GET an engine's /metrics (the poller gives the whole URL), at most metrics_max_bytes of it."""
         if self._agent is None:
             from twisted.web.client import Agent
 
@@ -154,6 +169,4 @@ class Router(service.MultiService):
             pool = connection_pool(self._reactor, persistent=True)
             pool.retryAutomatically = False
             self._agent = Agent(self._reactor, connectTimeout=2, pool=pool)
-        from twisted.web.client import readBody
-
-        return self._agent.request(b"GET", url.encode()).addCallback(readBody)
+        return fetch_metrics(self._agent, url, self.config.engines.metrics_max_bytes)
