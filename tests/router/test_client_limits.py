@@ -36,9 +36,14 @@ async def test_an_idle_kept_alive_connection_is_closed_after_idle_timeout(sim, m
     clock = Clock()
     router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(idle_timeout_s=60))
     s = connect(router.address)
+    f = s.makefile("rb")
     try:
         s.sendall(MODELS)
-        assert (await threads.deferToThread(read_response, s.makefile("rb")))[0] == 200
+        assert (await threads.deferToThread(read_response, f))[0] == 200
+        clock.advance(50)
+        # A request starts the idle time afresh.
+        s.sendall(MODELS)
+        assert (await threads.deferToThread(read_response, f))[0] == 200
         clock.advance(59)
         assert not router.protocols[0].transport.disconnecting
         clock.advance(1)

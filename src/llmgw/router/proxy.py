@@ -34,6 +34,7 @@ cut off where it does not.  Either way the engine's lease is released as
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Protocol
 
 from twisted.internet import defer
@@ -136,7 +137,7 @@ class Exchange:
         "router", "factory", "info", "started", "payload", "close_after", "version11",
         "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
-        "timer", "timer_kind",
+        "timer_kind",
     )
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
@@ -169,8 +170,7 @@ class Exchange:
         self.status = 0
         # The client left after the stream's last event: the rest is read and dropped.
         self.client_left = False
-        # The engine's deadline (a DelayedCall) and which of the two it is.
-        self.timer = None
+        # Which of the engine's two deadlines runs (the connection keeps the time).
         self.timer_kind = _FIRST_BYTE
 
     # Admission ----------------------------------------------------------------
@@ -222,7 +222,6 @@ class Exchange:
         if self.upstream is not None:
             self.upstream.abort()
             self.upstream = None
-        self._disarm()
         self._unregister()
         if self.committed:
             self.finished = True
@@ -312,8 +311,8 @@ class Exchange:
         if end == NEED_MORE:
             # Progress is a whole chunk: an engine dribbling a byte at a time
             # does not keep a chunked stream alive.
-            if self.timer is not None and (self.head.framing != CHUNKED or parser.between_chunks()):
-                self.timer.reset(self.factory.between_bytes_timeout_s)
+            if self.head.framing != CHUNKED or parser.between_chunks():
+                conn.deadline = self.factory.clock.seconds() + self.factory.between_bytes_timeout_s
             return
         self._complete(reusable=end == len(data) and self.head.keep_alive)
 
@@ -355,7 +354,6 @@ class Exchange:
 
     def _complete(self, reusable: bool) -> None:
         conn, self.upstream = self.upstream, None
-        self._disarm()
         self._unregister()
         if reusable:
             self.factory.pool.give_back(conn)
@@ -385,7 +383,6 @@ class Exchange:
             return False
         conn, self.upstream = self.upstream, None
         conn.abort()
-        self._disarm()
         self._wait_for(d)
         return True
 
@@ -394,7 +391,6 @@ class Exchange:
         conn, self.upstream = self.upstream, None
         if conn is not None:
             conn.abort()
-        self._disarm()
         lease, self.lease = self.lease, None
         self.factory.metrics.upstream_error(self.info.model, self.endpoint.id, kind)
         lease.release("upstream_failed")
@@ -420,7 +416,6 @@ class Exchange:
         conn, self.upstream = self.upstream, None
         if conn is not None:
             conn.abort()
-        self._disarm()
         self._unregister()
         lease, self.lease = self.lease, None
         self.finished = True
@@ -447,7 +442,6 @@ class Exchange:
         self.finished = True
         self.factory.metrics.client_gone(self.info.model)
         self.upstream = None
-        self._disarm()
         if conn is not None:
             conn.abort()
         lease, self.lease = self.lease, None
@@ -463,21 +457,13 @@ class Exchange:
     # The engine's deadlines ---------------------------------------------------------
 
     def _arm(self, seconds: float, kind: str) -> None:
-        timer = self.timer
         self.timer_kind = kind
-        if timer is not None and timer.active():
-            timer.reset(seconds)
-        else:
-            self.timer = self.factory.clock.callLater(seconds, self._timed_out)
-
-    def _disarm(self) -> None:
-        timer, self.timer = self.timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+        self.upstream.watch(self.factory.clock, seconds)
 
     def writes_paused(self) -> None:
         """The client's transport is full: its reader, not the engine, is slow; the engine's clock stops."""
-        self._disarm()
+        if self.upstream is not None:
+            self.upstream.deadline = math.inf
         self.router.writes_paused()
 
     def writes_resumed(self) -> None:
@@ -486,8 +472,8 @@ class Exchange:
             self._arm(self.factory.between_bytes_timeout_s if self.head is not None else self.factory.first_byte_timeout_s,
                       self.timer_kind)
 
-    def _timed_out(self) -> None:
-        self.timer = None
+    def timed_out(self) -> None:
+        """The connection's deadline passed (``UpstreamConnection.watch``)."""
         if self.finished or self.upstream is None:
             return
         factory = self.factory

@@ -72,6 +72,7 @@ class RouterProtocol(Protocol):
         # The wait on the client now (idle, header or body), and the write stall.
         self._timer = None
         self._timer_phase = ""
+        self._deadline = 0.0
         self._stall = None
 
     # Protocol
@@ -152,32 +153,46 @@ class RouterProtocol(Protocol):
     # Limits on the client
 
     def _watch(self) -> None:
-        """Start the clock the client is on now: idle between requests, reading a head, or reading a body."""
+        """Start the clock the client is on now: idle between requests, reading a head, or reading a body.
+
+        One call per connection checks the deadline, and is moved only to be
+        sooner: a busy connection changes phase at every request and costs no
+        timer for it.
+        """
         if self.exchange is not None or self._writes_blocked or self._close_after or self.lost or self._linger is not None:
             phase = ""
         else:
             phase = self.parser.phase
-        timer = self._timer
-        if phase == self._timer_phase and (timer is not None and timer.active() or not phase):
+        if phase == self._timer_phase:
             return
         self._timer_phase = phase
         if phase == "" or phase == "failed":
-            if timer is not None and timer.active():
-                timer.cancel()
             return
         limits = self.factory.clients
         seconds = (limits.idle_timeout_s if phase == "idle" else
                    limits.header_timeout_s if phase == "head" else limits.body_timeout_s)
-        if timer is not None and timer.active():
+        clock = self.factory.clock
+        deadline = self._deadline = clock.seconds() + seconds
+        timer = self._timer
+        if timer is None:
+            self._timer = clock.callLater(seconds, self._check)
+        elif timer.getTime() > deadline:
             timer.reset(seconds)
+
+    def _check(self) -> None:
+        self._timer = None
+        phase = self._timer_phase
+        if self.lost or phase == "" or phase == "failed":
+            return
+        left = self._deadline - self.factory.clock.seconds()
+        if left > 0:
+            self._timer = self.factory.clock.callLater(left, self._check)
         else:
-            self._timer = self.factory.clock.callLater(seconds, self._timed_out)
+            self._timed_out()
 
     def _timed_out(self) -> None:
         phase = self._timer_phase
         self._timer_phase = ""
-        if self.lost or self.exchange is not None:
-            return
         factory = self.factory
         factory.metrics.client_timeout(phase)
         if phase == "idle":
@@ -250,6 +265,8 @@ class RouterProtocol(Protocol):
         self._watch()
 
     def _handle(self, request: ParsedRequest) -> None:
+        # A request in hand: the idle clock starts afresh after it.
+        self._timer_phase = ""
         factory = self.factory
         started = factory.clock.seconds()
         path = request.path
