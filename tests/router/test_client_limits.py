@@ -9,8 +9,10 @@ import pytest_twisted
 from twisted.internet import threads
 from twisted.internet.task import Clock
 
+from twisted.internet.testing import StringTransport
+
 from llmgw.config.server import ClientLimits
-from llmgw.router.server import PIPELINE_LIMIT
+from llmgw.router.server import PIPELINE_LIMIT, RouterFactory
 from tests.support.net import connect, post, read_response
 from tests.support.wait import until
 
@@ -161,3 +163,54 @@ async def test_pipelined_requests_are_not_answered_or_read_without_limit_while_a
         assert router.metrics.client_timeouts == ["write_stall"]
     finally:
         s.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_slow_reader_that_reads_it_all_keeps_its_connection_past_the_write_stall_limit(make_router):
+    engine = GatedEngine()
+    try:
+        clock = Clock()
+        dispatcher = StaticDispatcher([engine.endpoint])
+        router = make_router(dispatcher, clock=clock, clients=ClientLimits(write_stall_timeout_s=30))
+        s = slow_reader(router.address)
+        s.settimeout(10)
+        s.sendall(post("/v1/chat/completions", chat(stream=True)))
+        connection = await engine.request()
+        event = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 4000 + b'"}}]}\n\n'
+        connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n" % (len(event), event) * 500
+                                   + b"0\r\n\r\n")
+        f = s.makefile("rb")
+        status, _, body = await threads.deferToThread(read_response, f)
+        assert status == 200 and len(body) > 500 * 4000
+        await until(lambda: dispatcher.leases[0].outcome, "the lease released", 5)
+        clock.advance(30)
+        s.sendall(MODELS)
+        assert (await threads.deferToThread(read_response, f))[0] == 200
+        assert router.metrics.client_timeouts == []
+        s.close()
+    finally:
+        await engine.stop()
+
+
+def test_a_relay_that_ends_paused_hands_the_pause_and_its_end_to_the_connection():
+    # A relay whose last write filled the client's buffer: the transport still
+    # counts its producer paused and resumes whichever is registered when it drains.
+    clock = Clock()
+    factory = RouterFactory(StaticDispatcher([]), clock, max_body_bytes=1000,
+                            clients=ClientLimits(write_stall_timeout_s=30))
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    transport.setTcpNoDelay = lambda enabled: None
+    protocol.makeConnection(transport)
+    relay = object()
+    protocol.lend_transport(relay)
+    protocol.writes_paused()  # the transport pausing the relay
+    protocol.take_back_transport(relayed=True)
+    assert transport.producer is protocol
+    protocol.dataReceived(MODELS)
+    assert transport.value() == b"", "answered while the client's buffer is full"
+    protocol.resumeProducing()  # the buffer drained
+    assert transport.value().startswith(b"HTTP/1.1 200 ")
+    clock.advance(30)
+    assert not transport.disconnecting

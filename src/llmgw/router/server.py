@@ -135,6 +135,10 @@ class RouterProtocol(Protocol):
         transport = self.transport
         if relayed:
             transport.unregisterProducer()
+            if self._stall is not None and self._stall.active():
+                # The transport paused the relay and has not resumed it: it
+                # will resume this protocol instead once its buffer drains.
+                self._writes_blocked = True
         if not self._producing and not self.lost:
             self._producing = True
             transport.registerProducer(self, True)
