@@ -112,6 +112,20 @@ async def test_connections_over_max_connections_are_answered_503_and_closed(sim,
         second.close()
 
 
+_BIG_EVENT = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 4000 + b'"}}]}\n\n'
+
+
+async def _stream_to_a_slow_reader(engine, router, events: int, end: bytes = b""):
+    """A slow reader's streaming request, and the engine's answer of ``events`` 4 KB events sent at once."""
+    s = slow_reader(router.address)
+    s.settimeout(10)
+    s.sendall(post("/v1/chat/completions", chat(stream=True)))
+    connection = await engine.request()
+    connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               + b"%x\r\n%b\r\n" % (len(_BIG_EVENT), _BIG_EVENT) * events + end)
+    return s
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_client_that_stops_reading_a_stream_is_cut_off_and_its_slot_freed(make_router):
     engine = GatedEngine()
@@ -119,12 +133,7 @@ async def test_a_client_that_stops_reading_a_stream_is_cut_off_and_its_slot_free
         clock = Clock()
         dispatcher = StaticDispatcher([engine.endpoint])
         router = make_router(dispatcher, clock=clock, clients=ClientLimits(write_stall_timeout_s=30))
-        s = slow_reader(router.address)
-        s.sendall(post("/v1/chat/completions", chat(stream=True)))
-        connection = await engine.request()
-        event = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 4000 + b'"}}]}\n\n'
-        connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                   b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n" % (len(event), event) * 2000)
+        s = await _stream_to_a_slow_reader(engine, router, 2000)
         await until(lambda: router.protocols[0].exchange.upstream.paused, "the relay paused by the client", 10)
         clock.advance(29)
         assert dispatcher.leases[0].outcome is None
@@ -172,14 +181,7 @@ async def test_a_slow_reader_that_reads_it_all_keeps_its_connection_past_the_wri
         clock = Clock()
         dispatcher = StaticDispatcher([engine.endpoint])
         router = make_router(dispatcher, clock=clock, clients=ClientLimits(write_stall_timeout_s=30))
-        s = slow_reader(router.address)
-        s.settimeout(10)
-        s.sendall(post("/v1/chat/completions", chat(stream=True)))
-        connection = await engine.request()
-        event = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 4000 + b'"}}]}\n\n'
-        connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                   b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n" % (len(event), event) * 500
-                                   + b"0\r\n\r\n")
+        s = await _stream_to_a_slow_reader(engine, router, 500, b"0\r\n\r\n")
         f = s.makefile("rb")
         status, _, body = await threads.deferToThread(read_response, f)
         assert status == 200 and len(body) > 500 * 4000
