@@ -9,6 +9,12 @@ shape and the connection closed, after reading and dropping what the client
 still sends for ``LINGER_S`` (closing with unread bytes makes the kernel reset
 the connection, which can destroy the answer before the client reads it).
 
+A client is on a clock and a budget (``router.clients``, docs/router.rst
+"Limits"): idle between requests, reading a head, reading a body, and not
+reading its answers each have a limit, and connections over
+``max_connections`` are answered 503 and closed.  HEAD is answered as GET
+would be, without the body.
+
 Every answer the router makes itself is an OpenAI error,
 ``{"error": {"message", "type", "param", "code"}}``; ``answer_error`` is the one
 place that turns a ``RouterError`` into a response.
@@ -24,7 +30,6 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from llmgw.config.server import ClientLimits
-
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
