@@ -311,3 +311,22 @@ async def test_the_router_reads_engines_metrics_only_while_scoring_is_engine_loa
         assert not router._poller.running
     finally:
         await router.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_router_parses_engines_pages_off_the_reactor_thread(monkeypatch):
+    import threading
+
+    from llmgw.router import service
+
+    threads_seen = []
+
+    def parse(page):
+        threads_seen.append(threading.current_thread())
+        return parse_engine_metrics(page)
+
+    monkeypatch.setattr(service, "parse_engine_metrics", parse)
+    router = Router(reactor, RouterSettings(scoring="engine-load"), "tcp:0:interface=127.0.0.1")
+    figures = await router._parse_metrics(VLLM_V0.encode())
+    assert figures.running == 7.0
+    assert threads_seen and threads_seen[0] is not threading.main_thread()
