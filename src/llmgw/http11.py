@@ -35,6 +35,8 @@ _FIELD = re.compile(r"(" + _TOKEN + r"):[ \t]*(" + _VALUE + r")\r\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _CHUNK_EXT = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _TRAILER = re.compile(rb"" + _TOKEN.encode() + rb":[\t\x20-\x7e\x80-\xff]*")
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+BARE_LF = "a line ends in a bare LF: HTTP/1.1 lines end in CRLF (\\r\\n)"
 
 
 
@@ -69,6 +71,7 @@ STATUS_REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
@@ -136,6 +139,8 @@ class RequestParser:
         self._body = bytearray()
         self._remaining = 0
         self._trailer_bytes = 0
+        # How far the head being read has been searched for a bare LF.
+        self._lf_checked = 0
         # Set when a head asked for "Expect: 100-continue" and its body has not
         # arrived yet; the connection sends the interim response and clears it.
         self.continue_wanted = False
@@ -144,6 +149,14 @@ class RequestParser:
     def buffered(self) -> int:
         """Bytes received and not yet returned as part of a request."""
         return len(self._buf)
+
+    @property
+    def phase(self) -> str:
+        """Where the next request stands: ``idle`` (none of it yet), ``head``, ``body``, or ``failed``."""
+        state = self._state
+        if state == _HEAD:
+            return "head" if self._buf else "idle"
+        return "failed" if state == _FAILED else "body"
 
     def feed(self, data: bytes) -> None:
         if self._state != _FAILED:
@@ -172,8 +185,14 @@ class RequestParser:
         # send a CRLF after a body).
         while buf.startswith(b"\r\n"):
             del buf[:2]
+            self._lf_checked = 0
         end = buf.find(b"\r\n\r\n")
         if end < 0:
+            # A client that ends lines in LF alone would otherwise wait for a
+            # CRLFCRLF that never comes; only the new bytes are searched.
+            if _BARE_LF.search(buf, max(0, self._lf_checked - 1)) is not None:
+                return self._fail(400, BARE_LF)
+            self._lf_checked = len(buf)
             if len(buf) > self._max_head:
                 return self._fail(431, "the request line and headers are over %d bytes" % self._max_head)
             return None
@@ -181,15 +200,16 @@ class RequestParser:
             return self._fail(431, "the request line and headers are over %d bytes" % self._max_head)
         head = buf[: end + 2].decode("latin-1")
         del buf[: end + 4]
+        self._lf_checked = 0
         eol = head.index("\r\n")
         m = _REQUEST_LINE.fullmatch(head, 0, eol)
         if m is None:
-            return self._fail(400, "malformed request line")
+            return self._fail(400, BARE_LF if "\n" in head[:eol] else "malformed request line")
         method, target, major, minor = m.groups()
         if major != "1":
             return self._fail(505, "only HTTP/1.x is served")
         if _FIELDS.fullmatch(head, eol + 2) is None:
-            return self._fail(400, "malformed header field")
+            return self._fail(400, BARE_LF if _BARE_LF.search(head.encode("latin-1")) else "malformed header field")
         fields = _FIELD.findall(head, eol + 2)
         if len(fields) > MAX_HEADERS:
             return self._fail(431, "more than %d header fields" % MAX_HEADERS)

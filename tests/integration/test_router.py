@@ -475,3 +475,64 @@ def test_a_configured_model_is_503_with_retry_after_across_a_server_restart_neve
     wait_for(lambda: (ask() or (0,))[0] == 200, 60, "echo to answer again", interval=0.1,
              detail=lambda: f"{answers[-5:]}\n{cluster.logs()}")
     assert {status for status, _, _ in answers} == {503, 200}, answers
+
+
+def test_a_router_process_keeps_its_limits_on_clients_and_engines(cluster):
+    """router.clients.max_connections and router.engines.first_byte_timeout_s, from router.yaml to the wire."""
+    import socket
+
+    from tests.support.net import free_port, read_response
+
+    # An engine that accepts (the kernel does, into the backlog) and never answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = free_port()
+    _router_process(cluster, f"""
+listen: {{api: "tcp:{port}:interface=127.0.0.1", admin: null}}
+router:
+  clients: {{max_connections: 4}}
+  engines: {{first_byte_timeout_s: 0.5}}
+  endpoints: [{{model: silent, url: "http://127.0.0.1:{silent.getsockname()[1]}"}}]
+""")
+    wait_for(lambda: "silent" in _models_at(port), 20, "the router process to serve")
+    held = []
+    try:
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            held.append(s)
+            s.sendall(b"HEAD /v1/models HTTP/1.1\r\nHost: r\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: r\r\n\r\n")
+            f = s.makefile("rb")
+            # The HEAD's head, no body, then the GET's whole answer.
+            assert f.readline().startswith(b"HTTP/1.1 200 ")
+            while f.readline() != b"\r\n":
+                pass
+            assert read_response(f)[0] == 200
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as fifth:
+            status, headers, body = read_response(fifth.makefile("rb"))
+        assert status == 503 and json.loads(body)["error"]["code"] == "too_many_connections"
+        assert headers["retry-after"] == "1"
+    finally:
+        for s in held:
+            s.close()
+
+    def timed_out():
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=10) as c:
+            try:
+                c.chat.completions.create(model="silent", messages=[{"role": "user", "content": "hello?"}])
+            except openai.InternalServerError as e:
+                return e if e.status_code == 504 else None
+            except openai.APIConnectionError:
+                return None
+
+    error = wait_for(timed_out, 20, "a 504 once the held connections are gone")
+    assert error.code == "upstream_timeout" and "0.5 s" in error.message
+    silent.close()
+
+
+def _models_at(port: int) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
+            return [m["id"] for m in json.load(r)["data"]]
+    except (OSError, ValueError):
+        return []

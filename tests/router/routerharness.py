@@ -8,8 +8,10 @@ lease's usage, outcome and retries), so tests can see the contract being kept.
 
 from __future__ import annotations
 
+import socket
+
 import attrs
-from twisted.internet import defer, reactor
+from twisted.internet import defer, protocol, reactor
 
 from llmgw.router import errors
 from llmgw.router.server import RouterFactory
@@ -121,6 +123,9 @@ class RecordingMetrics:
         self.gone: list[str] = []
         self.upstream_errors: list[tuple] = []
         self.retries: list[str] = []
+        self.client_timeouts: list[str] = []
+        self.connections = 0
+        self.refused = 0
 
     def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens):
         self.done.append((model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens))
@@ -134,14 +139,26 @@ class RecordingMetrics:
     def retried(self, model):
         self.retries.append(model)
 
+    def client_timeout(self, kind):
+        self.client_timeouts.append(kind)
+
+    def client_connections(self, n):
+        self.connections = n
+
+    def connection_refused(self):
+        self.refused += 1
+
 
 class Router:
     """A RouterFactory listening on 127.0.0.1 in this reactor."""
 
-    def __init__(self, dispatcher: StaticDispatcher, *, max_body_bytes: int = 1 << 20, **kw):
+    def __init__(self, dispatcher: StaticDispatcher, *, max_body_bytes: int = 1 << 20, clock=None, **kw):
+        """``clock``: a ``task.Clock`` for the router's timeouts (connections stay on the real reactor)."""
         self.dispatcher = dispatcher
         self.metrics = RecordingMetrics()
-        self.factory = RouterFactory(dispatcher, reactor, max_body_bytes=max_body_bytes, metrics=self.metrics, **kw)
+        self.clock = clock if clock is not None else reactor
+        self.factory = RouterFactory(dispatcher, self.clock, max_body_bytes=max_body_bytes, metrics=self.metrics,
+                                     reactor=reactor, **kw)
         # Every client connection's protocol, for tests that look at its transport.
         self.protocols = []
         build = self.factory.buildProtocol
@@ -173,6 +190,56 @@ def exchange(port: int, raw: bytes, responses: int = 1, *, then_closed: bool = F
         if then_closed:
             assert f.read(1) == b"", "the router kept the connection open"
         return out if responses > 1 else out[0]
+
+
+class GatedEngine:
+    """A stand-in engine on 127.0.0.1 that answers only what the test writes, when it writes it.
+
+    ``await engine.request()`` is the next request's connection once its bytes
+    arrived; the test then writes to ``connection.transport`` (or never does).
+    """
+
+    def __init__(self):
+        self._arrived: list = []
+        self._waiting: list[defer.Deferred] = []
+        gated = self
+
+        class _Connection(protocol.Protocol):
+            def dataReceived(self, data: bytes) -> None:
+                gated._got(self)
+
+        factory = protocol.Factory.forProtocol(_Connection)
+        factory.noisy = False
+        self.port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.endpoint = StaticEndpoint(f"gated:{self.port.getHost().port}", "127.0.0.1", self.port.getHost().port)
+
+    def _got(self, connection) -> None:
+        if self._waiting:
+            self._waiting.pop(0).callback(connection)
+        else:
+            self._arrived.append(connection)
+
+    def request(self) -> defer.Deferred:
+        if self._arrived:
+            return defer.succeed(self._arrived.pop(0))
+        d = defer.Deferred()
+        self._waiting.append(d)
+        return d
+
+    async def stop(self) -> None:
+        await self.port.stopListening()
+
+
+def buffered(transport) -> int:
+    """Bytes the router holds for a client: written to its transport, not yet taken by the kernel."""
+    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
+def slow_reader(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
 
 
 def chat(content: str = "hello there", **extra) -> dict:

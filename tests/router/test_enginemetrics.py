@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from twisted.internet import defer
+import attrs
+import pytest
+import pytest_twisted
+from twisted.internet import defer, protocol, reactor
 from twisted.internet.task import Clock
+from twisted.web.client import Agent
 
-from llmgw.router.enginemetrics import EngineFigures, EnginePoller, parse_engine_metrics
+from llmgw.config.server import RouterSettings, StaticEndpoint
+from llmgw.router.enginemetrics import EngineFigures, EnginePoller, PageTooLarge, fetch_metrics, parse_engine_metrics
+from llmgw.router.service import Router
 from llmgw.router.scoring import Endpoint
 from llmgw.sim.metrics import SimMetrics
 
@@ -217,3 +223,110 @@ def test_a_malformed_page_is_unknown():
     engines.pages["http://127.0.0.1:8001/metrics"] = b"vllm:num_requests_waiting {{{ not a number\n"
     EnginePoller(clock, engines.fetch).poll([a])
     assert a.engine_waiting is None
+
+
+def test_an_engine_whose_page_keeps_failing_is_asked_less_and_less_often():
+    clock, engines = Clock(), Engines()
+    table = [endpoint()]
+    url = "http://127.0.0.1:8001/metrics"
+    asked_at = []
+    fetch = engines.fetch
+
+    def fetch_and_note(u):
+        asked_at.append(clock.seconds())
+        return fetch(u)
+
+    poller = EnginePoller(clock, fetch_and_note, interval_s=2.0)
+    poller.start(lambda: table)
+    for _ in range(65):
+        clock.advance(2.0)
+    # 2, 4, 8, 16, 32 s apart, then at most 60.
+    assert asked_at == [0, 2, 6, 14, 30, 62, 122]
+    engines.pages[url] = VLLM_V0.encode()
+    for _ in range(30):
+        clock.advance(2.0)
+    assert table[0].engine_running == 7.0
+    # Asked 60 s after the last failure, and every poll from that success on.
+    assert asked_at[7:] == [182, 184, 186, 188, 190]
+    poller.stop()
+
+
+def test_the_parse_may_be_a_deferred_and_its_figures_land_when_it_fires():
+    clock, engines = Clock(), Engines()
+    a = endpoint()
+    engines.pages["http://127.0.0.1:8001/metrics"] = VLLM_V0.encode()
+    parsing = defer.Deferred()
+    pages = []
+
+    def parse(page):
+        pages.append(page)
+        return parsing
+
+    EnginePoller(clock, engines.fetch, parse=parse).poll([a])
+    assert a.engine_running is None
+    parsing.callback(parse_engine_metrics(pages[0]))
+    assert a.engine_running == 7.0
+
+
+class _Flood(protocol.Protocol):
+    """A /metrics that announces (or not) far more than it should, and sends 2 MiB of it at once."""
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.factory.announce:
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n")
+        else:
+            self.transport.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+        self.transport.write(b"vllm:num_requests_running 1\n" * 75_000)
+
+    def connectionLost(self, reason=None) -> None:
+        self.factory.closed.callback(None)
+
+
+@pytest.mark.parametrize("announce", [True, False])
+@pytest_twisted.ensureDeferred
+async def test_a_page_over_metrics_max_bytes_fails_the_poll_and_drops_the_connection(announce):
+    flood = protocol.Factory.forProtocol(_Flood)
+    flood.announce, flood.closed = announce, defer.Deferred()
+    port = reactor.listenTCP(0, flood, interface="127.0.0.1")
+    try:
+        agent = Agent(reactor)
+        url = f"http://127.0.0.1:{port.getHost().port}/metrics"
+        with pytest.raises(PageTooLarge, match=r"metrics_max_bytes \(1048576"):
+            await fetch_metrics(agent, url, 1 << 20)
+        await flood.closed
+    finally:
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_router_reads_engines_metrics_only_while_scoring_is_engine_load():
+    config = RouterSettings(scoring="least-outstanding", endpoints=(StaticEndpoint("m", "http://127.0.0.1:9"),))
+    router = Router(reactor, config, "tcp:0:interface=127.0.0.1")
+    router.startService()
+    try:
+        assert not router._poller.running
+        router.reconfigure(attrs.evolve(config, scoring="engine-load"))
+        assert router._poller.running
+        router.reconfigure(config)
+        assert not router._poller.running
+    finally:
+        await router.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_router_parses_engines_pages_off_the_reactor_thread(monkeypatch):
+    import threading
+
+    from llmgw.router import service
+
+    threads_seen = []
+
+    def parse(page):
+        threads_seen.append(threading.current_thread())
+        return parse_engine_metrics(page)
+
+    monkeypatch.setattr(service, "parse_engine_metrics", parse)
+    router = Router(reactor, RouterSettings(scoring="engine-load"), "tcp:0:interface=127.0.0.1")
+    figures = await router._parse_metrics(VLLM_V0.encode())
+    assert figures.running == 7.0
+    assert threads_seen and threads_seen[0] is not threading.main_thread()

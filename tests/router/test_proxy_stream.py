@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 
 import pytest_twisted
 from twisted.internet import protocol, reactor, threads
@@ -13,19 +12,7 @@ from tests.support.net import connect, post, read_response, sse_events
 from tests.support.sim import MODEL
 from tests.support.wait import until
 
-from .routerharness import StaticDispatcher, StaticEndpoint, chat, endpoint_of, exchange
-
-
-def buffered(transport) -> int:
-    """Bytes the router holds for a client: written to its transport, not yet taken by the kernel."""
-    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
-
-
-def slow_reader(port: int) -> socket.socket:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", port))
-    return s
+from .routerharness import StaticDispatcher, StaticEndpoint, buffered, chat, endpoint_of, exchange, slow_reader
 
 
 @pytest_twisted.ensureDeferred

@@ -195,6 +195,28 @@ class Admission:
 
 
 @attrs.frozen
+class ClientLimits:
+    """router.clients: how many API connections, and how long each may wait on its client."""
+
+    # None: a quarter of the process's open-files limit, read when the router starts.
+    max_connections: int | None = None
+    idle_timeout_s: float = 60.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    write_stall_timeout_s: float = 30.0
+
+
+@attrs.frozen
+class EngineLimits:
+    """router.engines: how long the router waits on an engine, and how much of its /metrics it reads."""
+
+    first_byte_timeout_s: float = 300.0
+    between_bytes_timeout_s: float = 120.0
+    metrics_max_bytes: int = 1 * MiB
+    metrics_timeout_s: float = 2.0
+
+
+@attrs.frozen
 class APIKey:
     """A bearer token, stored only as its sha256; ``models`` None means every model."""
 
@@ -234,6 +256,8 @@ class RouterSettings:
     scoring: str = "least-outstanding"
     allow_anonymous: bool = False
     max_body_bytes: int = 4 * MiB
+    clients: ClientLimits = attrs.Factory(ClientLimits)
+    engines: EngineLimits = attrs.Factory(EngineLimits)
     keys: tuple[APIKey, ...] = ()
     # Engines to serve without a control plane; the control plane's ready
     # replicas are added to these.
@@ -307,6 +331,25 @@ ROUTER_FIELDS = {
     "scoring": Enum(SCORING_POLICIES, noun="scoring policy"),
     "allow_anonymous": Bool(),
     "max_body_bytes": Int(min=1),
+    "clients": Section(
+        ClientLimits,
+        {
+            "max_connections": Nullable(Int(min=1)),
+            "idle_timeout_s": Number(min=0, exclusive=True),
+            "header_timeout_s": Number(min=0, exclusive=True),
+            "body_timeout_s": Number(min=0, exclusive=True),
+            "write_stall_timeout_s": Number(min=0, exclusive=True),
+        },
+    ),
+    "engines": Section(
+        EngineLimits,
+        {
+            "first_byte_timeout_s": Number(min=0, exclusive=True),
+            "between_bytes_timeout_s": Number(min=0, exclusive=True),
+            "metrics_max_bytes": Int(min=1024),
+            "metrics_timeout_s": Number(min=0, exclusive=True),
+        },
+    ),
     "keys": ListOf(
         Section(
             APIKey,

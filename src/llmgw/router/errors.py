@@ -64,6 +64,22 @@ class BodyTooLarge(RouterError):
     code = "request_too_large"
 
 
+class RequestTimeout(RouterError):
+    """The request did not arrive in time: send it whole, without pauses."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class TooManyConnections(_RetryLater):
+    """The router has as many API connections open as it may: try again as Retry-After says, or reuse a connection."""
+
+    status = 503
+    type = "server_error"
+    code = "too_many_connections"
+
+
 class NotFound(RouterError):
     """There is nothing at this address: the router serves /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models."""
 
@@ -78,6 +94,14 @@ class UpstreamFailed(RouterError):
     status = 502
     type = "server_error"
     code = "upstream_failed"
+
+
+class GatewayTimeout(RouterError):
+    """The engine serving this request did not answer in time; it may have done the work, so sending it again costs it twice."""
+
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
 
 
 # Said by the dispatcher ---------------------------------------------------------

@@ -116,6 +116,13 @@ class RouterMetrics:
         self._client_gone = counter("client_disconnects_total",
                                     "Requests whose client went away before the reply ended (the upstream is aborted).",
                                     ["model"])
+        self._client_timeouts = counter("client_timeouts_total",
+                                        "Client connections ended by a limit, by kind (idle, head, body, write_stall).",
+                                        ["kind"])
+        self._connections = Gauge(PREFIX + "client_connections", "API connections open now.", registry=registry)
+        self._connections_refused = Counter(PREFIX + "client_connections_refused_total",
+                                            "API connections refused because router.clients.max_connections were open.",
+                                            registry=registry)
         # -- upstream --
         self._upstream_errors = counter("upstream_errors_total",
                                         "Failures talking to an endpoint, by kind (connect, timeout, reset, status, ...).",
@@ -209,6 +216,15 @@ class RouterMetrics:
 
     def client_gone(self, model: str) -> None:
         self._client_gone(self._model(model)).inc()
+
+    def client_timeout(self, kind: str) -> None:
+        self._client_timeouts(kind).inc()
+
+    def client_connections(self, n: int) -> None:
+        self._connections.set(n)
+
+    def connection_refused(self) -> None:
+        self._connections_refused.inc()
 
     # -- upstream --
 
@@ -307,6 +323,15 @@ class NullMetrics:
         pass
 
     def upstream_error(self, model: str, endpoint_id: str, kind: str) -> None:
+        pass
+
+    def client_timeout(self, kind: str) -> None:
+        pass
+
+    def client_connections(self, n: int) -> None:
+        pass
+
+    def connection_refused(self) -> None:
         pass
 
     def retried(self, model: str) -> None:

@@ -20,10 +20,21 @@ gone to the client: a connection refused or timed out, one closed before a
 whole response head arrived, a response head that cannot be read, or an
 engine answering 502 or 503.  Once a byte went out, a failure
 truncates the client's response (the connection closes) instead.
+
+Two clocks run against the engine once the request is sent (docs/router.rst,
+"Timeouts"): its whole response head must arrive within
+``first_byte_timeout_s``, and after that its body must make progress — a
+completed chunk when it is chunked, any byte otherwise — at least every
+``between_bytes_timeout_s``, except while the client's own slowness holds the
+relay paused.  A head that is late is a 504 in OpenAI's shape; a stream that
+stalls ends with a final SSE error event where its framing allows one, and is
+cut off where it does not.  Either way the engine's lease is released as
+``upstream_failed``, which counts towards taking it out of rotation.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Protocol
 
 from twisted.internet import defer
@@ -31,6 +42,7 @@ from twisted.logger import Logger
 
 from llmgw.router import errors
 from llmgw.router.bodies import read_usage
+from llmgw.http11 import LAST_CHUNK, chunk
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
 from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
 
@@ -45,6 +57,13 @@ log = Logger()
 # stream ends with it (before "[DONE]" in a stream).
 USAGE_TAIL_BYTES = 4096
 MAX_ATTEMPTS = 3
+# A non-streaming answer's head comes when the whole generation is done:
+# 300 s is 6,000 tokens at 20 a second.
+FIRST_BYTE_TIMEOUT_S = 300.0
+# A stream says nothing while the engine prefills a long prompt or waits for
+# room in its batch; two minutes is far beyond either on a working engine.
+BETWEEN_BYTES_TIMEOUT_S = 120.0
+_FIRST_BYTE, _BETWEEN_BYTES = "first_byte_timeout", "stalled"
 
 
 class EngineAddress(Protocol):
@@ -101,6 +120,15 @@ class Metrics(Protocol):
     def retried(self, model: str) -> None:
         """A request went to another engine after one failed it."""
 
+    def client_timeout(self, kind: str) -> None:
+        """A client connection was ended by a limit; ``kind``: idle, head, body, write_stall."""
+
+    def client_connections(self, n: int) -> None:
+        """API connections open now."""
+
+    def connection_refused(self) -> None:
+        """An API connection was refused: ``router.clients.max_connections`` were open."""
+
 
 class Exchange:
     """A request from admission until its response is relayed (or it fails)."""
@@ -109,6 +137,7 @@ class Exchange:
         "router", "factory", "info", "started", "payload", "close_after", "version11",
         "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
+        "timer_kind",
     )
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
@@ -141,6 +170,8 @@ class Exchange:
         self.status = 0
         # The client left after the stream's last event: the rest is read and dropped.
         self.client_left = False
+        # Which of the engine's two deadlines runs (the connection keeps the time).
+        self.timer_kind = _FIRST_BYTE
 
     # Admission ----------------------------------------------------------------
 
@@ -221,6 +252,7 @@ class Exchange:
         if b":" in host:
             host = b"[" + host + b"]"
         conn.send(self, b"%bHost: %b:%d\r\n\r\n%b" % (head, host, endpoint.port, body))
+        self._arm(self.factory.first_byte_timeout_s, _FIRST_BYTE)
 
     def upstream_data(self, data: bytes) -> None:
         conn = self.upstream
@@ -238,6 +270,7 @@ class Exchange:
             self.status = head.status
             if (head.status == 502 or head.status == 503) and self._retry_unavailable():
                 return
+            self._arm(self.factory.between_bytes_timeout_s, _BETWEEN_BYTES)
             data = parser.raw
             start = parser.body_start
             transport = self.router.transport
@@ -261,7 +294,7 @@ class Exchange:
             # Before writing: a first write over the transport's buffer size
             # pauses the engine at once.
             self.registered = True
-            transport.registerProducer(conn, True)
+            self.router.lend_transport(conn)
         if out is not None:
             piece = b"".join(out)
         elif self.passthrough and start:
@@ -276,6 +309,10 @@ class Exchange:
                 self.ttft = self.factory.clock.seconds() - self.started
             write_now(transport, piece)
         if end == NEED_MORE:
+            # Progress is a whole chunk: an engine dribbling a byte at a time
+            # does not keep a chunked stream alive.
+            if self.head.framing != CHUNKED or parser.between_chunks():
+                conn.deadline = self.factory.clock.seconds() + self.factory.between_bytes_timeout_s
             return
         self._complete(reusable=end == len(data) and self.head.keep_alive)
 
@@ -313,7 +350,7 @@ class Exchange:
         # producer resumes it when its buffer drains instead of closing.
         if self.registered:
             self.registered = False
-            self.router.transport.unregisterProducer()
+            self.router.take_back_transport(relayed=True)
 
     def _complete(self, reusable: bool) -> None:
         conn, self.upstream = self.upstream, None
@@ -416,3 +453,84 @@ class Exchange:
         elif self.admitting is not None:
             # Still queued: give the place up (admission's errback sees `finished`).
             self.admitting.cancel()
+
+    # The engine's deadlines ---------------------------------------------------------
+
+    def _arm(self, seconds: float, kind: str) -> None:
+        self.timer_kind = kind
+        self.upstream.watch(self.factory.clock, seconds)
+
+    def writes_paused(self) -> None:
+        """The client's transport is full: its reader, not the engine, is slow; the engine's clock stops."""
+        if self.upstream is not None:
+            self.upstream.deadline = math.inf
+        self.router.writes_paused()
+
+    def writes_resumed(self) -> None:
+        self.router.writes_resumed()
+        if self.upstream is not None and not self.finished:
+            self._arm(self.factory.between_bytes_timeout_s if self.head is not None else self.factory.first_byte_timeout_s,
+                      self.timer_kind)
+
+    def timed_out(self) -> None:
+        """The connection's deadline passed (``UpstreamConnection.watch``)."""
+        if self.finished or self.upstream is None:
+            return
+        factory = self.factory
+        model = self.info.model
+        endpoint_id = self.endpoint.id
+        if self.timer_kind == _FIRST_BYTE:
+            limit = "router.engines.first_byte_timeout_s (%g s)" % factory.first_byte_timeout_s
+            what = "sent no whole response head"
+        else:
+            limit = "router.engines.between_bytes_timeout_s (%g s)" % factory.between_bytes_timeout_s
+            what = "stopped sending its answer"
+        conn, self.upstream = self.upstream, None
+        between_chunks = conn.parser.between_chunks()
+        conn.abort()
+        self._unregister()
+        factory.metrics.upstream_error(model, endpoint_id, self.timer_kind)
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release("upstream_failed")
+        message = "%s %s for %s within %s" % (endpoint_id, what, model, limit)
+        if not self.committed:
+            log.warn("{message}: answered 504", message=message)
+            self.router.answer_error(self, errors.GatewayTimeout(
+                "the engine serving %s did not answer within %g s; it may have done the work, so sending the "
+                "request again costs it twice" % (model, factory.first_byte_timeout_s)))
+            return
+        self.finished = True
+        if self.client_left:
+            return
+        final = self._final_event("the engine serving %s stopped sending its answer for %g s; it is cut short here"
+                                  % (model, factory.between_bytes_timeout_s), between_chunks)
+        if final is None:
+            log.warn("{message}: the client's response is cut off", message=message)
+            self.router.exchange_broken(self)
+            return
+        log.warn("{message}: the stream ends with an error event", message=message)
+        write_now(self.router.transport, final)
+        factory.metrics.request_done(model, self.info.path, self.status, factory.clock.seconds() - self.started,
+                                     self.ttft, None, None)
+        self.router.exchange_done(self, self.close_after)
+
+    def _final_event(self, message: str, between_chunks: bool) -> bytes | None:
+        """What ends a stalled stream cleanly for the client: an OpenAI error event, or None where none fits."""
+        head = self.head
+        if not self.info.stream or head is None:
+            return None
+        tail = b"".join(self.tail)
+        event = b"data: " + errors.error_body("server_error", message, None, errors.GatewayTimeout.code) + b"\n\n"
+        if head.framing == CHUNKED:
+            # At a chunk boundary, after the head or a whole event (SSE lines end in LF or CRLF).
+            if not between_chunks or not (tail.endswith(b"\n\n\r\n") or tail.endswith(b"\r\n\r\n")):
+                return None
+            if self.dechunk:
+                self.close_after = True
+                return event
+            return chunk(event) + LAST_CHUNK
+        if head.framing == UNTIL_CLOSE and (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n")):
+            self.close_after = True
+            return event
+        return None

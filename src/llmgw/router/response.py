@@ -216,6 +216,10 @@ class ResponseParser:
             return NEED_MORE
         return start
 
+    def between_chunks(self) -> bool:
+        """A chunked body is read up to the end of a chunk: what comes next is a chunk-size line, not yet begun."""
+        return self._framing == CHUNKED and self._state == _SIZE and not self._line
+
     def eof(self) -> bool:
         """The engine closed the connection: whether that completed the body."""
         return self._framing == UNTIL_CLOSE or self._framing == NONE

@@ -39,6 +39,8 @@ LEAST_OUTSTANDING = "least_outstanding"
 AFFINITY_HIT = "affinity_hit"
 AFFINITY_SPILL = "affinity_spill"
 ENGINE_LOAD = "engine_load"
+#: The policy that reads the engines' /metrics: the router polls them only under it.
+ENGINE_LOAD_POLICY = "engine-load"
 DECISIONS = (AFFINITY_HIT, AFFINITY_SPILL, LEAST_OUTSTANDING, ENGINE_LOAD)
 
 DEFAULT_PREFIX_CHARS = 256
@@ -249,6 +251,6 @@ def make_policy(name: str, **options) -> Policy:
         return LeastOutstanding()
     if name == "prefix-affinity":
         return PrefixAffinity(**options)
-    if name == "engine-load":
+    if name == ENGINE_LOAD_POLICY:
         return EngineLoad()
     raise ValueError(f"no scoring policy named {name!r}; use least-outstanding, prefix-affinity or engine-load")

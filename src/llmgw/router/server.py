@@ -9,6 +9,12 @@ shape and the connection closed, after reading and dropping what the client
 still sends for ``LINGER_S`` (closing with unread bytes makes the kernel reset
 the connection, which can destroy the answer before the client reads it).
 
+A client is on a clock and a budget (``router.clients``, docs/router.rst
+"Limits"): idle between requests, reading a head, reading a body, and not
+reading its answers each have a limit, and connections over
+``max_connections`` are answered 503 and closed.  HEAD is answered as GET
+would be, without the body.
+
 Every answer the router makes itself is an OpenAI error,
 ``{"error": {"message", "type", "param", "code"}}``; ``answer_error`` is the one
 place that turns a ``RouterError`` into a response.
@@ -18,15 +24,18 @@ from __future__ import annotations
 
 import json
 
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from zope.interface import implementer
 
+from llmgw.config.server import ClientLimits
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
 from llmgw.router.dispatch import RequestInfo
 from llmgw.router.metrics import NullMetrics
-from llmgw.router.proxy import MAX_ATTEMPTS, Admitter, Exchange, Metrics
+from llmgw.router.proxy import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S, MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -38,8 +47,20 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CLOSE = b"Connection: close\r\n"
 
 
+def _no_constant(name: str):
+    raise ValueError("%s is not JSON (RFC 8259 has no NaN or Infinity): send a number or null" % name)
+
+
+@implementer(IPushProducer)
 class RouterProtocol(Protocol):
-    """One client connection."""
+    """One client connection.
+
+    Between relays the protocol is its own transport's producer, so the
+    transport says when the answers it made itself (errors, /v1/models) pile
+    up unread: it then stops answering pipelined requests and reading new ones
+    until they drain.  During a relay the engine connection is the producer
+    (``lend_transport``/``take_back_transport``).
+    """
 
     def __init__(self, factory: RouterFactory):
         self.factory = factory
@@ -49,20 +70,32 @@ class RouterProtocol(Protocol):
         self._serving = False
         self._close_after = False
         self._reading_paused = False
+        self._writes_blocked = False
+        self._producing = False
         self._linger = None
+        self._head_only = False
+        # The wait on the client now (idle, header or body), and the write stall.
+        self._timer = None
+        self._timer_phase = ""
+        self._deadline = 0.0
+        self._stall = None
 
     # Protocol
 
     def connectionMade(self) -> None:
-        self.transport.setTcpNoDelay(True)
-        self.transport.bufferSize = RELAY_BUFFER_BYTES
+        transport = self.transport
+        transport.setTcpNoDelay(True)
+        transport.bufferSize = RELAY_BUFFER_BYTES
+        self.factory.connection_made()
+        self.take_back_transport()
+        self._watch()
 
     def dataReceived(self, data: bytes) -> None:
         if self._linger is not None:
             return
         parser = self.parser
         parser.feed(data)
-        if self.exchange is None:
+        if self.exchange is None and not self._writes_blocked:
             self._serve()
         elif not self._reading_paused and parser.buffered > PIPELINE_LIMIT:
             self._reading_paused = True
@@ -70,11 +103,143 @@ class RouterProtocol(Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.lost = True
-        if self._linger is not None and self._linger.active():
-            self._linger.cancel()
+        self.factory.connection_lost()
+        for call in (self._linger, self._timer, self._stall):
+            if call is not None and call.active():
+                call.cancel()
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.client_gone()
+
+    # IPushProducer, for this connection's own transport
+
+    def pauseProducing(self) -> None:
+        if not self._writes_blocked:
+            self._writes_blocked = True
+            self.writes_paused()
+
+    def resumeProducing(self) -> None:
+        if self._writes_blocked:
+            self._writes_blocked = False
+            self.writes_resumed()
+            if self.exchange is None and not self.lost:
+                self._serve()
+
+    def stopProducing(self) -> None:
+        pass
+
+    def lend_transport(self, producer) -> None:
+        """A relay begins: ``producer`` (the engine connection) is paused and resumed by the client's transport."""
+        if self._producing:
+            self._producing = False
+            self.transport.unregisterProducer()
+        self.transport.registerProducer(producer, True)
+
+    def take_back_transport(self, relayed: bool = False) -> None:
+        """The relay is over (``relayed``: it had the transport): this protocol is the producer again."""
+        transport = self.transport
+        if relayed:
+            transport.unregisterProducer()
+            if self._stall is not None and self._stall.active():
+                # The transport paused the relay and has not resumed it: it
+                # will resume this protocol instead once its buffer drains.
+                self._writes_blocked = True
+        if not self._producing and not self.lost:
+            self._producing = True
+            transport.registerProducer(self, True)
+
+    def _close(self, write_only: bool = False) -> None:
+        # A transport whose producer is paused resumes it when its buffer
+        # drains instead of closing: nothing is registered when it closes.
+        if self._producing:
+            self._producing = False
+            self.transport.unregisterProducer()
+        if write_only:
+            self.transport.loseWriteConnection()
+        else:
+            self.transport.loseConnection()
+
+    # Limits on the client
+
+    def _watch(self) -> None:
+        """Start the clock the client is on now: idle between requests, reading a head, or reading a body.
+
+        One call per connection checks the deadline, and is moved only to be
+        sooner: a busy connection changes phase at every request and costs no
+        timer for it.
+        """
+        if self.exchange is not None or self._writes_blocked or self._close_after or self.lost or self._linger is not None:
+            phase = ""
+        else:
+            phase = self.parser.phase
+        if phase == self._timer_phase:
+            return
+        self._timer_phase = phase
+        if phase == "" or phase == "failed":
+            return
+        limits = self.factory.clients
+        seconds = (limits.idle_timeout_s if phase == "idle" else
+                   limits.header_timeout_s if phase == "head" else limits.body_timeout_s)
+        clock = self.factory.clock
+        deadline = self._deadline = clock.seconds() + seconds
+        timer = self._timer
+        if timer is None:
+            self._timer = clock.callLater(seconds, self._check)
+        elif timer.getTime() > deadline:
+            timer.reset(seconds)
+
+    def _check(self) -> None:
+        self._timer = None
+        phase = self._timer_phase
+        if self.lost or phase == "" or phase == "failed":
+            return
+        left = self._deadline - self.factory.clock.seconds()
+        if left > 0:
+            self._timer = self.factory.clock.callLater(left, self._check)
+        else:
+            self._timed_out()
+
+    def _timed_out(self) -> None:
+        phase = self._timer_phase
+        self._timer_phase = ""
+        factory = self.factory
+        factory.metrics.client_timeout(phase)
+        if phase == "idle":
+            log.debug("closed {peer}: no request for router.clients.idle_timeout_s ({s:g} s)",
+                      peer=_peer(self.transport), s=factory.clients.idle_timeout_s)
+            self._close()
+            return
+        if phase == "head":
+            limit = "router.clients.header_timeout_s (%g s)" % factory.clients.header_timeout_s
+            what = "the request line and headers did not arrive within %g s" % factory.clients.header_timeout_s
+        else:
+            limit = "router.clients.body_timeout_s (%g s)" % factory.clients.body_timeout_s
+            what = "the request body did not arrive within %g s of its head" % factory.clients.body_timeout_s
+        log.info("{peer} sent no whole request within {limit}: answered 408 and closed", peer=_peer(self.transport),
+                 limit=limit)
+        self._refuse(BadRequest(408, what + ": send the request whole, without pauses"))
+
+    def writes_paused(self) -> None:
+        """The client's transport holds more of its answer than it may: the client has that long to read."""
+        if self._stall is None or not self._stall.active():
+            self._stall = self.factory.clock.callLater(self.factory.clients.write_stall_timeout_s, self._stalled)
+        self._watch()
+
+    def writes_resumed(self) -> None:
+        stall, self._stall = self._stall, None
+        if stall is not None and stall.active():
+            stall.cancel()
+        self._watch()
+
+    def _stalled(self) -> None:
+        self._stall = None
+        if self.lost:
+            return
+        factory = self.factory
+        factory.metrics.client_timeout("write_stall")
+        log.info("{peer} read none of its answer for router.clients.write_stall_timeout_s ({s:g} s): closed, "
+                 "its engine slot freed", peer=_peer(self.transport), s=factory.clients.write_stall_timeout_s)
+        self.transport.abortConnection()
 
     # Requests
 
@@ -84,7 +249,7 @@ class RouterProtocol(Protocol):
         self._serving = True
         parser = self.parser
         try:
-            while self.exchange is None and not self._close_after and not self.lost:
+            while self.exchange is None and not self._close_after and not self.lost and not self._writes_blocked:
                 item = parser.next_request()
                 if item is None:
                     if parser.continue_wanted:
@@ -99,26 +264,37 @@ class RouterProtocol(Protocol):
             self._serving = False
         if self.exchange is None and not self.lost:
             if self._close_after:
-                self.transport.loseConnection()
-            elif self._reading_paused:
+                self._close()
+            elif self._reading_paused and not self._writes_blocked:
                 self._reading_paused = False
                 self.transport.resumeProducing()
+            elif self._writes_blocked and not self._reading_paused and parser.buffered > PIPELINE_LIMIT:
+                self._reading_paused = True
+                self.transport.pauseProducing()
+        self._watch()
 
     def _handle(self, request: ParsedRequest) -> None:
+        # A request in hand: the idle clock starts afresh after it.
+        self._timer_phase = ""
         factory = self.factory
         started = factory.clock.seconds()
         path = request.path
         close = not request.keep_alive or request.version < (1, 1)
-        if path in PROXIED and request.method == "POST":
+        method = request.method
+        # HEAD is answered as GET would be, without the body (RFC 9110 §9.3.2).
+        self._head_only = method == "HEAD"
+        if self._head_only:
+            method = "GET"
+        if path in PROXIED and method == "POST":
             info = self._read(request, path, started, close)
             if info is not None:
                 exchange = self.exchange = Exchange(self, request, info, started)
                 exchange.start()
-        elif path == "/v1/models" and request.method == "GET":
+        elif path == "/v1/models" and method == "GET":
             created = factory.created
             data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in factory.dispatcher.models()]
             self._answer(200, json.dumps({"object": "list", "data": data}).encode(), close, "", path, started)
-        elif path.startswith("/v1/models/") and request.method == "GET":
+        elif path.startswith("/v1/models/") and method == "GET":
             model = path[len("/v1/models/"):]
             if model in factory.dispatcher.models():
                 body = json.dumps({"id": model, "object": "model", "created": factory.created, "owned_by": "llmgw"}).encode()
@@ -134,7 +310,7 @@ class RouterProtocol(Protocol):
     def _read(self, request: ParsedRequest, path: str, started: float, close: bool) -> RequestInfo | None:
         """The request's RequestInfo, or None after answering why it cannot have one."""
         try:
-            body = json.loads(request.body)
+            body = json.loads(request.body, parse_constant=_no_constant)
         except (ValueError, RecursionError) as e:
             self._error(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
             return None
@@ -161,19 +337,24 @@ class RouterProtocol(Protocol):
     def _refuse(self, bad: BadRequest) -> None:
         """A request that cannot be read: answer, then drop what still comes for LINGER_S, then close."""
         self._close_after = True
-        error = errors.BodyTooLarge(bad.message) if bad.status == 413 else errors.InvalidRequest(bad.message)
+        error = (errors.BodyTooLarge(bad.message) if bad.status == 413 else
+                 errors.RequestTimeout(bad.message) if bad.status == 408 else errors.InvalidRequest(bad.message))
         body = errors.error_body(error.type, bad.message, None, error.code)
         self.transport.write(response_bytes(bad.status, body, self.factory.date(), connection=_CLOSE))
         self.factory.metrics.request_done("", "", bad.status, 0.0, None, None, None)
-        self.transport.loseWriteConnection()
+        self._close(write_only=True)
         self._linger = self.factory.clock.callLater(LINGER_S, self.transport.loseConnection)
+        self._watch()
 
     # Answers
 
     def _answer(self, status: int, body: bytes, close: bool, model: str, path: str, started: float, extra: bytes = b"") -> None:
         if close:
             self._close_after = True
-        self.transport.write(response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra))
+        response = response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra)
+        if self._head_only:
+            response = response[: len(response) - len(body)]
+        self.transport.write(response)
         self.factory.metrics.request_done(model, path, status, self.factory.clock.seconds() - started, None, None, None)
 
     def _error(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
@@ -202,7 +383,26 @@ class RouterProtocol(Protocol):
             self.exchange = None
         self._close_after = True
         if not self.lost:
-            self.transport.loseConnection()
+            self._close()
+
+
+def _peer(transport) -> str:
+    peer = transport.getPeer()
+    host = getattr(peer, "host", None)
+    return "%s:%s" % (host, peer.port) if host is not None else str(peer)
+
+
+class _Refused(Protocol):
+    """A connection over ``router.clients.max_connections``: 503, then closed."""
+
+    def connectionMade(self) -> None:
+        error = errors.TooManyConnections(
+            "the router has %d API connections open, as many as router.clients.max_connections allows: try again "
+            "after Retry-After, and reuse connections (keep-alive)" % self.factory.max_connections)
+        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
+        self.transport.write(response_bytes(error.status, errors.render(error), self.factory.date(),
+                                            connection=_CLOSE, extra=extra))
+        self.transport.loseConnection()
 
 
 class RouterFactory(Factory):
@@ -228,8 +428,20 @@ class RouterFactory(Factory):
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         max_idle_per_endpoint: int = MAX_IDLE_PER_ENDPOINT,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        between_bytes_timeout_s: float = BETWEEN_BYTES_TIMEOUT_S,
+        clients: ClientLimits = ClientLimits(),
+        max_connections: int | None = None,
     ):
         self.dispatcher = dispatcher
+        self.clients = clients
+        # None: no cap (the service always gives one).
+        self.max_connections = max_connections
+        self.connections = 0
+        self._refused = 0
+        self._refusals_logged_at: float | None = None
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self.between_bytes_timeout_s = between_bytes_timeout_s
         self.clock = clock
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics if metrics is not None else NullMetrics()
@@ -243,8 +455,34 @@ class RouterFactory(Factory):
         self.date = DateHeader(clock.seconds)
         self.created = int(clock.seconds())
 
-    def buildProtocol(self, addr) -> RouterProtocol:
+    def buildProtocol(self, addr) -> Protocol:
+        cap = self.max_connections
+        if cap is not None and self.connections >= cap:
+            self._refuse_connection(addr)
+            refused = _Refused()
+            refused.factory = self
+            return refused
         return RouterProtocol(self)
+
+    def connection_made(self) -> None:
+        self.connections += 1
+        self.metrics.client_connections(self.connections)
+
+    def connection_lost(self) -> None:
+        self.connections -= 1
+        self.metrics.client_connections(self.connections)
+
+    def _refuse_connection(self, addr) -> None:
+        self.metrics.connection_refused()
+        self._refused += 1
+        now = self.clock.seconds()
+        # One line a minute at most: a flood must not become a flood of log lines.
+        if self._refusals_logged_at is None or now - self._refusals_logged_at >= 60:
+            self._refusals_logged_at = now
+            log.warn("router.clients.max_connections ({cap}) reached: refused {peer}, {n} refused in all; "
+                     "raise the limit (and the open-files limit) or add routers",
+                     cap=self.max_connections, peer="%s:%s" % (getattr(addr, "host", addr), getattr(addr, "port", "")),
+                     n=self._refused)
 
     def close(self) -> None:
         self.pool.close()

@@ -7,17 +7,19 @@ hub, or from ``router.endpoints`` with no control plane at all).
 
 from __future__ import annotations
 
+import resource
 from typing import Iterable
 
 from twisted.application import internet, service
-from twisted.internet import defer, endpoints
+from twisted.internet import defer, endpoints, threads
 from twisted.logger import Logger
 
 from llmgw.config.endpoints import parse_server_endpoint
 from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
 from llmgw.router.dispatch import Dispatcher
-from llmgw.router.enginemetrics import EnginePoller
+from llmgw.router.enginemetrics import EnginePoller, fetch_metrics, parse_engine_metrics
+from llmgw.router.scoring import ENGINE_LOAD_POLICY
 from llmgw.views import EndpointEntry, EndpointTable
 
 log = Logger()
@@ -48,6 +50,21 @@ def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
         )
 
 
+def max_connections(config: RouterSettings) -> int:
+    """``router.clients.max_connections``, or a quarter of the open-files limit now when it is null.
+
+    A quarter, because an API connection can hold a second descriptor to its
+    engine and the hub's agent links, engines' idle connections and the
+    files being written need the rest.
+    """
+    if config.clients.max_connections is not None:
+        return config.clients.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 4)
+
+
 class Router(service.MultiService):
     """Dispatcher, engine-load poller and API listener, with the table kept current.
 
@@ -67,10 +84,14 @@ class Router(service.MultiService):
         self._table: EndpointTable | None = None if follows_table else EndpointTable()
         self._catalog: frozenset[str] | None = None
         self._agent = None
-        self._poller = EnginePoller(reactor, self._fetch_metrics)
+        self._poller = EnginePoller(reactor, self._fetch_metrics, timeout_s=config.engines.metrics_timeout_s,
+                                    parse=self._parse_metrics)
         from llmgw.router.server import RouterFactory
 
-        factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics)
+        factory = RouterFactory(self.dispatcher, reactor, max_body_bytes=config.max_body_bytes, metrics=metrics,
+                                first_byte_timeout_s=config.engines.first_byte_timeout_s,
+                                between_bytes_timeout_s=config.engines.between_bytes_timeout_s,
+                                clients=config.clients, max_connections=max_connections(config))
         self._factory = factory
         internet.StreamServerEndpointService(
             endpoints.serverFromString(reactor, listen_api), factory
@@ -79,7 +100,16 @@ class Router(service.MultiService):
 
     def startService(self):
         super().startService()
-        self._poller.start(lambda: self.dispatcher.endpoints())
+        self._poll_if_needed()
+
+    def _poll_if_needed(self) -> None:
+        """Engines' /metrics are read only while the scoring policy uses them."""
+        self._poller.timeout_s = self.config.engines.metrics_timeout_s
+        wanted = self.running and self.config.scoring == ENGINE_LOAD_POLICY
+        if wanted and not self._poller.running:
+            self._poller.start(lambda: self.dispatcher.endpoints())
+        elif not wanted and self._poller.running:
+            self._poller.stop()
 
     def stopService(self):
         self._poller.stop()
@@ -90,6 +120,13 @@ class Router(service.MultiService):
         """A reloaded router: section (keys, admission, static endpoints)."""
         self.config = config
         self.dispatcher.reconfigure(config)
+        factory = self._factory
+        factory.max_body_bytes = config.max_body_bytes
+        factory.first_byte_timeout_s = config.engines.first_byte_timeout_s
+        factory.between_bytes_timeout_s = config.engines.between_bytes_timeout_s
+        factory.clients = config.clients
+        factory.max_connections = max_connections(config)
+        self._poll_if_needed()
         self._apply()
 
     def apply_table(self, table: EndpointTable) -> None:
@@ -119,8 +156,11 @@ class Router(service.MultiService):
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
         self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
 
+    def _parse_metrics(self, page: bytes) -> defer.Deferred:
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), parse_engine_metrics, page)
+
     def _fetch_metrics(self, url: str) -> defer.Deferred:
-        """GET an engine's /metrics (the poller gives the whole URL); off the hot path."""
+        """GET an engine's /metrics (the poller gives the whole URL), at most metrics_max_bytes of it."""
         if self._agent is None:
             from twisted.web.client import Agent
 
@@ -129,6 +169,4 @@ class Router(service.MultiService):
             pool = connection_pool(self._reactor, persistent=True)
             pool.retryAutomatically = False
             self._agent = Agent(self._reactor, connectTimeout=2, pool=pool)
-        from twisted.web.client import readBody
-
-        return self._agent.request(b"GET", url.encode()).addCallback(readBody)
+        return fetch_metrics(self._agent, url, self.config.engines.metrics_max_bytes)

@@ -23,6 +23,7 @@ Memory per stream stays at about one socket read plus the transport's buffer.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from twisted.internet import defer, error, tcp
@@ -63,6 +64,10 @@ class UpstreamConnection(Protocol):
         self.pauses = 0
         self.lost = False
         self._made = made
+        # When the exchange's wait on the engine ends (inf: stopped), and the
+        # one call that checks it: moving a deadline later costs no timer.
+        self.deadline = math.inf
+        self._timer = None
 
     def connectionMade(self) -> None:
         self.transport.setTcpNoDelay(True)
@@ -82,6 +87,9 @@ class UpstreamConnection(Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.lost = True
+        timer, self._timer = self._timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.upstream_lost(self, reason)
@@ -93,6 +101,26 @@ class UpstreamConnection(Protocol):
         self.requests += 1
         self.parser.reset()
         write_now(self.transport, data)
+
+    def watch(self, clock, seconds: float) -> None:
+        """Call the exchange's ``timed_out`` unless ``deadline`` is moved on within ``seconds``."""
+        deadline = self.deadline = clock.seconds() + seconds
+        timer = self._timer
+        if timer is None:
+            self._timer = clock.callLater(seconds, self._check, clock)
+        elif timer.getTime() > deadline:
+            timer.reset(seconds)
+
+    def _check(self, clock) -> None:
+        self._timer = None
+        exchange = self.exchange
+        if exchange is None or self.lost or self.deadline == math.inf:
+            return
+        left = self.deadline - clock.seconds()
+        if left > 0:
+            self._timer = clock.callLater(left, self._check, clock)
+        else:
+            exchange.timed_out()
 
     def detach(self) -> None:
         """The exchange is done with this connection; it must be reading again before it idles."""
@@ -114,11 +142,15 @@ class UpstreamConnection(Protocol):
             self.paused = True
             self.pauses += 1
             self.transport.pauseProducing()
+            if self.exchange is not None:
+                self.exchange.writes_paused()
 
     def resumeProducing(self) -> None:
         if self.paused and not self.lost:
             self.paused = False
             self.transport.resumeProducing()
+            if self.exchange is not None:
+                self.exchange.writes_resumed()
 
     def stopProducing(self) -> None:
         # The client's connection is gone; its protocol tells the exchange,
