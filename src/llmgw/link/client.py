@@ -23,6 +23,7 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
+from llmgw.link.session import quiet_cancellations
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
@@ -49,7 +50,7 @@ class _Protocol(WampWebSocketClientProtocol):
 
 def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession]):
     config = ComponentConfig(realm=uris.REALM)
-    factory = WampWebSocketClientFactory(lambda: make_session(config), url=hub.url, serializers=[JsonSerializer()])
+    factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[JsonSerializer()])
     factory.protocol = _Protocol
     factory.noisy = verbose_logs()  # "Starting factory" on every reconnect says nothing
     factory.setProtocolOptions(
