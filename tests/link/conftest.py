@@ -46,16 +46,16 @@ class Control(ApplicationSession):
         return self.pending[-1]
 
 
-async def serve(hub: Hub, pki):
-    """Listen for *hub* on a free port of 127.0.0.1 and attach a ``Control``; returns the port."""
+async def serve(hub: Hub, pki, control: bool = True):
+    """Listen for *hub* on a free port of 127.0.0.1 and attach a ``Control`` (unless not *control*); returns the port."""
     tls = TLSFiles(str(pki / "ca.crt"), str(pki / "llmgw-server.crt"), str(pki / "llmgw-server.key"))
     factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
     port = await endpoints.TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(factory)
-    control = Control(ComponentConfig(realm=uris.REALM))
-    hub.attach_local(control)
-    await control.ready.addTimeout(5, reactor)
     hub.address = HubAddress(f"wss://127.0.0.1:{port.getHost().port}/", "127.0.0.1", port.getHost().port)
-    hub.control = control
+    if control:
+        hub.control = Control(ComponentConfig(realm=uris.REALM))
+        hub.attach_local(hub.control)
+        await hub.control.ready.addTimeout(5, reactor)
     return port
 
 
