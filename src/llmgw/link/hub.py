@@ -6,7 +6,8 @@ llmgw's parts use: call timeouts, call canceling (skip, kill, killnowait;
 a callee that did not announce call_canceling is never interrupted),
 progressive results, caller identification, prefix subscriptions and
 publisher exclusion.  A router we can read end to end is one we can trust
-with the fleet.  Frames are parsed in ``llmgw.link.inbound``.
+with the fleet.  Frames are parsed in ``llmgw.link.inbound``; one peer is a
+``HubSession`` (``llmgw.link.peer``).
 
 Identity is never taken from a client: a remote session's authid and role
 come from its TLS client certificate (``identity_of``), and a HELLO that
@@ -23,18 +24,14 @@ in ``Hub.refusals`` (by limit) and logs one line naming the peer.
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 from typing import Callable
 
 import attrs
-from autobahn.exception import Disconnected
-from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
+from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
-from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.serializer import JsonSerializer
-from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.config.common import verbose_logs
@@ -42,6 +39,7 @@ from llmgw.config.server import LinkSettings
 from llmgw.errors import PKIError
 from llmgw.link import authz, inbound, uris
 from llmgw.link.local import LocalLink
+from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
 from llmgw.link.session import quiet_cancellations
 
 log = Logger()
@@ -55,22 +53,6 @@ _random = random.SystemRandom()
 META_ON_JOIN = "wamp.session.on_join"
 META_ON_LEAVE = "wamp.session.on_leave"
 
-# What a client may send once its session is open.  Anything else (a WELCOME,
-# an EVENT, a second HELLO) is a protocol violation and ends the session.
-_CLIENT_MESSAGES = (
-    message.Goodbye,
-    message.Abort,
-    message.Register,
-    message.Unregister,
-    message.Call,
-    message.Cancel,
-    message.Yield,
-    message.Error,
-    message.Subscribe,
-    message.Unsubscribe,
-    message.Publish,
-)
-
 _ROUTER_ROLES = {
     "broker": role.RoleBrokerFeatures(pattern_based_subscription=True, publisher_exclusion=True),
     "dealer": role.RoleDealerFeatures(
@@ -79,14 +61,6 @@ _ROUTER_ROLES = {
 }
 
 SKIP, KILL, KILLNOWAIT = message.Cancel.SKIP, message.Cancel.KILL, message.Cancel.KILLNOWAIT
-
-
-@attrs.frozen
-class SessionIdentity:
-    """Who a hub session is: its WAMP authid and authrole, from its certificate or ``attach_local``."""
-
-    authid: str
-    role: str
 
 
 @attrs.frozen
@@ -137,138 +111,6 @@ class _Invocation:
     interrupted: bool = False
 
 
-class HubSession:
-    """One client's session, remote (over WebSocket) or local (the control plane)."""
-
-    def __init__(self, hub: Hub, identity: SessionIdentity | None = None):
-        self._hub = hub
-        self._identity = identity
-        self._transport = None
-        self._session_id: int | None = None
-        self._authid: str | None = None
-        self.peer = "in process"
-        # Announced in HELLO: a callee that did not may not be sent INTERRUPT.
-        self.cancellable = False
-        self.hello_seen = False
-        self.hello_timer = None
-        self.subscriptions: set[int] = set()
-        self._invocation_ids = 0
-        self._pings: dict[bytes, defer.Deferred] = {}
-
-    # -- the ISession side autobahn's WebSocket protocol drives --
-
-    def onOpen(self, transport) -> None:
-        self._transport = transport
-        tcp = getattr(transport, "transport", None)
-        if tcp is not None:
-            address = tcp.getPeer()
-            self.peer = f"{getattr(address, 'host', address)}:{getattr(address, 'port', '')}"
-        if self._identity is None:
-            self._identity = self._hub._identity_from(transport)
-        self._hub._opened(self)
-
-    def onFrame(self, payload: bytes, is_binary: bool) -> None:
-        self._hub._frame(self, payload, is_binary)
-
-    def onMessage(self, msg) -> None:
-        if self._session_id is None:
-            self._hub._hello(self, msg)
-        elif isinstance(msg, _CLIENT_MESSAGES):
-            self._hub._dispatch(self, msg)
-        elif isinstance(msg, message.Hello):
-            self._hub._violation(self, "HELLO after the session was established")
-        else:
-            self._hub._violation(self, f"a client may not send {type(msg).__name__.upper()}")
-
-    def onPong(self, payload: bytes) -> None:
-        waiting = self._pings.pop(payload, None)
-        if waiting is not None and not waiting.called:
-            waiting.callback(True)
-
-    def onClose(self, wasClean: bool) -> None:
-        self._hub._left(self)
-        self._transport = None
-        for waiting in self._pings.values():
-            if not waiting.called:
-                waiting.callback(False)
-        self._pings.clear()
-
-    # -- used by the hub --
-
-    @property
-    def authid(self) -> str | None:
-        return self._authid
-
-    @property
-    def role(self) -> str | None:
-        return self._identity.role if self._identity else None
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    @property
-    def open(self) -> bool:
-        return self._transport is not None and self._transport.isOpen()
-
-    def next_invocation_id(self) -> int:
-        # INVOCATION.Request is session-scope: 1, 2, 3... per callee.
-        self._invocation_ids += 1
-        return self._invocation_ids
-
-    def ping(self, clock, timeout: float) -> defer.Deferred:
-        """Fires True if the peer answers a WebSocket ping within *timeout* seconds, else False."""
-        send = getattr(self._transport, "sendPing", None)
-        if send is None:
-            return defer.succeed(self.open)  # in process: alive while open
-        payload = os.urandom(8)
-        answered = defer.Deferred()
-        self._pings[payload] = answered
-
-        def silent():
-            self._pings.pop(payload, None)
-            if not answered.called:
-                answered.callback(False)
-
-        timer = clock.callLater(timeout, silent)
-
-        def done(alive):
-            if timer.active():
-                timer.cancel()
-            return alive
-
-        answered.addCallback(done)
-        send(payload)
-        return answered
-
-    def send(self, msg) -> None:
-        if self._transport is not None and self._transport.isOpen():
-            try:
-                self._transport.send(msg)
-            except (Disconnected, TransportLost):
-                pass  # the peer is gone; its onClose cleans up
-
-    def drop(self) -> None:
-        if self._transport is not None and self._transport.isOpen():
-            self._transport.close()
-
-    def __repr__(self) -> str:
-        who = f"{self.role}:{self._authid}" if self._authid else "(no session)"
-        return f"<session {self._session_id} {who} from {self.peer}>"
-
-
-class _HubProtocol(WampWebSocketServerProtocol):
-    """autobahn's server protocol with frames parsed by the hub and pongs passed on."""
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        if self._session is not None:
-            self._session.onFrame(payload, isBinary)
-
-    def onPong(self, payload: bytes) -> None:
-        if self._session is not None:
-            self._session.onPong(payload)
-
-
 class Hub:
     def __init__(self, clock, realm: str = uris.REALM, identify: Callable | None = None,
                  settings: LinkSettings | None = None):
@@ -299,7 +141,7 @@ class Hub:
         factory = WampWebSocketServerFactory(
             lambda: HubSession(self), url=url, serializers=[JsonSerializer()]
         )
-        factory.protocol = _HubProtocol
+        factory.protocol = HubProtocol
         factory.noisy = verbose_logs()
         # A half-open connection (a node that lost power) is found by pings,
         # not by waiting for TCP to notice.  The opening handshake (TLS, then
