@@ -10,6 +10,7 @@ ctl and agents still join.
 from __future__ import annotations
 
 import socket
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def admin_figure(cluster, name: str) -> float | None:
 
 def test_a_flood_of_api_clients_leaves_the_link_its_descriptors(cluster):
     config = cluster.write_server_config(f"link: {{max_connections: {LINK}}}\n")
-    argv = ["prlimit", f"--nofile=200:{LIMIT}", "--", *twistd("llmgw-server", config)]
+    lowered = f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (200, {LIMIT})); os.execv(sys.argv[1], sys.argv[1:])"
+    argv = [sys.executable, "-c", lowered, *twistd("llmgw-server", config)]
     server = Process("server", argv, cluster.base / "server.log", environment()).start()
     cluster.server = server
     cluster.processes.append(server)

@@ -12,15 +12,12 @@ import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import ComponentConfig, RegisterOptions, SubscribeOptions
+from autobahn.wamp.types import SubscribeOptions
 from twisted.internet import defer, endpoints, reactor, ssl
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from llmgw.errors import HubUnreachable
-from llmgw.huburl import HubAddress
 from llmgw.link import uris
 from llmgw.link.client import _factory, connect_once
-from llmgw.link.hub import Hub
 from llmgw.tlsfiles import TLSFiles
 from tests.link.conftest import files, join
 
