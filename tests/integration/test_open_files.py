@@ -75,3 +75,11 @@ def test_a_flood_of_api_clients_leaves_the_link_its_descriptors(cluster):
     log = server.output()
     refused = [line for line in log.splitlines() if "listen.api" in line and "refused a connection from 127.0.0.1:" in line]
     assert len(refused) == 1, refused  # one line for the run, not one per connection
+
+
+def test_a_limit_too_low_for_the_link_is_shared_half_and_half():
+    from llmgw.process.common import RESERVED_FDS, Budgets, split_open_files
+
+    assert split_open_files(65536, 1024) == Budgets(1024, 65536 - RESERVED_FDS - 1024)
+    # systemd's default soft limit with the default link budget: agents keep half of what there is.
+    assert split_open_files(1024, 1024) == Budgets(448, 448)
