@@ -90,3 +90,10 @@ def test_every_twistd_command_in_the_docs_names_its_pidfile() -> None:
     commands = [(path.name, m.group(0)) for path in documents for m in TWISTD_COMMAND.finditer(path.read_text())]
     assert len(commands) >= 8, commands
     assert [c for c in commands if "--pidfile" not in c[1]] == []
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_a_unit_gives_its_process_room_for_connections(unit: Path) -> None:
+    """systemd's default soft limit (1024) is what let API clients lock agents out of the hub."""
+    limit = service_section(unit).get("LimitNOFILE")
+    assert limit is not None and int(limit) >= 65536, f"{unit.name}: LimitNOFILE={limit}"

@@ -34,7 +34,7 @@ SERVER_CASES = [
         "unknown-top-level-key",
         SERVER + "routr: {}\n",
         "server.yaml:4: routr: unknown key; did you mean 'router'? allowed here: listen, "
-        "tls, fleet, engines, profiles, models, router",
+        "tls, fleet, link, engines, profiles, models, router",
     ),
     (
         "unknown-nested-key",
@@ -363,7 +363,7 @@ SERVER_CASES = [
     (
         "document-is-a-list",
         "- listen\n- tls\n",
-        "server.yaml:1: (document): expected a mapping with keys listen, tls, fleet, engines, "
+        "server.yaml:1: (document): expected a mapping with keys listen, tls, fleet, link, engines, "
         "profiles, models, router, got a list",
     ),
     (

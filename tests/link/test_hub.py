@@ -12,62 +12,14 @@ import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import ComponentConfig, RegisterOptions, SubscribeOptions
+from autobahn.wamp.types import SubscribeOptions
 from twisted.internet import defer, endpoints, reactor, ssl
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from llmgw.errors import HubUnreachable
-from llmgw.huburl import HubAddress
 from llmgw.link import uris
 from llmgw.link.client import _factory, connect_once
-from llmgw.link.hub import Hub
-from llmgw.link.tls import server_options
 from llmgw.tlsfiles import TLSFiles
-
-
-def files(pki, name):
-    return TLSFiles(str(pki / "ca.crt"), str(pki / f"{name}.crt"), str(pki / f"{name}.key"))
-
-
-class Control(ApplicationSession):
-    """Stands in for the control plane: attached in process, full rights."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.ready = defer.Deferred()
-        self.events: list = []
-
-    def onConnect(self):
-        self.join(self.config.realm)
-
-    async def onJoin(self, details):
-        opts = RegisterOptions(details_arg="details")
-        await self.register(lambda details=None: {"authid": details.caller_authid, "role": details.caller_authrole},
-                            uris.CP_AGENT + "whoami", opts)
-        await self.register(lambda: defer.Deferred(), uris.CP_AGENT + "never")
-        await self.register(lambda details=None: ["node list for " + details.caller_authid], uris.CP_NODES, opts)
-        self.ready.callback(self)
-
-
-@pytest_twisted.async_yield_fixture
-async def hub(pki):
-    hub = Hub(reactor)
-    tls = TLSFiles(str(pki / "ca.crt"), str(pki / "llmgw-server.crt"), str(pki / "llmgw-server.key"))
-    factory = TLSMemoryBIOFactory(server_options(tls), False, hub.websocket_factory())
-    port = await endpoints.TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(factory)
-    control = Control(ComponentConfig(realm=uris.REALM))
-    hub.attach_local(control)
-    await control.ready.addTimeout(5, reactor)
-    hub.address = HubAddress(f"wss://127.0.0.1:{port.getHost().port}/", "127.0.0.1", port.getHost().port)
-    hub.control = control
-    yield hub
-    for session in list(hub.sessions.values()):
-        session.drop()
-    await port.stopListening()
-
-
-async def join(hub, pki, name, **kw):
-    return await connect_once(reactor, hub.address, files(pki, name), timeout=5, **kw)
+from tests.link.conftest import files, join
 
 
 @pytest_twisted.ensureDeferred
@@ -221,17 +173,18 @@ async def test_a_callee_that_leaves_fails_its_pending_calls(hub, pki):
 
 @pytest_twisted.ensureDeferred
 async def test_a_misbehaving_peer_is_cut_off_and_others_carry_on(hub, pki):
-    """A client that sends a router's message (WELCOME) loses its session only."""
-    from autobahn.wamp import message, role
+    """A client that sends a router's message (WELCOME) loses its session only, with ABORT (Basic Profile, "Sessions")."""
+    from tests.link.wire import ABORT, WELCOME, wire_peer
 
     alice = await join(hub, pki, "alice")
-    rogue = await join(hub, pki, "node01")
-    left = defer.Deferred()
-    rogue.onLeave = lambda details: left.called or left.callback(details)
-    rogue._transport.send(message.Welcome(1, {"broker": role.RoleBrokerFeatures()}))
-    details = await left
-    assert details.reason == "wamp.error.protocol_violation"
-    assert "Welcome" in details.message
+    rogue = await wire_peer(hub, files(pki, "node01"))
+    await rogue.hello()
+    rogue.send(WELCOME, 1, {"roles": {"broker": {}}})
+    abort = await rogue.next()
+    assert abort[0] == ABORT and abort[2] == "wamp.error.protocol_violation"
+    assert "WELCOME" in abort[1]["message"]
+    await rogue.until_closed()
+    assert rogue.session_id not in hub.sessions
     assert await alice.call(uris.CP_NODES) == ["node list for alice"]
     alice.leave()
 

@@ -77,6 +77,22 @@ class FleetSettings:
     settle_s: float = 15.0
 
 
+@attrs.frozen
+class LinkSettings:
+    """server.yaml's ``link:``: what the hub gives one connection, and how many it holds."""
+
+    # From TCP connect to HELLO: TLS, the WebSocket opening handshake, then HELLO.
+    hello_timeout_s: float = 10.0
+    # A second session for a connected node: how long its first one has to answer a ping.
+    liveness_timeout_s: float = 3.0
+    # Link connections held at once (nodes, operators, routers); the API gets
+    # what the open-files limit leaves after these.
+    max_connections: int = 1024
+    max_subscriptions_per_session: int = 256
+    # How deep a message's lists and mappings may nest; llmgw's own are under 10.
+    max_message_depth: int = 32
+
+
 def _check_base_url(text: str) -> None:
     from urllib.parse import urlsplit
 
@@ -272,6 +288,7 @@ class ServerConfig:
     listen: Listen
     tls: TLSFiles
     fleet: FleetSettings = attrs.Factory(FleetSettings)
+    link: LinkSettings = attrs.Factory(LinkSettings)
     engines: Engines = attrs.Factory(Engines)
     profiles: dict[str, Profile] = attrs.Factory(dict)
     models: dict[str, Model] = attrs.Factory(dict)
@@ -394,6 +411,16 @@ SCHEMA = Section(
                 "unreachable_after_s": Number(min=0, exclusive=True),
                 "lost_after_s": Number(min=0, exclusive=True),
                 "settle_s": Number(min=0),
+            },
+        ),
+        "link": Section(
+            LinkSettings,
+            {
+                "hello_timeout_s": Number(min=0, exclusive=True),
+                "liveness_timeout_s": Number(min=0, exclusive=True),
+                "max_connections": Int(min=1),
+                "max_subscriptions_per_session": Int(min=1),
+                "max_message_depth": Int(min=4),
             },
         ),
         "engines": EnginesType(),

@@ -23,6 +23,7 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
+from llmgw.link.session import quiet_cancellations
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
@@ -34,11 +35,17 @@ class _Protocol(WampWebSocketClientProtocol):
         super().onOpen()
         if self._session is not None:
             self._session.on("join", self._joined)
+            self._session.on("leave", self._left)
 
     def _joined(self, session, details):
         notify = getattr(self.factory, "on_join", None)
         if notify is not None:
             notify()
+
+    def _left(self, session, details):
+        notify = getattr(self.factory, "on_leave", None)
+        if notify is not None:
+            notify(details)
 
     def connectionLost(self, reason):
         super().connectionLost(reason)
@@ -49,7 +56,7 @@ class _Protocol(WampWebSocketClientProtocol):
 
 def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession]):
     config = ComponentConfig(realm=uris.REALM)
-    factory = WampWebSocketClientFactory(lambda: make_session(config), url=hub.url, serializers=[JsonSerializer()])
+    factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[JsonSerializer()])
     factory.protocol = _Protocol
     factory.noisy = verbose_logs()  # "Starting factory" on every reconnect says nothing
     factory.setProtocolOptions(
@@ -64,6 +71,10 @@ def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], Applicat
 def _endpoint(reactor, hub: HubAddress, tls: TLSFiles, timeout: float):
     tcp = endpoints.HostnameEndpoint(reactor, hub.host, hub.port, timeout=timeout)
     return endpoints.wrapClientTLS(client_options(tls, hub.host), tcp)
+
+
+class HubRefused(Exception):
+    """The hub answered HELLO with ABORT; the text is its reason."""
 
 
 RETRY_CEILING_S = 10.0
@@ -108,11 +119,16 @@ def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[i
     def joined():
         state.update(failures=0, why=None, joined=True)
 
+    def left(details):
+        # An ABORT before WELCOME says why in words (the hub's sentence); keep it for the retry line.
+        if not state["joined"] and details.message:
+            state["why"] = HubRefused(f"the hub refused the session: {details.message}")
+
     def lost(reason):
         if state["joined"]:
             state["joined"] = False
             log.info("link to {hub} lost: {why}", hub=hub.url, why=describe_failure(reason, hub))
-        else:
+        elif not isinstance(state["why"], HubRefused):
             state["why"] = reason
 
     def refused(failure):
@@ -126,10 +142,12 @@ def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[i
             log.info("reconnecting to {hub} in {delay:.1f} s", hub=hub.url, delay=delay)
         else:
             why = retry_reason(state["why"], hub)
+            state["why"] = None
             log.info("{why}{sep}retrying in {delay:.1f} s", why=why, sep="; " if ": " in why else ", ", delay=delay)
         return delay
 
     factory.on_join = joined
+    factory.on_leave = left
     factory.on_lost = lost
     return _Reconnecting(_Dialling(lambda f: endpoint.connect(f).addErrback(refused)), factory,
                          retryPolicy=retry, clock=clock)
@@ -194,6 +212,8 @@ async def connect_once(reactor, hub: HubAddress, tls: TLSFiles, timeout: float =
 def retry_reason(reason, hub: HubAddress) -> str:
     """Why an attempt to reach the hub failed, for the line that says when the next one is."""
     value = getattr(reason, "value", reason)
+    if isinstance(value, HubRefused):
+        return str(value)
     if isinstance(value, error.ConnectionRefusedError):
         return f"connection refused by {hub.host}:{hub.port}"
     if isinstance(value, HubNameMismatch):

@@ -1,59 +1,57 @@
 """The hub: a small WAMP router embedded in the server.
 
-Basic profile only — HELLO/WELCOME/ABORT/GOODBYE, REGISTER/CALL/INVOCATION/
-YIELD/ERROR with call timeouts and cancel, SUBSCRIBE/PUBLISH/EVENT with exact
-and prefix matching — because that is all llmgw's parts use, and a router we
-can read end to end is one we can trust with the fleet.
+The Basic Profile — HELLO/WELCOME/ABORT/GOODBYE, REGISTER/CALL/INVOCATION/
+YIELD/ERROR, SUBSCRIBE/PUBLISH/EVENT — with the Advanced Profile features
+llmgw's parts use: call timeouts, call canceling (skip, kill, killnowait;
+a callee that did not announce call_canceling is never interrupted),
+progressive results, caller identification, prefix subscriptions and
+publisher exclusion.  A router we can read end to end is one we can trust
+with the fleet.  Frames are parsed in ``llmgw.link.inbound``; one peer is a
+``HubSession`` (``llmgw.link.peer``).
 
 Identity is never taken from a client: a remote session's authid and role
 come from its TLS client certificate (``identity_of``), and a HELLO that
-claims another authid is aborted.  The caller is always disclosed to the
-callee, so the control plane reads who is asking from the call details.
-The control plane itself attaches in process through ``attach_local``.
+claims another authid is aborted.  A node identity has one live session:
+a second is admitted only if the first does not answer a ping (it is then
+closed), and otherwise refused in a sentence naming both peers.  The
+caller is always disclosed to the callee, so the control plane reads who
+is asking from the call details.  The control plane itself attaches in
+process through ``attach_local``.
+
+Every limit in ``LinkSettings`` that refuses or ends something counts it
+in ``Hub.refusals`` (by limit) and logs one line naming the peer.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
+import random
+from collections import Counter
 from typing import Callable
 
 import attrs
-import txaio
-from autobahn.twisted.websocket import WampWebSocketServerFactory, WampWebSocketServerProtocol
-from autobahn.exception import Disconnected
+from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
-from autobahn.wamp.exception import TransportLost
 from autobahn.wamp.serializer import JsonSerializer
-from autobahn.wamp.types import TransportDetails
 from twisted.logger import Logger
 
 from llmgw.config.common import verbose_logs
+from llmgw.config.server import LinkSettings
 from llmgw.errors import PKIError
-from llmgw.link import authz, uris
+from llmgw.link import authz, inbound, uris
+from llmgw.link.local import LocalLink
+from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
+from llmgw.link.session import quiet_cancellations
 
 log = Logger()
 
-_ids = itertools.count(1)
+# Session and publication ids are global-scope ids (Basic Profile, "IDs"):
+# drawn at random from [1, 2^53].  Registrations and subscriptions are
+# router-scope and may count.
+MAX_ID = 2**53
+_random = random.SystemRandom()
 
 META_ON_JOIN = "wamp.session.on_join"
 META_ON_LEAVE = "wamp.session.on_leave"
-
-# What a client may send once its session is open.  Anything else (a WELCOME,
-# an EVENT, a second HELLO) is a protocol violation and ends the session.
-_CLIENT_MESSAGES = (
-    message.Goodbye,
-    message.Abort,
-    message.Register,
-    message.Unregister,
-    message.Call,
-    message.Cancel,
-    message.Yield,
-    message.Error,
-    message.Subscribe,
-    message.Unsubscribe,
-    message.Publish,
-)
 
 _ROUTER_ROLES = {
     "broker": role.RoleBrokerFeatures(pattern_based_subscription=True, publisher_exclusion=True),
@@ -62,13 +60,29 @@ _ROUTER_ROLES = {
     ),
 }
 
+SKIP, KILL, KILLNOWAIT = message.Cancel.SKIP, message.Cancel.KILL, message.Cancel.KILLNOWAIT
+
 
 @attrs.frozen
-class SessionIdentity:
-    """Who a hub session is: its WAMP authid and authrole, from its certificate or ``attach_local``."""
+class DuplicateSession:
+    """A second session for a connected node, refused because the first answered its ping.
 
-    authid: str
-    role: str
+    ``count`` is how many were refused for this node since the hub started;
+    ``at`` is the hub clock's time of the latest.  ``ctl nodes`` warns with it.
+    """
+
+    node_id: str
+    holder_peer: str
+    refused_peer: str
+    count: int
+    at: float
+
+    @property
+    def sentence(self) -> str:
+        return (
+            f"{self.node_id} is already connected from {self.holder_peer}; a second agent with its certificate "
+            f"from {self.refused_peer} was refused: give each node its own certificate"
+        )
 
 
 @attrs.define(eq=False)
@@ -92,78 +106,34 @@ class _Invocation:
     caller: HubSession
     call_request: int
     callee: HubSession
+    procedure: str
     timeout: object | None = None
-
-
-class HubSession:
-    """One client's session, remote (over WebSocket) or local (the control plane)."""
-
-    def __init__(self, hub: Hub, identity: SessionIdentity | None = None):
-        self._hub = hub
-        self._identity = identity
-        self._transport = None
-        self._session_id: int | None = None
-        self._authid: str | None = None
-
-    # -- the ISession side autobahn's WebSocket protocol drives --
-
-    def onOpen(self, transport) -> None:
-        self._transport = transport
-        if self._identity is None:
-            self._identity = self._hub._identity_from(transport)
-
-    def onMessage(self, msg) -> None:
-        if self._session_id is None:
-            self._hub._hello(self, msg)
-        elif isinstance(msg, _CLIENT_MESSAGES):
-            self._hub._dispatch(self, msg)
-        else:
-            self._hub._violation(self, f"a client may not send {type(msg).__name__}")
-
-    def onClose(self, wasClean: bool) -> None:
-        self._hub._left(self)
-        self._transport = None
-
-    # -- used by the hub --
-
-    @property
-    def authid(self) -> str | None:
-        return self._authid
-
-    @property
-    def role(self) -> str | None:
-        return self._identity.role if self._identity else None
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    def send(self, msg) -> None:
-        if self._transport is not None and self._transport.isOpen():
-            try:
-                self._transport.send(msg)
-            except (Disconnected, TransportLost):
-                pass  # the peer is gone; its onClose cleans up
-
-    def drop(self) -> None:
-        if self._transport is not None and self._transport.isOpen():
-            self._transport.close()
-
-    def __repr__(self) -> str:
-        return f"<session {self._session_id} {self.role}:{self._authid}>"
+    interrupted: bool = False
 
 
 class Hub:
-    def __init__(self, clock, realm: str = uris.REALM, identify: Callable | None = None):
+    def __init__(self, clock, realm: str = uris.REALM, identify: Callable | None = None,
+                 settings: LinkSettings | None = None):
         self.realm = realm
         self._clock = clock
         self._identify = identify
+        self.settings = settings or LinkSettings()
         self.sessions: dict[int, HubSession] = {}
         self._registrations: dict[str, _Registration] = {}
         self._registrations_by_id: dict[int, _Registration] = {}
-        self._subscriptions: dict[tuple[str, str], _Subscription] = {}
+        self._exact: dict[str, _Subscription] = {}
+        self._prefix: dict[str, _Subscription] = {}
         self._subscriptions_by_id: dict[int, _Subscription] = {}
-        self._invocations: dict[int, _Invocation] = {}
+        self._invocations: dict[tuple[HubSession, int], _Invocation] = {}
+        self._calls: dict[tuple[HubSession, int], _Invocation] = {}
+        self._router_ids = 0
+        # One live session per node identity, and the newcomers waiting on a liveness check.
+        self._nodes: dict[str, HubSession] = {}
+        self._checking: set[str] = set()
+        # What each limit refused or ended, by its name; and the duplicates by node.
+        self.refusals: Counter[str] = Counter()
+        self.duplicates: dict[str, DuplicateSession] = {}
+        self.duplicate_listeners: list[Callable[[DuplicateSession], None]] = []
 
     # -- attaching sessions --
 
@@ -171,15 +141,17 @@ class Hub:
         factory = WampWebSocketServerFactory(
             lambda: HubSession(self), url=url, serializers=[JsonSerializer()]
         )
-        factory.protocol = WampWebSocketServerProtocol
+        factory.protocol = HubProtocol
         factory.noisy = verbose_logs()
         # A half-open connection (a node that lost power) is found by pings,
-        # not by waiting for TCP to notice.
+        # not by waiting for TCP to notice.  The opening handshake (TLS, then
+        # WebSocket) has the HELLO timeout too; HELLO has it again from there.
         factory.setProtocolOptions(
             maxMessagePayloadSize=16 * 1024 * 1024,
             maxFramePayloadSize=16 * 1024 * 1024,
             autoPingInterval=10,
             autoPingTimeout=20,
+            openHandshakeTimeout=self.settings.hello_timeout_s,
         )
         return factory
 
@@ -190,7 +162,7 @@ class Hub:
         as over the network, since authorization looks only at the role.
         """
         hub_side = HubSession(self, SessionIdentity(authid, role))
-        _LocalLink(self._clock, hub_side, app_session).open()
+        LocalLink(self._clock, hub_side, quiet_cancellations(app_session)).open()
 
     def _identity_from(self, transport) -> SessionIdentity | None:
         tls = getattr(transport, "transport", None)
@@ -209,11 +181,62 @@ class Hub:
             return None
         return SessionIdentity(ident.name, ident.role)
 
+    def _new_id(self) -> int:
+        self._router_ids += 1
+        return self._router_ids
+
     # -- opening and closing --
 
+    def _opened(self, session: HubSession) -> None:
+        if session.peer != "in process":
+            session.hello_timer = self._clock.callLater(self.settings.hello_timeout_s, self._no_hello, session)
+
+    def _no_hello(self, session: HubSession) -> None:
+        session.hello_timer = None
+        if session.hello_seen or not session.open:
+            return
+        self.refusals["hello_timeout"] += 1
+        log.warn("closed the connection from {peer}: no HELLO within {s} s (link.hello_timeout_s)",
+                 peer=session.peer, s=self.settings.hello_timeout_s)
+        session.drop()
+
+    def _frame(self, session: HubSession, payload: bytes, is_binary: bool) -> None:
+        try:
+            msg = inbound.decode(payload, is_binary, self.settings.max_message_depth)
+        except inbound.Violation as e:
+            self._violation(session, str(e))
+            return
+        except inbound.Refused as refused:
+            self._refuse_message(session, refused)
+            return
+        session.onMessage(msg)
+
+    def _refuse_message(self, session: HubSession, refused: inbound.Refused) -> None:
+        if session.session_id is None:
+            self._violation(session, refused.why)
+            return
+        limit = "message_depth" if refused.error == inbound.ERROR_INVALID_ARGUMENT else "invalid_uri"
+        self.refusals[limit] += 1
+        log.warn("refused a message from {s}: {why}", s=session, why=refused.why)
+        if refused.answer:
+            session.send(refused.reply())
+        elif refused.kind in (message.Yield.MESSAGE_TYPE, message.Error.MESSAGE_TYPE) and refused.request is not None:
+            inv = self._own_invocation(session, refused.request)
+            if inv is not None:
+                self._end_invocation(inv)
+                inv.caller.send(message.Error(message.Call.MESSAGE_TYPE, inv.call_request, refused.error,
+                                              args=[f"the answer of {session.authid} was refused: {refused.why}"]))
+
     def _hello(self, session: HubSession, msg) -> None:
+        if session.hello_timer is not None and session.hello_timer.active():
+            session.hello_timer.cancel()
+        session.hello_timer = None
+        if session.hello_seen:
+            self._violation(session, f"{type(msg).__name__.upper()} before WELCOME")
+            return
+        session.hello_seen = True
         if not isinstance(msg, message.Hello):
-            self._violation(session, f"expected HELLO, got {type(msg).__name__}")
+            self._violation(session, f"expected HELLO, got {type(msg).__name__.upper()}")
             return
         ident = session._identity
         if ident is None:
@@ -224,8 +247,8 @@ class Hub:
             return
         if msg.authid is not None and msg.authid != ident.authid:
             log.warn(
-                "aborted a session: certificate {cn} ({role}) claimed authid {claimed}",
-                cn=ident.authid, role=ident.role, claimed=msg.authid,
+                "aborted a session from {peer}: certificate {cn} ({role}) claimed authid {claimed}",
+                peer=session.peer, cn=ident.authid, role=ident.role, claimed=msg.authid,
             )
             self._abort(
                 session, uris.ERROR_NOT_AUTHORIZED,
@@ -237,12 +260,66 @@ class Hub:
             if refused:
                 self._abort(session, uris.ERROR_NOT_AUTHORIZED, refused)
                 return
-        session._session_id = next(_ids)
+        callee = (msg.roles or {}).get("callee")
+        session.cancellable = bool(getattr(callee, "call_canceling", False))
+        if ident.role == uris.ROLE_NODE and ident.authid in self._nodes:
+            self._second_session(session, ident)
+            return
+        self._welcome(session, ident)
+
+    def _second_session(self, newcomer: HubSession, ident: SessionIdentity) -> None:
+        """A node id with a live session: the newcomer is let in only if the holder is dead."""
+        node = ident.authid
+        holder = self._nodes[node]
+        if node in self._checking:
+            self._refuse_duplicate(holder, newcomer)
+            return
+        self._checking.add(node)
+
+        def checked(alive: bool) -> None:
+            self._checking.discard(node)
+            if self._nodes.get(node) is not holder:
+                alive = False  # it left while we asked
+            if alive:
+                self._refuse_duplicate(holder, newcomer)
+                return
+            if self._nodes.get(node) is holder:
+                log.warn(
+                    "{node}'s session from {old} did not answer a ping in {s} s: closed it for the new one from {new}",
+                    node=node, old=holder.peer, new=newcomer.peer, s=self.settings.liveness_timeout_s,
+                )
+                self._left(holder)
+                holder.drop()
+            if newcomer.open:
+                self._welcome(newcomer, ident)
+
+        holder.ping(self._clock, self.settings.liveness_timeout_s).addCallback(checked)
+
+    def _refuse_duplicate(self, holder: HubSession, newcomer: HubSession) -> None:
+        node = holder.authid
+        earlier = self.duplicates.get(node)
+        record = DuplicateSession(node, holder.peer, newcomer.peer, (earlier.count if earlier else 0) + 1,
+                                  self._clock.seconds())
+        self.duplicates[node] = record
+        self.refusals["duplicate_node"] += 1
+        log.warn("{sentence}", sentence=record.sentence)
+        self._abort(newcomer, uris.ERROR_ALREADY_CONNECTED, record.sentence)
+        for listener in self.duplicate_listeners:
+            listener(record)
+
+    def _welcome(self, session: HubSession, ident: SessionIdentity) -> None:
+        while True:
+            session_id = _random.randint(1, MAX_ID)
+            if session_id not in self.sessions:
+                break
+        session._session_id = session_id
         session._authid = ident.authid
-        self.sessions[session._session_id] = session
+        self.sessions[session_id] = session
+        if ident.role == uris.ROLE_NODE:
+            self._nodes[ident.authid] = session
         session.send(
             message.Welcome(
-                session=session._session_id,
+                session=session_id,
                 roles=_ROUTER_ROLES,
                 realm=self.realm,
                 authid=ident.authid,
@@ -251,7 +328,8 @@ class Hub:
                 authprovider="llmgw",
             )
         )
-        log.info("session {id} joined: {role} {authid}", id=session._session_id, role=ident.role, authid=ident.authid)
+        log.info("session {id} joined: {role} {authid} from {peer}", id=session_id, role=ident.role,
+                 authid=ident.authid, peer=session.peer)
         self._meta(META_ON_JOIN, session)
 
     def _abort(self, session: HubSession, reason: str, text: str) -> None:
@@ -259,24 +337,29 @@ class Hub:
         session.drop()
 
     def _violation(self, session: HubSession, text: str) -> None:
+        # ABORT, not GOODBYE, even on an open session: the Basic Profile's
+        # "Sessions" gives a second HELLO and other violations ABORT.
+        self.refusals["protocol_violation"] += 1
         log.warn("protocol violation by {s}: {text}", s=session, text=text)
-        if session.session_id is None:
-            self._abort(session, "wamp.error.protocol_violation", text)
-        else:
-            # ABORT belongs to the opening handshake; an open session is ended with GOODBYE.
-            session.send(message.Goodbye("wamp.error.protocol_violation", text))
-            session.drop()
+        self._left(session)
+        self._abort(session, "wamp.error.protocol_violation", text)
 
     def _left(self, session: HubSession) -> None:
         if self.sessions.pop(session.session_id, None) is None:
             return
-        log.info("session {id} left: {role} {authid}", id=session.session_id, role=session.role, authid=session.authid)
+        if self._nodes.get(session.authid) is session:
+            del self._nodes[session.authid]
+        log.info("session {id} left: {role} {authid} from {peer}", id=session.session_id, role=session.role,
+                 authid=session.authid, peer=session.peer)
         for reg in [r for r in self._registrations.values() if r.callee is session]:
             self._drop_registration(reg)
-        for sub in list(self._subscriptions.values()):
-            sub.subscribers.discard(session)
-            if not sub.subscribers:
-                self._drop_subscription(sub)
+        for sub_id in list(session.subscriptions):
+            sub = self._subscriptions_by_id.get(sub_id)
+            if sub is not None:
+                sub.subscribers.discard(session)
+                if not sub.subscribers:
+                    self._drop_subscription(sub)
+        session.subscriptions.clear()
         for inv in [i for i in self._invocations.values() if session in (i.caller, i.callee)]:
             self._end_invocation(inv)
             if inv.callee is session:
@@ -284,8 +367,8 @@ class Hub:
                     message.Error(message.Call.MESSAGE_TYPE, inv.call_request, "wamp.error.canceled",
                                   args=[f"{session.authid} went away before answering"])
                 )
-            else:
-                inv.callee.send(message.Interrupt(inv.id, message.Cancel.KILLNOWAIT))
+            elif inv.callee.cancellable:
+                inv.callee.send(message.Interrupt(inv.id, KILLNOWAIT))
         self._meta(META_ON_LEAVE, session)
 
     def _meta(self, topic: str, session: HubSession) -> None:
@@ -298,12 +381,15 @@ class Hub:
         handler = getattr(self, "_on_" + type(msg).__name__.lower())
         handler(session, msg)
 
-    def _refused(self, session: HubSession, action: str, uri: str, request_type: int, request: int) -> bool:
+    def _refused(self, session: HubSession, action: str, uri: str, request_type: int, request: int,
+                 answer: bool = True) -> bool:
         why = authz.refusal(session.role, session.authid, action, uri)
         if why is None:
             return False
+        self.refusals["not_authorized"] += 1
         log.warn("refused {s}: {why}", s=session, why=why)
-        session.send(message.Error(request_type, request, uris.ERROR_NOT_AUTHORIZED, args=[why]))
+        if answer:
+            session.send(message.Error(request_type, request, uris.ERROR_NOT_AUTHORIZED, args=[why]))
         return True
 
     def _on_goodbye(self, session: HubSession, msg) -> None:
@@ -325,7 +411,7 @@ class Hub:
             session.send(message.Error(message.Register.MESSAGE_TYPE, msg.request, "wamp.error.procedure_already_exists",
                                        args=[f"{msg.procedure} is registered by {holder.role} {holder.authid}"]))
             return
-        reg = _Registration(next(_ids), msg.procedure, session)
+        reg = _Registration(self._new_id(), msg.procedure, session)
         self._registrations[reg.uri] = reg
         self._registrations_by_id[reg.id] = reg
         session.send(message.Registered(msg.request, reg.id))
@@ -350,11 +436,13 @@ class Hub:
             session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, "wamp.error.no_such_procedure",
                                        args=[f"nothing is registered at {msg.procedure}"]))
             return
-        inv = _Invocation(next(_ids), session, msg.request, reg.callee)
-        self._invocations[inv.id] = inv
+        callee = reg.callee
+        inv = _Invocation(callee.next_invocation_id(), session, msg.request, callee, msg.procedure)
+        self._invocations[(callee, inv.id)] = inv
+        self._calls[(session, msg.request)] = inv
         if msg.timeout:
             inv.timeout = self._clock.callLater(msg.timeout / 1000.0, self._timed_out, inv)
-        reg.callee.send(
+        callee.send(
             message.Invocation(
                 inv.id, reg.id, args=msg.args, kwargs=msg.kwargs, timeout=msg.timeout,
                 receive_progress=msg.receive_progress,
@@ -365,29 +453,47 @@ class Hub:
 
     def _timed_out(self, inv: _Invocation) -> None:
         inv.timeout = None
-        if self._invocations.pop(inv.id, None) is None:
+        if self._invocations.get((inv.callee, inv.id)) is not inv:
             return
-        inv.callee.send(message.Interrupt(inv.id, message.Cancel.KILLNOWAIT, reason="wamp.error.timeout"))
+        self._end_invocation(inv)
+        # Advanced Profile, "Call Timeouts": killnowait for a callee that cancels, else skip.
+        if inv.callee.cancellable:
+            inv.callee.send(message.Interrupt(inv.id, KILLNOWAIT, reason="wamp.error.timeout"))
+        log.info("call to {uri} from {caller} timed out; {callee} did not answer", uri=inv.procedure,
+                 caller=inv.caller.authid, callee=inv.callee.authid)
         inv.caller.send(message.Error(message.Call.MESSAGE_TYPE, inv.call_request, "wamp.error.timeout",
                                       args=[f"{inv.callee.authid} did not answer in time"]))
 
     def _end_invocation(self, inv: _Invocation) -> None:
-        self._invocations.pop(inv.id, None)
+        self._invocations.pop((inv.callee, inv.id), None)
+        self._calls.pop((inv.caller, inv.call_request), None)
         if inv.timeout is not None and inv.timeout.active():
             inv.timeout.cancel()
         inv.timeout = None
 
     def _on_cancel(self, session: HubSession, msg) -> None:
-        for inv in list(self._invocations.values()):
-            if inv.caller is session and inv.call_request == msg.request:
-                self._end_invocation(inv)
-                inv.callee.send(message.Interrupt(inv.id, msg.mode or message.Cancel.KILLNOWAIT))
-                session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, "wamp.error.canceled"))
-                return
+        """Advanced Profile, "Call Canceling"; a callee that did not announce it gets skip."""
+        inv = self._calls.get((session, msg.request))
+        if inv is None:
+            return  # answered already: there is nothing left to cancel
+        mode = msg.mode or KILLNOWAIT
+        if not inv.callee.cancellable:
+            mode = SKIP
+        log.info("call to {uri} from {caller} cancelled ({mode})", uri=inv.procedure, caller=session.authid, mode=mode)
+        if mode == KILL:
+            # The caller hears whatever the callee answers, RESULT or ERROR.
+            if not inv.interrupted:
+                inv.interrupted = True
+                inv.callee.send(message.Interrupt(inv.id, KILL))
+            return
+        self._end_invocation(inv)
+        if mode == KILLNOWAIT:
+            inv.callee.send(message.Interrupt(inv.id, KILLNOWAIT))
+        session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, "wamp.error.canceled",
+                                   args=[f"the call to {inv.procedure} was cancelled"]))
 
     def _own_invocation(self, session: HubSession, request: int) -> _Invocation | None:
-        inv = self._invocations.get(request)
-        return inv if inv is not None and inv.callee is session else None
+        return self._invocations.get((session, request))
 
     def _on_yield(self, session: HubSession, msg) -> None:
         inv = self._own_invocation(session, msg.request)
@@ -414,13 +520,28 @@ class Hub:
             session.send(message.Error(message.Subscribe.MESSAGE_TYPE, msg.request, "wamp.error.invalid_argument",
                                        args=["this hub matches topics exactly or by prefix"]))
             return
-        sub = self._subscriptions.get((match, msg.topic))
+        table = self._exact if match == "exact" else self._prefix
+        sub = table.get(msg.topic)
+        if (sub is None or session not in sub.subscribers) and self._too_many_subscriptions(session, msg):
+            return
         if sub is None:
-            sub = _Subscription(next(_ids), msg.topic, match)
-            self._subscriptions[(match, msg.topic)] = sub
+            sub = _Subscription(self._new_id(), msg.topic, match)
+            table[msg.topic] = sub
             self._subscriptions_by_id[sub.id] = sub
         sub.subscribers.add(session)
+        session.subscriptions.add(sub.id)
         session.send(message.Subscribed(msg.request, sub.id))
+
+    def _too_many_subscriptions(self, session: HubSession, msg) -> bool:
+        most = self.settings.max_subscriptions_per_session
+        if session.role == uris.ROLE_CONTROL or len(session.subscriptions) < most:
+            return False
+        self.refusals["subscriptions"] += 1
+        why = (f"{session.role} {session.authid} holds {most} subscriptions, the most one session may "
+               f"(link.max_subscriptions_per_session); subscribe to {uris.EVENT_PREFIX} with match=prefix instead")
+        log.warn("refused a subscription to {topic} from {s}: {why}", topic=msg.topic, s=session, why=why)
+        session.send(message.Error(message.Subscribe.MESSAGE_TYPE, msg.request, uris.ERROR_LIMIT, args=[why]))
+        return True
 
     def _on_unsubscribe(self, session: HubSession, msg) -> None:
         sub = self._subscriptions_by_id.get(msg.subscription)
@@ -428,92 +549,33 @@ class Hub:
             session.send(message.Error(message.Unsubscribe.MESSAGE_TYPE, msg.request, "wamp.error.no_such_subscription"))
             return
         sub.subscribers.discard(session)
+        session.subscriptions.discard(sub.id)
         if not sub.subscribers:
             self._drop_subscription(sub)
         session.send(message.Unsubscribed(msg.request))
 
     def _drop_subscription(self, sub: _Subscription) -> None:
-        self._subscriptions.pop((sub.match, sub.topic), None)
+        table = self._exact if sub.match == "exact" else self._prefix
+        if table.get(sub.topic) is sub:
+            del table[sub.topic]
         self._subscriptions_by_id.pop(sub.id, None)
 
     def _on_publish(self, session: HubSession, msg) -> None:
-        if self._refused(session, authz.PUBLISH, msg.topic, message.Publish.MESSAGE_TYPE, msg.request):
+        # Basic Profile, "Publishing and Events": an unacknowledged publication
+        # hears nothing back, refused or not.
+        if self._refused(session, authz.PUBLISH, msg.topic, message.Publish.MESSAGE_TYPE, msg.request,
+                         answer=bool(msg.acknowledge)):
             return
         publication = self._publish_event(msg.topic, msg.args, msg.kwargs, publisher=None if msg.exclude_me is False else session)
         if msg.acknowledge:
             session.send(message.Published(msg.request, publication))
 
     def _publish_event(self, topic: str, args, kwargs, publisher: HubSession | None) -> int:
-        publication = next(_ids)
-        for sub in list(self._subscriptions.values()):
-            if sub.topic == topic or (sub.match == "prefix" and topic.startswith(sub.topic)):
-                for subscriber in list(sub.subscribers):
-                    if subscriber is not publisher:
-                        subscriber.send(message.Event(sub.id, publication, args=args, kwargs=kwargs, topic=topic))
+        publication = _random.randint(1, MAX_ID)
+        matching = [self._exact[topic]] if topic in self._exact else []
+        matching += [sub for prefix, sub in list(self._prefix.items()) if topic.startswith(prefix)]
+        for sub in matching:
+            for subscriber in list(sub.subscribers):
+                if subscriber is not publisher:
+                    subscriber.send(message.Event(sub.id, publication, args=args, kwargs=kwargs, topic=topic))
         return publication
-
-
-class _LocalLink:
-    """An in-process transport pair between the hub and an autobahn session.
-
-    Messages are delivered in order, each on a later reactor turn, so neither
-    side re-enters the other from inside its own message handling.
-    """
-
-    def __init__(self, clock, hub_side: HubSession, app_session):
-        self._clock = clock
-        self._queue: deque = deque()
-        self._scheduled = False
-        self._open = True
-        self.hub_side = hub_side
-        self.app_session = app_session
-        self._to_hub = _LocalEnd(self, lambda m: hub_side.onMessage(m))
-        self._to_app = _LocalEnd(self, lambda m: app_session.onMessage(m))
-
-    def open(self) -> None:
-        self.hub_side.onOpen(self._to_app)
-        self.app_session.onOpen(self._to_hub)
-
-    def post(self, deliver, msg) -> None:
-        self._queue.append((deliver, msg))
-        if not self._scheduled:
-            self._scheduled = True
-            self._clock.callLater(0, self._drain)
-
-    def _drain(self) -> None:
-        self._scheduled = False
-        while self._queue and self._open:
-            deliver, msg = self._queue.popleft()
-            try:
-                deliver(msg)
-            except Exception:
-                log.failure("in-process link: delivering {msg}", msg=type(msg).__name__)
-
-    def close(self) -> None:
-        if not self._open:
-            return
-        self._open = False
-        self.hub_side.onClose(True)
-        self.app_session.onClose(True)
-        txaio.resolve(self._to_hub.is_closed, None)
-
-
-class _LocalEnd:
-    _serializer = JsonSerializer()
-
-    def __init__(self, link: _LocalLink, deliver):
-        self._link = link
-        self._deliver = deliver
-        self.is_closed = txaio.create_future()
-        self.transport_details = TransportDetails(channel_type=TransportDetails.CHANNEL_TYPE_FUNCTION)
-
-    def send(self, msg) -> None:
-        self._link.post(self._deliver, msg)
-
-    def isOpen(self) -> bool:
-        return self._link._open
-
-    def close(self) -> None:
-        self._link.close()
-
-    abort = close

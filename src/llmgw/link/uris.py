@@ -75,3 +75,7 @@ ERROR_NOT_REGISTERED = "llmgw.error.not_registered"
 ERROR_REFUSED = "llmgw.error.refused"  # a node or the control plane said no, in its own words
 ERROR_CONFIG = "llmgw.error.config"
 ERROR_NOT_ANSWERING = "llmgw.error.not_answering"
+# A second session for a node whose first one still answers.
+ERROR_ALREADY_CONNECTED = "llmgw.error.already_connected"
+# A per-session limit of the hub (link: in server.yaml) was reached.
+ERROR_LIMIT = "llmgw.error.limit"

@@ -1,16 +1,26 @@
-"""What the three processes share: a --config option, the file read once, SIGHUP, and listeners that must listen."""
+"""What the three processes share: a --config option, the file read once, SIGHUP, listeners that must listen, and descriptors.
+
+Descriptors: a process raises its soft open-files limit to the hard one at
+start (``raise_open_files_limit``), and a listener may be given a budget of
+connections (``ConnectionBudget``) so that one listener's clients cannot
+take the descriptors another's need: API clients never lock agents out of
+the hub.
+"""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 from twisted.application import internet, service
 from twisted.internet import error
 from twisted.logger import Logger
 from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.protocols import policies
 from twisted.python import usage
 from zope.interface import implementer
 
@@ -41,6 +51,10 @@ def compose(
     """
     from twisted.internet import reactor
 
+    files = raise_open_files_limit()
+    raised = f"raised from {files.before}; " if files.soft > files.before else ""
+    log.info("{name}: open-files limit {soft} ({raised}hard {hard})", name=name, soft=files.soft, raised=raised,
+             hard=files.hard)
     try:
         config = load(options["config"])
         top = build(reactor, config)
@@ -73,10 +87,17 @@ class ProcessTree(service.MultiService):
         self.config_path = config_path
         self.pidfile: str | None = None
 
-    def must_listen(self, key: str, holder: service.IService) -> None:
-        """*holder* (a listener, or a service holding one) listens where the configuration's *key* says."""
+    def must_listen(self, key: str, holder: service.IService, budget: ConnectionBudget | None = None) -> None:
+        """*holder* (a listener, or a service holding one) listens where the configuration's *key* says.
+
+        With *budget* (a ``ConnectionBudget`` not yet wrapping anything), the
+        listener holds no more connections than it allows.
+        """
         listener = _listener_in(holder)
         listener.endpoint = _Named(listener.endpoint, key, self.config_path)
+        if budget is not None:
+            budget.wrap(listener.factory)
+            listener.factory = budget
         # Endpoints listen at once, in privilegedStartService, so the failure
         # comes back before twistd starts the reactor.
         listener._raiseSynchronously = True
@@ -133,3 +154,89 @@ def cannot_listen(e: error.CannotListenError, key: str, config_path: str) -> str
         f"cannot listen on {where} ({key}): {why}; stop what holds it "
         f"or change {key} in {config_path}"
     )
+
+
+# Descriptors a server keeps for what is not a client connection: its log,
+# state files, engines' pipes, the admin listener, outgoing engine connections.
+RESERVED_FDS = 128
+
+
+@attrs.frozen
+class OpenFiles:
+    """The process's open-files limit at start: ``before`` it was raised, ``soft`` now, and ``hard``."""
+
+    before: int
+    soft: int
+    hard: int
+
+
+def raise_open_files_limit() -> OpenFiles:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (an unlimited hard limit counts as 1048576)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1048576 if hard == resource.RLIM_INFINITY else hard
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as e:
+            log.warn("could not raise the open-files limit from {soft} to {target}: {e}", soft=soft, target=target, e=e)
+            target = soft
+    return OpenFiles(soft, max(soft, target), hard)
+
+
+@attrs.frozen
+class Budgets:
+    """How many connections each of the server's listeners may hold."""
+
+    link: int
+    api: int
+
+
+def split_open_files(soft: int, link_max: int) -> Budgets:
+    """The link keeps *link_max*; the API gets what is left after ``RESERVED_FDS``.
+
+    When the limit is too low for that (the API would get under a quarter),
+    the two share what there is, half each: agents still have their own.
+    """
+    spare = max(soft - RESERVED_FDS, 2)
+    if spare - link_max >= spare // 4:
+        return Budgets(link_max, spare - link_max)
+    link = max(min(link_max, spare // 2), 1)
+    return Budgets(link, max(spare - link, 1))
+
+
+class ConnectionBudget(policies.WrappingFactory):
+    """A listener's factory holding at most *limit* connections; one more is closed as it is accepted.
+
+    The first refusal of a run is logged with the peer and the limit, and
+    the run's count when a connection is taken again; ``refused`` counts them all.
+    """
+
+    def __init__(self, limit: int, key: str):
+        self.limit = limit
+        self.key = key
+        self.refused = 0
+        self._run = 0
+        self.protocols = {}
+
+    def wrap(self, factory) -> None:
+        policies.WrappingFactory.__init__(self, factory)
+
+    @property
+    def held(self) -> int:
+        return len(self.protocols)
+
+    def buildProtocol(self, addr):
+        if len(self.protocols) >= self.limit:
+            self.refused += 1
+            self._run += 1
+            if self._run == 1:
+                log.warn(
+                    "{key}: refused a connection from {peer}: {n} are open, the most it holds; "
+                    "raise the limit (and LimitNOFILE) if this is load, not a flood",
+                    key=self.key, peer=f"{getattr(addr, 'host', addr)}:{getattr(addr, 'port', '')}", n=self.limit,
+                )
+            return None  # the port closes the socket at once
+        if self._run:
+            log.info("{key}: taking connections again; refused {n} while full", key=self.key, n=self._run)
+            self._run = 0
+        return policies.WrappingFactory.buildProtocol(self, addr)

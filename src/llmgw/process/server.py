@@ -9,6 +9,8 @@ the router's and the fleet's figures share.
 
 from __future__ import annotations
 
+import resource
+
 from autobahn.wamp.types import ComponentConfig
 from prometheus_client import CollectorRegistry
 from twisted.application import internet, service
@@ -25,8 +27,15 @@ from llmgw.control.plane import ControlSession
 from llmgw.control.reload import Listener, revocation_listener
 from llmgw.link import uris
 from llmgw.link.hub import Hub
+from llmgw.link.metrics import LinkCollector
 from llmgw.link.tls import server_options
-from llmgw.process.common import ProcessTree, compose, config_options
+from llmgw.process.common import (
+    ConnectionBudget,
+    ProcessTree,
+    compose,
+    config_options,
+    split_open_files,
+)
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.service import Router, check_open_api
 
@@ -41,13 +50,16 @@ def makeService(options) -> service.MultiService:
 
 def build(reactor, config: ServerConfig) -> service.MultiService:
     top = ProcessTree("llmgw-server", config.path)
-    hub = Hub(reactor)
+    hub = Hub(reactor, settings=config.link)
+    budgets = connection_budgets(config)
     hub_tls = server_options(config.tls)
     factory = TLSMemoryBIOFactory(hub_tls, False, hub.websocket_factory())
     link = internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory)
     link.setServiceParent(top)
-    top.must_listen("listen.link", link)
+    link_budget = ConnectionBudget(budgets.link, "listen.link (link.max_connections)")
+    top.must_listen("listen.link", link, link_budget)
     registry = CollectorRegistry()
+    listeners = {"link": link_budget}
     catalog = Catalog(config)
     router = None
     reload_listeners = [revocation_listener(hub_tls)]
@@ -56,8 +68,10 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True)
         router.expect_models(config.models)
         router.setServiceParent(top)
-        top.must_listen("listen.api", router)
+        listeners["api"] = ConnectionBudget(budgets.api, "listen.api (what the open-files limit leaves after link.max_connections)")
+        top.must_listen("listen.api", router, listeners["api"])
         reload_listeners.append(router_listener(router, config.listen.api))
+    registry.register(LinkCollector(hub, listeners))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
@@ -72,6 +86,21 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     top.control = control
     log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
     return top
+
+
+def connection_budgets(config: ServerConfig):
+    """Split the open-files limit (compose raised it): the link keeps link.max_connections, the API has the rest."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    budgets = split_open_files(soft, config.link.max_connections)
+    log.info("open files: the link holds up to {link} connections, the API up to {api} (of {soft})",
+             link=budgets.link, api=budgets.api, soft=soft)
+    if budgets.link < config.link.max_connections:
+        log.warn(
+            "the open-files limit {soft} is too low for link.max_connections {want}: the link holds {link}; "
+            "raise LimitNOFILE (contrib's units set 65536) or lower link.max_connections in {path}",
+            soft=soft, want=config.link.max_connections, link=budgets.link, path=config.path,
+        )
+    return budgets
 
 
 def link_endpoint(reactor, description: str):

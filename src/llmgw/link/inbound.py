@@ -1,0 +1,133 @@
+"""What the hub takes off the wire: one JSON frame made into one WAMP message, or a refusal.
+
+autobahn's WebSocket protocol parses frames itself and, on a malformed URI
+or anything it cannot parse, logs a critical traceback and drops the
+connection.  The hub parses here instead, so that what the spec answers
+with an ERROR (a malformed URI: ``wamp.error.invalid_uri``) is answered,
+what it answers with nothing (an unacknowledged PUBLISH) is not, and a
+message nested deeper than llmgw's records ever are is refused in one line
+before anything recurses through it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from autobahn.wamp import message
+from autobahn.wamp.exception import ProtocolError
+from autobahn.wamp.serializer import JsonSerializer
+
+ERROR_INVALID_URI = "wamp.error.invalid_uri"
+ERROR_INVALID_ARGUMENT = "wamp.error.invalid_argument"
+
+# The Basic Profile's loose URI rule ("Identifiers"): components are not
+# empty and hold no '.', '#' or whitespace.  A prefix subscription's topic
+# may end in '.' (llmgw.event.).
+_URI = re.compile(r"^([^\s.#]+\.)*([^\s.#]+)$")
+_PREFIX_URI = re.compile(r"^([^\s.#]+\.)*([^\s.#]*)$")
+
+# Requests the hub answers with ERROR when it refuses them, and where their URI is.
+_ANSWERED = {
+    message.Publish.MESSAGE_TYPE: 3,
+    message.Subscribe.MESSAGE_TYPE: 3,
+    message.Call.MESSAGE_TYPE: 3,
+    message.Register.MESSAGE_TYPE: 3,
+    message.Unsubscribe.MESSAGE_TYPE: None,
+    message.Unregister.MESSAGE_TYPE: None,
+}
+_MAX_ID = 2**53
+
+
+class Violation(Exception):
+    """The frame is not a WAMP message at all: the session ends with ABORT."""
+
+
+class Refused(Exception):
+    """A WAMP message the hub will not act on; ``answer`` says whether the sender hears why."""
+
+    def __init__(self, kind: int, request: int | None, error: str, why: str, answer: bool):
+        super().__init__(why)
+        self.kind = kind
+        self.request = request
+        self.error = error
+        self.why = why
+        self.answer = answer
+
+    def reply(self) -> message.Error:
+        return message.Error(self.kind, self.request, self.error, args=[self.why])
+
+
+def decode(payload: bytes, is_binary: bool, max_depth: int):
+    """The message in *payload*; raises ``Violation`` or ``Refused``."""
+    if is_binary:
+        raise Violation("a binary frame on a wamp.2.json connection")
+    try:
+        raw = json.loads(payload)
+    except RecursionError:
+        raise Refused(0, None, ERROR_INVALID_ARGUMENT, f"nested too deep to parse; the link takes {max_depth} levels",
+                      answer=False) from None
+    except ValueError as e:
+        raise Violation(f"not JSON ({e})") from None
+    if not isinstance(raw, list) or not raw or not _is_int(raw[0]):
+        raise Violation("a WAMP message is a JSON list that starts with the message type")
+    kind = raw[0]
+    klass = JsonSerializer.MESSAGE_TYPE_MAP.get(kind)
+    if klass is None:
+        raise Violation(f"no WAMP message has type {kind}")
+    request = raw[1] if len(raw) > 1 and _is_int(raw[1]) and 0 <= raw[1] <= _MAX_ID else None
+    depth = nesting(raw, max_depth)
+    if depth > max_depth:
+        raise _refusal(raw, kind, request, ERROR_INVALID_ARGUMENT,
+                       f"{klass.__name__.upper()} nests deeper than {max_depth} levels, the most the link takes "
+                       "(link.max_message_depth)")
+    if kind in _ANSWERED and _ANSWERED[kind] is not None and request is not None:
+        uri = raw[_ANSWERED[kind]] if len(raw) > _ANSWERED[kind] else None
+        if not _valid_uri(kind, uri, raw[2] if len(raw) > 2 else None):
+            raise _refusal(raw, kind, request, ERROR_INVALID_URI, f"{uri!r} is not a WAMP URI "
+                           "(dot-separated components, none empty, no '#' or whitespace)")
+    try:
+        return klass.parse(raw)
+    except ProtocolError as e:
+        raise Violation(str(e)) from None
+    except Exception as e:  # autobahn's parsers assert and index as well as raise
+        raise Violation(f"malformed {klass.__name__.upper()} ({type(e).__name__}: {e})") from None
+
+
+def _refusal(raw: list, kind: int, request: int | None, error: str, why: str) -> Refused:
+    if kind == message.Publish.MESSAGE_TYPE:
+        options = raw[2] if len(raw) > 2 and isinstance(raw[2], dict) else {}
+        answer = options.get("acknowledge") is True
+    elif kind in (message.Yield.MESSAGE_TYPE, message.Error.MESSAGE_TYPE):
+        # A callee's answer: its caller hears of the refusal, not the callee.
+        if kind == message.Error.MESSAGE_TYPE:
+            request = raw[2] if len(raw) > 2 and _is_int(raw[2]) else None
+        return Refused(kind, request, error, why, answer=False)
+    else:
+        answer = kind in _ANSWERED
+    return Refused(kind, request, error, why, answer=answer and request is not None)
+
+
+def _valid_uri(kind: int, uri, options) -> bool:
+    if not isinstance(uri, str):
+        return False
+    prefix = kind == message.Subscribe.MESSAGE_TYPE and isinstance(options, dict) and options.get("match") == "prefix"
+    return bool((_PREFIX_URI if prefix else _URI).match(uri)) and uri != ""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def nesting(value, limit: int) -> int:
+    """How deep *value*'s lists and mappings nest (the message's own list is 1), counted no further than *limit* + 1."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+    return deepest
