@@ -234,6 +234,30 @@ def _wait_and_show(command: list[str], server, agent, what: str, timeout: float 
     return ""
 
 
+def _wait_routed(api_port: int, model: str, server, agent, timeout: float = 30) -> bool:
+    """Wait until the router lists *model* (it has a ready replica there); False if a process died.
+
+    The router hears of a ready replica a moment after ctl does: a curl
+    pasted the instant it is printed must not meet "its replica is starting".
+    """
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None or agent.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/v1/models", timeout=5) as answer:
+                if any(m.get("id") == model for m in json.load(answer).get("data", [])):
+                    return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    print(f"the router on 127.0.0.1:{api_port} does not list {model} after {timeout:g} s", flush=True)
+    return True
+
+
 def main() -> int:
     # SIGTERM (a closed terminal, `timeout`) stops everything as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -288,6 +312,9 @@ Ctrl-C stops both.
             if shown is None:
                 print(_exited(server, agent, logs), file=sys.stderr)
                 return 1
+        if not _wait_routed(api_port, served, server, agent):
+            print(_exited(server, agent, logs), file=sys.stderr)
+            return 1
         print(
             f"Try it through the router (OpenAI API on 127.0.0.1:{api_port}, metrics on 127.0.0.1:{admin_port}/metrics):\n"
             f"  curl -s http://127.0.0.1:{api_port}/v1/chat/completions -H 'content-type: application/json' "
