@@ -156,7 +156,8 @@ async def test_a_deeply_nested_message_is_refused_in_one_line(hub, pki):
     assert first[:3] == [ERROR, CALL, 1] and first[4] == "wamp.error.invalid_argument"
     assert "link.max_message_depth" in first[5][0]
     assert answer[:2] == [RESULT, 4]  # the session carries on; 2 and 3 had no answer to give
-    lines = logged.lines()
-    assert len(lines) == 3, lines
-    assert all("refused a message from" in line and len(line) < 400 for line in lines)
+    # Only this peer's lines: a handshake another test left to fail logs its own.
+    lines = [line for line in logged.lines() if "refused a message from" in line]
+    assert len(lines) == 3, logged.lines()
+    assert all(len(line) < 400 for line in lines)
     assert logged.lines(LogLevel.error) == []

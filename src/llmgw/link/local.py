@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import txaio
 from autobahn.wamp.serializer import JsonSerializer
 from autobahn.wamp.types import TransportDetails
 from twisted.logger import Logger
+
+if TYPE_CHECKING:
+    from llmgw.link.peer import HubSession
 
 log = Logger()
 

@@ -9,6 +9,7 @@ ids — and passes every message to its ``Hub``.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import attrs
 from autobahn.exception import Disconnected
@@ -16,6 +17,9 @@ from autobahn.twisted.websocket import WampWebSocketServerProtocol
 from autobahn.wamp import message
 from autobahn.wamp.exception import TransportLost
 from twisted.internet import defer
+
+if TYPE_CHECKING:
+    from llmgw.link.hub import Hub
 
 # What a client may send once its session is open.  Anything else (a WELCOME,
 # an EVENT, a second HELLO) is a protocol violation and ends the session.
