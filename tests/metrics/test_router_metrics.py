@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import pytest_twisted
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from llmgw.router.metrics import NullMetrics, RouterMetrics
@@ -187,3 +188,59 @@ def test_null_metrics_has_every_method_with_the_same_signature():
     null = NullMetrics()
     null.request_done("qwen", "/v1/completions", 200, 0.1, None, None, None)
     null.endpoint_state("ep1", "qwen", True, 0, None, None, None)
+
+
+def test_a_model_name_nobody_serves_is_unknown_never_a_label_of_its_own(registry):
+    metrics = RouterMetrics(registry)
+    metrics.set_models(["echo", "qwen"])
+    metrics.request_done("echo", "/v1/chat/completions", 200, 0.1, None, None, None)
+    metrics.request_done("x" * 4000, "/v1/chat/completions", 401, 0.001, None, None, None)
+    metrics.request_done("nul\x00name", "/v1/chat/completions", 404, 0.001, None, None, None)
+    models = {s.labels["model"] for f in registry.collect() for s in f.samples if "model" in s.labels}
+    assert models == {"echo", "unknown"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_keyless_requests_naming_invented_models_do_not_grow_the_scrape(registry):
+    """Issue 15 item 4: 300 keyless requests with 4,000-character names took a scrape from 11 kB to 30.7 MB."""
+    import hashlib
+    import http.client
+    import json
+
+    from prometheus_client import generate_latest
+    from twisted.internet import reactor, threads
+
+    from llmgw.config.server import APIKey, RouterSettings
+    from llmgw.router.service import Router
+    from tests.support.net import free_port
+
+    port = free_port()
+    key = APIKey(name="ci", sha256=hashlib.sha256(b"sk-real").hexdigest())
+    router = Router(reactor, RouterSettings(keys=(key,)), f"tcp:{port}:interface=127.0.0.1",
+                    metrics=RouterMetrics(registry))
+    router.expect_models(["echo"])
+    router.startService()
+    before = len(generate_latest(registry))
+
+    def send(n: int) -> list[int]:
+        statuses = []
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for i in range(n):
+            body = json.dumps({"model": f"{i:04d}" + "m" * 4000, "messages": [{"role": "user", "content": "x"}]})
+            connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+            answer = connection.getresponse()
+            answer.read()
+            statuses.append(answer.status)
+        connection.close()
+        return statuses
+
+    try:
+        statuses = await threads.deferToThread(send, 300)
+    finally:
+        await router.stopService()
+    assert set(statuses) == {401}
+    after = len(generate_latest(registry))
+    models = {s.labels["model"] for f in registry.collect() for s in f.samples if "model" in s.labels}
+    assert models <= {"unknown", "echo", ""}, sorted(m[:20] for m in models)
+    # One new series per family touched, not one per invented name.
+    assert after - before < 4000, (before, after)

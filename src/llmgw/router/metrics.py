@@ -11,11 +11,14 @@ on a non-streaming reply, usage it left out, a load gauge it does not have)
 is not recorded, so its series stays absent rather than reading as an idle
 engine or a free request.
 
-Labels are bounded.  ``path`` is one of the API's routes or ``other``;
-``model`` is limited to ``MAX_MODELS`` distinct values (a client naming
-random models would otherwise grow the registry without end), the rest
-counted as ``other``; keys are labelled by their configured name, never by
-their token.  See docs/metrics.rst for every family.
+Labels are bounded, and never carry what a client made up.  ``path`` is one
+of the API's routes or ``other``.  ``model`` is a model this router serves
+or the catalog names (``set_models``, from the router's table); any other
+name a request gives — an unauthenticated 401, a 404 — is ``unknown``, so
+300 keyless requests naming 4,000-character models add one series, not 300.
+Beyond that, ``MAX_MODELS`` distinct values, the rest ``other``.  Keys are
+labelled by their configured name, never by their token.  See
+docs/metrics.rst for every family.
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry, max_models: int = MAX_MODELS):
         self._max_models = max_models
         self._models: set[str] = set()
+        # None until the router has a table: then every name is taken, up to max_models.
+        self._known: frozenset[str] | None = None
         self._statuses: dict[int, tuple[str, str]] = {}
         self._health: dict[tuple[str, str], bool] = {}
 
@@ -169,9 +174,15 @@ class RouterMetrics:
 
     # -- label hygiene --
 
+    def set_models(self, names) -> None:
+        """The model names a request may be labelled with: those served or in the catalog."""
+        self._known = frozenset(names)
+
     def _model(self, model: str) -> str:
         if model in self._models:
             return model
+        if self._known is not None and model not in self._known:
+            return UNKNOWN_MODEL
         if len(self._models) >= self._max_models:
             return OTHER
         self._models.add(model)
@@ -301,6 +312,9 @@ class RouterMetrics:
 
 class NullMetrics:
     """``RouterMetrics``'s methods, doing nothing: for a router run without metrics."""
+
+    def set_models(self, names) -> None:
+        pass
 
     def request_done(self, model: str, path: str, status: int, seconds: float,
                      ttft_seconds: float | None, prompt_tokens: int | None,

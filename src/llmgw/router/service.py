@@ -150,6 +150,8 @@ class Router(service.MultiService):
             unavailable = {m: why for m, why in unavailable.items() if m in self._catalog}
             waiting = NO_TABLE_YET if self._table is None else NEW_IN_CATALOG
             unavailable.update({m: waiting for m in sorted(self._catalog - served - unavailable.keys())})
+        if self.metrics is not None:
+            self.metrics.set_models(served | unavailable.keys() | (self._catalog or frozenset()))
         try:
             self.dispatcher.set_endpoints(entries, unavailable)
         except ValueError as e:
