@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -13,30 +14,32 @@ from llmgw.states import ShardState
 from llmgw.wire import WireError, from_wire, to_wire
 
 maybe_int = st.none() | st.integers(min_value=0, max_value=2**60)
-maybe_text = st.none() | st.text(max_size=20)
+# Names hold no control characters, and no string half a UTF-16 pair (test_wire_bounds.py).
+text = partial(st.text, alphabet=st.characters(blacklist_categories=("Cc", "Cs")))
+maybe_text = st.none() | text(max_size=20)
 
 gpus = st.builds(GPU, index=st.integers(0, 16), uuid=maybe_text, name=maybe_text,
                  memory_total_bytes=maybe_int, memory_used_bytes=maybe_int,
                  utilization_pct=st.none() | st.integers(0, 100))
-filesystems = st.builds(Filesystem, mountpoint=st.text(min_size=1, max_size=20), fstype=maybe_text,
+filesystems = st.builds(Filesystem, mountpoint=text(min_size=1, max_size=20), fstype=maybe_text,
                         shared=st.none() | st.booleans(), total_bytes=maybe_int, free_bytes=maybe_int,
-                        weights_dirs=st.lists(st.text(max_size=10), max_size=3))
-adapters = st.builds(IBAdapter, name=st.text(min_size=1, max_size=8),
+                        weights_dirs=st.lists(text(max_size=10), max_size=3))
+adapters = st.builds(IBAdapter, name=text(min_size=1, max_size=8),
                      ports=st.lists(st.builds(IBPort, port=st.integers(1, 2),
                                               rate_gbps=st.none() | st.floats(0, 800, allow_nan=False)), max_size=2),
                      fabric=maybe_text)
 inventories = st.builds(
     Inventory,
-    node_id=st.text(min_size=1, max_size=12),
-    cpu=st.none() | st.builds(CPU, model=maybe_text, logical_cores=maybe_int,
+    node_id=text(min_size=1, max_size=12),
+    cpu=st.none() | st.builds(CPU, model=maybe_text, logical_cores=st.none() | st.integers(1, 65536),
                               vector_flags=st.none() | st.lists(st.sampled_from(["avx", "avx2", "fma"])),
                               avx2=st.none() | st.booleans()),
     memory_total_bytes=maybe_int,
     gpus=st.none() | st.lists(gpus, max_size=4),
     filesystems=st.none() | st.lists(filesystems, max_size=3),
     infiniband=st.none() | st.lists(adapters, max_size=2),
-    labels=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
-    warnings=st.lists(st.text(max_size=30), max_size=2),
+    labels=st.dictionaries(text(max_size=5), text(max_size=5), max_size=3),
+    warnings=st.lists(text(max_size=30), max_size=2),
 )
 
 

@@ -9,11 +9,23 @@ one this side does not know is refused with the ones it does.  Keys the
 record does not know are ignored, so a newer peer can add fields; keys it does
 not send keep their default, which for reported figures is ``None`` —
 absent is not zero.
+
+A field made with ``field()`` carries its ``Bounds`` beside it, and
+``from_wire`` holds the value to them ("Heartbeat.memory_total_bytes: about
+10**400 is above 2**60, the most it may be").  Whatever the field, no number
+is NaN or infinite, no integer is beyond what a signed 64-bit integer holds
+(Prometheus, JSON readers and SQLite all stop there), and no string holds a
+lone surrogate, which UTF-8 cannot carry onwards.  Words for a person
+(``Text.PROSE``: reasons, warnings, an engine's last lines) are cut to their
+bound, never refused, so a long error still lands; everything else that does
+not fit refuses the whole payload, and the sender is told which field.
 """
 
 from __future__ import annotations
 
 import enum
+import math
+import re
 import types
 import typing
 from typing import Any, TypeVar
@@ -22,9 +34,56 @@ import attrs
 
 T = TypeVar("T")
 
+#: The most any integer may be, whatever its field: a signed 64-bit integer's.
+INT64 = 2**63 - 1
+BOUNDS = "llmgw.wire.bounds"
+
 
 class WireError(ValueError):
     """A link payload does not have the shape its record requires."""
+
+
+class Text(enum.Enum):
+    """What a string field holds, which says what in it is refused."""
+
+    #: An identifier, a version, a model name: no control characters.
+    NAME = "name"
+    #: A path, a URL, a command-line argument: anything but NUL.
+    FREE = "free"
+    #: Words for a person: cut to its bound (a list to its last entries), never refused.
+    PROSE = "prose"
+
+
+@attrs.frozen
+class Bounds:
+    """What a field may hold beyond its type, read by ``from_wire``.
+
+    ``least``/``most`` bound a number (or each number of a list); ``chars`` a
+    string (or each string of a list, each key and value of a mapping);
+    ``items`` a list or mapping.
+    """
+
+    least: int | float | None = None
+    most: int | float | None = None
+    chars: int | None = None
+    items: int | None = None
+    text: Text = Text.NAME
+
+
+def field(
+    default: Any = attrs.NOTHING, *, factory: Any = None, converter: Any = None,
+    least: int | float | None = None, most: int | float | None = None,
+    chars: int | None = None, items: int | None = None, text: Text = Text.NAME,
+) -> Any:
+    """An attrs field whose wire form ``from_wire`` holds to these bounds."""
+    metadata = {BOUNDS: Bounds(least=least, most=most, chars=chars, items=items, text=text)}
+    if factory is not None:
+        return attrs.field(factory=factory, converter=converter, metadata=metadata)
+    return attrs.field(default=default, converter=converter, metadata=metadata)
+
+
+def bounds_of(f: attrs.Attribute) -> Bounds | None:
+    return f.metadata.get(BOUNDS)
 
 
 def to_wire(record: Any) -> Any:
@@ -47,7 +106,7 @@ def from_wire(cls: type[T], payload: Any, path: str = "") -> T:
     return _convert(cls, payload, path or cls.__name__)
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _convert(hint: Any, value: Any, path: str, bounds: Bounds | None = None) -> Any:
     if hint is Any:
         return value
     origin = typing.get_origin(hint)
@@ -60,22 +119,25 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value, path)
+                return _convert(arg, value, path, bounds)
             except WireError as e:
                 errors.append(str(e))
         raise WireError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {hint}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise WireError(f"{path}: expected a list, got {_kind(value)}")
+        value = _count(value, path, bounds)
         (item,) = args[:1] or (Any,)
-        items = [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        items = [_convert(item, v, f"{path}[{i}]", bounds) for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
             raise WireError(f"{path}: expected a mapping, got {_kind(value)}")
         key_hint, value_hint = args or (Any, Any)
+        if bounds is not None and bounds.items is not None and len(value) > bounds.items:
+            raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
         return {
-            _convert(key_hint, k, f"{path} key"): _convert(value_hint, v, f"{path}.{k}")
+            _convert(key_hint, k, f"{path} key", bounds): _convert(value_hint, v, f"{path}.{k!s:.40}", bounds)
             for k, v in value.items()
         }
     if attrs.has(hint):
@@ -85,7 +147,9 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         kwargs = {}
         for field in attrs.fields(hint):
             if field.name in value:
-                kwargs[field.name] = _convert(field.type, value[field.name], f"{path}.{field.name}")
+                kwargs[field.name] = _convert(
+                    field.type, value[field.name], f"{path}.{field.name}", field.metadata.get(BOUNDS)
+                )
             elif field.default is attrs.NOTHING:
                 raise WireError(f"{path}.{field.name}: missing")
         try:
@@ -105,19 +169,95 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise WireError(f"{path}: expected a number, got {_kind(value)}")
-        return float(value)
+        if isinstance(value, int):
+            _limit(value, path, -INT64, INT64)  # before float(), which overflows past 1e308
+        if not math.isfinite(value):
+            raise WireError(f"{path}: {value} is not a finite number")
+        return _within(float(value), path, bounds)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise WireError(f"{path}: expected an integer, got {_kind(value)}")
-        return value
-    if hint in (str, bool):
-        if not isinstance(value, hint):
-            raise WireError(f"{path}: expected {hint.__name__}, got {_kind(value)}")
+        return _within(value, path, bounds)
+    if hint is str:
+        if not isinstance(value, str):
+            raise WireError(f"{path}: expected str, got {_kind(value)}")
+        return _text(value, path, bounds)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise WireError(f"{path}: expected bool, got {_kind(value)}")
         return value
     raise TypeError(f"{path}: no wire conversion for {hint!r}")
+
+
+def _count(value: list | tuple, path: str, bounds: Bounds | None) -> list | tuple:
+    """*value*, or its last entries when it is prose; refused when it has more than it may."""
+    if bounds is None or bounds.items is None or len(value) <= bounds.items:
+        return value
+    if bounds.text is Text.PROSE:
+        return value[len(value) - bounds.items:]
+    raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
+
+
+def _within(value: int | float, path: str, bounds: Bounds | None) -> int | float:
+    least = -INT64 if bounds is None or bounds.least is None else bounds.least
+    most = INT64 if bounds is None or bounds.most is None else bounds.most
+    _limit(value, path, least, most)
+    return value
+
+
+def _limit(value: int | float, path: str, least: int | float, most: int | float) -> None:
+    if value > most:
+        raise WireError(f"{path}: {_figure(value)} is above {_figure(most)}, the most it may be")
+    if value < least:
+        raise WireError(f"{path}: {_figure(value)} is below {_figure(least)}, the least it may be")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NUL = re.compile("\x00")
+
+
+def _text(value: str, path: str, bounds: Bounds | None) -> str:
+    if bounds is not None and bounds.text is Text.PROSE:
+        # A lone surrogate becomes "?", and a long text is cut where it says so.
+        value = value.encode("utf-8", "replace").decode("utf-8")
+        if bounds.chars is not None and len(value) > bounds.chars:
+            value = value[: bounds.chars - 1] + "…"
+        return value
+    if bounds is not None and bounds.chars is not None and len(value) > bounds.chars:
+        raise WireError(f"{path}: {len(value)} characters, more than the {bounds.chars} it may have")
+    if found := _SURROGATE.search(value):
+        raise WireError(f"{path}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
+    if bounds is not None:
+        found = (_CONTROL if bounds.text is Text.NAME else _NUL).search(value)
+        if found:
+            raise WireError(f"{path}: control character U+{ord(found.group()):04X} at {found.start()}, "
+                            f"which {'a name' if bounds.text is Text.NAME else 'it'} may not hold")
+    return value
+
+
+def _figure(value: int | float) -> str:
+    """*value* as a person reads it: 2**60 for a bound, and never all 400 digits of 10**400."""
+    if isinstance(value, float):
+        return repr(value)
+    magnitude = abs(value)
+    for k in range(32, 128):
+        if magnitude == 2**k:
+            return f"{'-' if value < 0 else ''}2**{k}"
+        if magnitude == 2**k - 1:
+            return f"{'-' if value < 0 else ''}2**{k}-1"
+    if magnitude.bit_length() <= 64:
+        return str(value)
+    digits = int(magnitude.bit_length() * math.log10(2))
+    if 10**digits > magnitude:
+        digits -= 1
+    exact = "" if 10**digits == magnitude else "about "
+    return f"{exact}{'-' if value < 0 else ''}10**{digits}"
 
 
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"int {_figure(value)}"  # repr() of a huge int is slow, or refused past 4300 digits
     return f"{type(value).__name__} {value!r:.40}"

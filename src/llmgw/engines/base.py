@@ -38,18 +38,62 @@ class LaunchPlan:
     health: HealthProbe | None = HealthProbe()
 
 
+@attrs.frozen
+class Spelling:
+    """How an engine's own parser reads an option's name, so llmgw reads a profile as the engine will.
+
+    A profile's arguments come after llmgw's and the last one wins, so a
+    reserved option spelled any way the engine accepts would undo llmgw's.
+    """
+
+    # argparse's allow_abbrev (vLLM, SGLang, the simulator): a long option
+    # is also spelled by any prefix of it that names no other option.
+    prefixes: bool = False
+    # ``--a_b`` is ``--a-b`` (llama.cpp, vLLM).
+    underscores: bool = False
+    # vLLM: ``--key.part VALUE`` sets part of ``--key``.
+    dotted: bool = False
+
+    def name(self, arg: str) -> str:
+        """*arg*'s option name as the engine looks it up: ``--hf_repo=x`` is ``--hf-repo``."""
+        flag = arg.partition("=")[0]
+        if flag.startswith("--"):
+            if self.dotted:
+                flag = flag.partition(".")[0]
+            if self.underscores:
+                flag = flag.replace("_", "-")
+        return flag
+
+    def options(self, arg: str, names: Sequence[str]) -> list[str]:
+        """Which of *names* the engine may take *arg* for: the one it is, or every one it abbreviates."""
+        flag = self.name(arg)
+        if flag in names:
+            return [flag]
+        if self.prefixes and flag.startswith("--") and len(flag) > 2:
+            return [n for n in names if n.startswith(flag)]
+        return []
+
+
 class EngineAdapter:
     name: str = ""
     # Options llmgw sets itself; a profile that sets them is refused.
     reserved_args: tuple[str, ...] = ()
+    spelling: Spelling = Spelling()
 
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
         """Every problem with a profile, each a sentence; empty when it can be launched."""
         problems = []
         for arg in args:
-            flag = arg.split("=", 1)[0]
-            if flag in self.reserved_args:
-                problems.append(f"{self.name} profiles may not set {flag}: llmgw sets it for each shard")
+            options = self.spelling.options(arg, self.reserved_args)
+            spelled = arg.partition("=")[0]
+            if options == [spelled]:
+                problems.append(f"{self.name} profiles may not set {spelled}: llmgw sets it for each shard")
+            elif options:
+                reads = "reads it as" if len(options) == 1 else "may read it as"
+                problems.append(
+                    f"{self.name} profiles may not set {spelled}: {self.name} {reads} {' or '.join(options)}, "
+                    "which llmgw sets for each shard"
+                )
         return problems
 
     def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
@@ -78,18 +122,21 @@ def visible_devices(gpus: Sequence[int]) -> dict[str, str]:
 # Shared by the adapters' validation, plans and probes.
 
 
-def option_values(args: Sequence[str], names: Sequence[str]) -> list[tuple[str, str | None]]:
-    """Every ``(flag, value)`` in *args* whose flag is one of *names*.
+def option_values(
+    args: Sequence[str], names: Sequence[str], spelling: Spelling = Spelling()
+) -> list[tuple[str, str | None]]:
+    """Every ``(flag, value)`` in *args* whose flag is one of *names*, spelled as *spelling* reads it.
 
     Both ``--flag value`` and ``--flag=value`` are found; the value is None when
     the flag is the last argument.  The next argument is taken as the value even
     when it starts with ``-``, since ``-t -1`` and ``-ngl -1`` are real values.
+    The flag is given as the profile spelled it.
     """
     found = []
     i = 0
     while i < len(args):
         flag, eq, value = args[i].partition("=")
-        if flag in names:
+        if spelling.options(args[i], names):
             if eq:
                 found.append((flag, value))
             elif i + 1 < len(args):

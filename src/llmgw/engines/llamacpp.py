@@ -18,6 +18,7 @@ from llmgw.engines.base import (
     LaunchPlan,
     ProbeFailed,
     ProbeResult,
+    Spelling,
     check_executable,
     integer_option,
     missing_libraries,
@@ -56,10 +57,14 @@ class LlamaCpp(EngineAdapter):
     reserved_args = (
         "-m", "--model",
         # Weights come from the model's source:, fetched and checked by the agent.
-        "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
+        "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-dr", "--docker-repo",
+        # A directory or preset of models would serve others than the catalog's.
+        "--models-dir", "--models-preset",
         "--host", "--port",
         "-a", "--alias",
     )  # fmt: skip
+    # llama.cpp's own parser: exact names only, "--a_b" read as "--a-b".
+    spelling = Spelling(underscores=True)
 
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
         problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
@@ -71,7 +76,7 @@ class LlamaCpp(EngineAdapter):
                 "set ranks: 1, or use vllm or sglang to span nodes"
             )
         for names, what, least, words in _INTEGER_OPTIONS:
-            for flag, value in option_values(args, names):
+            for flag, value in option_values(args, names, self.spelling):
                 problem = None if value in words else integer_option(self.name, flag, value, what, least)[1]
                 if problem:
                     problems.append(problem)

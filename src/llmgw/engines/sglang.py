@@ -17,6 +17,7 @@ from llmgw.engines.base import (
     HealthProbe,
     LaunchPlan,
     ProbeResult,
+    Spelling,
     fraction_option,
     host_port,
     integer_option,
@@ -40,6 +41,10 @@ VERSION_TIMEOUT_S = 60.0
 TENSOR_PARALLEL = ("--tp-size", "--tensor-parallel-size", "--tp")
 PIPELINE_PARALLEL = ("--pp-size", "--pipeline-parallel-size")
 
+# argparse with its abbreviations.  Some releases also read "--a_b" as
+# "--a-b"; refusing that spelling where argparse would not know it costs nothing.
+SPELLING = Spelling(prefixes=True, underscores=True)
+
 _AT_LEAST_ONE = "a whole number, at least 1"
 # 1 would leave nothing for activations: the engine dies at its first batch.
 _MEMORY_FRACTION = "a fraction of each GPU's memory, more than 0 and less than 1"
@@ -53,6 +58,7 @@ class SGLang(EngineAdapter):
         "--served-model-name",
         "--nnodes", "--node-rank", "--dist-init-addr",
     )  # fmt: skip
+    spelling = SPELLING
 
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
         problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
@@ -60,7 +66,7 @@ class SGLang(EngineAdapter):
             problems.append("sglang models need a source: the model directory's path on the nodes or a URL")
         total = max(gpus, 1) * ranks
         pipeline, pipeline_flag = 1, PIPELINE_PARALLEL[0]
-        for flag, value in option_values(args, PIPELINE_PARALLEL):
+        for flag, value in option_values(args, PIPELINE_PARALLEL, SPELLING):
             number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
             if problem:
                 problems.append(problem)
@@ -72,7 +78,7 @@ class SGLang(EngineAdapter):
             )
             return problems
         expected = total // pipeline
-        for flag, value in option_values(args, TENSOR_PARALLEL):
+        for flag, value in option_values(args, TENSOR_PARALLEL, SPELLING):
             number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
             if problem:
                 problems.append(problem)
@@ -82,7 +88,7 @@ class SGLang(EngineAdapter):
                     + (f" / {pipeline} pipeline stages" if pipeline > 1 else "")
                     + f": it must be {expected}; leave it out and llmgw sets it"
                 )
-        for flag, value in option_values(args, ("--mem-fraction-static",)):
+        for flag, value in option_values(args, ("--mem-fraction-static",), SPELLING):
             problem = fraction_option(self.name, flag, value, _MEMORY_FRACTION, one=False)
             if problem:
                 problems.append(problem)
@@ -100,7 +106,7 @@ class SGLang(EngineAdapter):
             # /v1/models and the "model" field of requests use the catalog's name.
             "--served-model-name", spec.model,
         ]  # fmt: skip
-        if not option_values(spec.args, TENSOR_PARALLEL):
+        if not option_values(spec.args, TENSOR_PARALLEL, SPELLING):
             argv += ["--tp-size", str(_tensor_parallel(spec))]
         if spec.ranks > 1:
             leader, dist_port = leader_address(spec.leader, DIST_INIT_PORT, engine="sglang")
@@ -120,7 +126,7 @@ class SGLang(EngineAdapter):
 
 def _tensor_parallel(spec: ShardSpec) -> int:
     pipeline = 1
-    for _, value in option_values(spec.args, PIPELINE_PARALLEL):
+    for _, value in option_values(spec.args, PIPELINE_PARALLEL, SPELLING):
         pipeline = int(value or 1)
     return max(len(spec.gpus), 1) * spec.ranks // pipeline
 

@@ -11,7 +11,15 @@ import sys
 from typing import Sequence
 
 import llmgw
-from llmgw.engines.base import EngineAdapter, HealthProbe, LaunchPlan, ProbeResult, refuse_invalid, visible_devices
+from llmgw.engines.base import (
+    EngineAdapter,
+    HealthProbe,
+    LaunchPlan,
+    ProbeResult,
+    Spelling,
+    refuse_invalid,
+    visible_devices,
+)
 from llmgw.records import EngineInfo, ShardSpec
 
 MODULE = "llmgw.sim"
@@ -20,6 +28,8 @@ MODULE = "llmgw.sim"
 class Sim(EngineAdapter):
     name = "sim"
     reserved_args = ("--host", "--port", "--model")
+    # llmgw.sim.options parses with argparse, abbreviations and all.
+    spelling = Spelling(prefixes=True)
 
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
         problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)

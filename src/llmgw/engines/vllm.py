@@ -25,6 +25,7 @@ from llmgw.engines.base import (
     LaunchPlan,
     ProbeFailed,
     ProbeResult,
+    Spelling,
     check_executable,
     fraction_option,
     host_port,
@@ -57,6 +58,10 @@ PIPELINE_PARALLEL = ("-pp", "--pipeline-parallel-size")
 # What llmgw sets for a multi-node replica; on one node a profile may use them.
 MULTI_NODE_ARGS = (*PIPELINE_PARALLEL, "--distributed-executor-backend")
 
+# vLLM's FlexibleArgumentParser is argparse (abbreviations and all) that
+# first reads "--a_b" as "--a-b" and moves "--key.part V" to the end as "--key".
+SPELLING = Spelling(prefixes=True, underscores=True, dotted=True)
+
 _AT_LEAST_ONE = "a whole number, at least 1"
 _MEMORY_FRACTION = "a fraction of each GPU's memory, more than 0 and at most 1 (vLLM's default is 0.9)"
 
@@ -66,6 +71,7 @@ class VLLM(EngineAdapter):
     # --tensor-parallel-size is not here: a profile may set it, if it agrees
     # with gpus:.
     reserved_args = ("--model", "--host", "--port", "--served-model-name")
+    spelling = SPELLING
 
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
         problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
@@ -73,13 +79,13 @@ class VLLM(EngineAdapter):
             problems.append("vllm models need a source: the model directory's path on the nodes or a URL")
         pipeline = 1
         if ranks > 1:
-            for flag, _ in option_values(args, MULTI_NODE_ARGS):
+            for flag, _ in option_values(args, MULTI_NODE_ARGS, SPELLING):
                 problems.append(
                     f"vllm profiles with ranks: {ranks} may not set {flag}: llmgw runs one pipeline "
                     f"stage per node over Ray"
                 )
         else:
-            for flag, value in option_values(args, PIPELINE_PARALLEL):
+            for flag, value in option_values(args, PIPELINE_PARALLEL, SPELLING):
                 number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
                 if problem:
                     problems.append(problem)
@@ -92,7 +98,7 @@ class VLLM(EngineAdapter):
             )
             return problems
         expected = per_node // pipeline
-        for flag, value in option_values(args, TENSOR_PARALLEL):
+        for flag, value in option_values(args, TENSOR_PARALLEL, SPELLING):
             number, problem = integer_option(self.name, flag, value, _AT_LEAST_ONE, 1)
             if problem:
                 problems.append(problem)
@@ -102,7 +108,7 @@ class VLLM(EngineAdapter):
                     f"vllm {flag} {number} does not match gpus: {gpus}{stages}: it must be {expected}; "
                     "leave it out and llmgw sets it"
                 )
-        for flag, value in option_values(args, ("--gpu-memory-utilization",)):
+        for flag, value in option_values(args, ("--gpu-memory-utilization",), SPELLING):
             problem = fraction_option(self.name, flag, value, _MEMORY_FRACTION, one=True)
             if problem:
                 problems.append(problem)
@@ -128,7 +134,7 @@ class VLLM(EngineAdapter):
             # /v1/models and the "model" field of requests use the catalog's name.
             "--served-model-name", spec.model,
         ]  # fmt: skip
-        if not option_values(spec.args, TENSOR_PARALLEL):
+        if not option_values(spec.args, TENSOR_PARALLEL, SPELLING):
             serve += ["--tensor-parallel-size", str(_tensor_parallel(spec))]
         if spec.ranks > 1:
             serve += ["--pipeline-parallel-size", str(spec.ranks), "--distributed-executor-backend", "ray"]
@@ -180,7 +186,7 @@ def _head_script(ray: str, ray_port: int, serve: list[str]) -> str:
 def _tensor_parallel(spec: ShardSpec) -> int:
     pipeline = 1
     if spec.ranks == 1:
-        for _, value in option_values(spec.args, PIPELINE_PARALLEL):
+        for _, value in option_values(spec.args, PIPELINE_PARALLEL, SPELLING):
             pipeline = int(value or 1)
     return max(len(spec.gpus), 1) // pipeline
 
