@@ -14,7 +14,7 @@ import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
-from llmgw.control.claims import ClaimRefused, Why, endpoint_refusal, host_of, peer_host
+from llmgw.control.claims import ClaimRefused, ModelSlots, Why, endpoint_refusal, host_of, peer_host
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardSpec, ShardStatus
 from llmgw.states import NodeState
@@ -23,6 +23,7 @@ from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
 from tests.control.test_reconciler import World, entry
 
 VICTIM = "echo/0/0"
+CATALOG = {"echo": ModelSlots(replicas=1, ranks=1)}
 
 
 def spec(shard_id=VICTIM, **kw):
@@ -192,7 +193,7 @@ def test_a_node_registering_with_a_shard_of_an_empty_slot_has_it_adopted():
     world.serve(entry())
     shard = ShardStatus(spec(), "ready", endpoint="http://10.0.0.2:40001", adopted=True)
     refused = world.fleet.register("node02", 1, Inventory(node_id="node02", address="10.0.0.2", shards=[shard]),
-                                   catalog={"echo"})
+                                   catalog=CATALOG)
     assert refused == {}
     grant = world.fleet.claims.grants[("node02", VICTIM)]
     assert grant.adopted and world.shard(VICTIM).order == grant.order
@@ -206,7 +207,7 @@ def test_a_node_registering_with_a_shard_of_an_empty_slot_has_it_adopted():
 def test_a_node_registering_with_a_copy_of_a_served_slot_is_refused_and_the_real_replica_kept(served):
     claim = ShardStatus(spec(), "ready", endpoint="http://10.0.0.3:40001", since=0.0)
     refused = served.fleet.register("node03", 2, Inventory(node_id="node03", address="10.0.0.3", shards=[claim]),
-                                    catalog={"echo"})
+                                    catalog=CATALOG)
     assert refused == {VICTIM: f"node03 may not report {VICTIM}: node01 already serves it, and the control "
                                 "plane placed it there first"}
     assert [s.node_id for s in served.fleet.shards.values()] == ["node01"]
@@ -217,17 +218,26 @@ def test_a_node_registering_with_a_copy_of_a_served_slot_is_refused_and_the_real
 def test_a_shard_of_a_model_outside_the_catalog_is_not_adopted(served):
     claim = ShardStatus(spec("ghost/0/0"), "ready", endpoint="http://10.0.0.3:40001")
     refused = served.fleet.register("node03", 2, Inventory(node_id="node03", address="10.0.0.3", shards=[claim]),
-                                    catalog={"echo"})
+                                    catalog=CATALOG)
     assert "the catalog has no model 'ghost'" in refused["ghost/0/0"]
 
 
 def test_an_adopted_rank_must_agree_with_the_ranks_its_replica_runs_with(served):
     # echo/0 runs with one rank on node01: a second rank offered by node03 would make it unroutable.
     claim = ShardStatus(spec("echo/0/1", ranks=2), "starting")
-    refused = served.fleet.register("node03", 2, Inventory(node_id="node03", address="10.0.0.3", shards=[claim]),
-                                    catalog={"echo"})
+    # (No catalog here, which would refuse two ranks first: this is the rule for what the others run.)
+    refused = served.fleet.register("node03", 2, Inventory(node_id="node03", address="10.0.0.3", shards=[claim]))
     assert "its replica echo/0 runs with 1 rank(s) (node01 serves echo/0/0), not 2" in refused["echo/0/1"]
     assert served.view("echo/0")["state"] == "ready"
+
+
+@pytest.mark.parametrize("shard", [spec("echo/1/0"), spec("echo/0/1", ranks=2), spec("echo/7000/0")])
+def test_only_a_slot_and_rank_the_catalog_asks_for_is_adopted(shard):
+    world = World()
+    refused = world.fleet.register("node02", 1, Inventory(node_id="node02", address="10.0.0.2", shards=[
+        ShardStatus(shard, "starting")]), catalog=CATALOG)
+    assert "the catalog asks for 1 replica(s) of echo with 1 rank(s) each, and this is rank" in refused[shard.shard_id]
+    assert world.fleet.shards == {}
 
 
 def test_an_adoption_is_held_to_the_endpoint_rule_too():
@@ -244,7 +254,7 @@ def test_a_slot_whose_holder_is_lost_may_be_adopted_elsewhere(served):
     served.held = []  # the reconciler's own start stays in flight: its grant is not yet a shard
     claim = ShardStatus(spec(), "ready", endpoint="http://10.0.0.3:40001")
     assert served.fleet.register("node03", 2, Inventory(node_id="node03", address="10.0.0.3", shards=[claim]),
-                                 catalog={"echo"}) == {}
+                                 catalog=CATALOG) == {}
 
 
 # -- copies decided by the control plane's facts --

@@ -20,7 +20,7 @@ import collections
 import enum
 import ipaddress
 import itertools
-from typing import Callable, Collection
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
@@ -53,6 +53,14 @@ class ClaimRefused(Exception):
     def __init__(self, node_id: str, shard_id: str, why: Why, words: str):
         super().__init__(f"{node_id} may not report {shard_id}: {words}")
         self.node_id, self.shard_id, self.why = node_id, shard_id, why
+
+
+@attrs.frozen
+class ModelSlots:
+    """What the catalog asks of one model: the slots an adopted shard may fill."""
+
+    replicas: int
+    ranks: int
 
 
 @attrs.frozen
@@ -159,13 +167,14 @@ class Claims:
         address: str | None,
         *,
         adopting: bool = False,
-        catalog: Collection[str] | None = None,
+        catalog: Mapping[str, ModelSlots] | None = None,
         usable: Callable[[str], bool] = lambda node_id: True,
     ) -> Grant:
         """The grant *status* is reported under, made now when *adopting* it is allowed; else ``ClaimRefused``.
 
-        *catalog* is the model names adoption is allowed for (None: no catalog
-        to hold it to); *usable* says whether a node's grants still serve.
+        *catalog* is the models adoption is allowed for, with their slots
+        (None: no catalog to hold it to); *usable* says whether a node's
+        grants still serve.
         """
         spec = status.spec
         shard_id = spec.shard_id
@@ -193,11 +202,18 @@ class Claims:
                      shard=shard_id)
         return grant
 
-    def _adoptable(self, node_id: str, spec: ShardSpec, catalog: Collection[str] | None,
+    def _adoptable(self, node_id: str, spec: ShardSpec, catalog: Mapping[str, ModelSlots] | None,
                    usable: Callable[[str], bool]) -> None:
-        if catalog is not None and spec.model not in catalog:
-            raise self._refuse(node_id, spec.shard_id, Why.NOT_IN_CATALOG,
-                               f"the catalog has no model {spec.model!r}, so there is no slot to adopt it into")
+        if catalog is not None:
+            slots = catalog.get(spec.model)
+            if slots is None:
+                raise self._refuse(node_id, spec.shard_id, Why.NOT_IN_CATALOG,
+                                   f"the catalog has no model {spec.model!r}, so there is no slot to adopt it into")
+            index = int(spec.replica_id.rpartition("/")[2])
+            if index >= slots.replicas or spec.ranks != slots.ranks:
+                raise self._refuse(node_id, spec.shard_id, Why.NOT_IN_CATALOG,
+                                   f"the catalog asks for {slots.replicas} replica(s) of {spec.model} with "
+                                   f"{slots.ranks} rank(s) each, and this is {_words(spec)}")
         for (holder, shard_id), grant in self.grants.items():
             if holder == node_id or not usable(holder):
                 continue

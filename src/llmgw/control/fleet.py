@@ -17,12 +17,12 @@ control plane placed on it, or adopted from it when it registered, are kept.
 from __future__ import annotations
 
 import enum
-from typing import Callable, Collection
+from typing import Callable, Mapping
 
 import attrs
 from twisted.logger import Logger
 
-from llmgw.control.claims import Claims, ClaimRefused, Why, host_of
+from llmgw.control.claims import ClaimRefused, Claims, ModelSlots, Why, host_of
 from llmgw.control.news import NewsSettings, is_news
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
@@ -174,12 +174,13 @@ class Fleet:
     # -- what agents say --
 
     def register(self, node_id: str, session: int | None, inventory: Inventory, *, peer: str | None = None,
-                 catalog: Collection[str] | None = None) -> dict[str, str]:
+                 catalog: Mapping[str, ModelSlots] | None = None) -> dict[str, str]:
         """*node_id* (re)registered from the address *peer*, as the hub saw it (None: not known).
 
         Returns the shards of its list that were refused, shard id -> the
         sentence saying why; the rest are kept.  *catalog* is the models a
-        shard may be adopted for (None: no catalog to hold adoptions to).
+        shard may be adopted for, with their slots (None: no catalog to hold
+        adoptions to).
         """
         now = self._clock.seconds()
         if peer is not None and (inventory.address is None or host_of(inventory.address) != host_of(peer)):

@@ -14,7 +14,7 @@ from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control.claims import ClaimRefused, peer_host
+from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
 from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
 from llmgw.control.news import NewsSettings
 from llmgw.control.reconciler import Reconciler
@@ -127,7 +127,8 @@ class ControlSession(ApplicationSession):
                 id=node_id, other=inv.node_id,
             )
             inv = attrs.evolve(inv, node_id=node_id)
-        catalog = set(self.catalog.entries) if self.catalog is not None else None
+        catalog = None if self.catalog is None else {
+            name: ModelSlots(entry.model.replicas, entry.profile.ranks) for name, entry in self.catalog.entries.items()}
         refused = self.fleet.register(node_id, details.caller, inv, peer=self._peers.get(details.caller),
                                       catalog=catalog)
         for shard_id in refused:
