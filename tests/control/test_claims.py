@@ -296,3 +296,14 @@ async def test_the_plane_refuses_a_claim_with_the_sentence_and_a_register_says_w
     assert caught.value.error == uris.ERROR_REFUSED
     assert caught.value.args[0].startswith(f"node03 may not report {VICTIM}: the control plane did not place it")
     assert plane.fleet.shards == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_address_the_hub_saw_a_node_connect_from_is_the_one_its_endpoints_are_held_to(plane):
+    node = await plane.attach("node03", uris.ROLE_NODE)
+    plane._session_joined({"session": node._session_id, "authid": "node03", "authrole": uris.ROLE_NODE,
+                           "transport": {"peer": "tcp4:10.9.9.9:51234"}})
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node03", address="10.0.0.3")))
+    assert plane.fleet.address("node03") == "10.9.9.9"
+    plane._session_left({"session": node._session_id, "authid": "node03", "authrole": uris.ROLE_NODE})
+    assert plane._peers == {}

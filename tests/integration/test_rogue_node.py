@@ -2,7 +2,8 @@
 
 A real server and a real agent serve ``victim`` from a sim engine.  Then a
 raw WAMP client — autobahn's asyncio flavour, not llmgw's agent — holding a
-second node certificate from ``llmgw pki`` registers offering ``victim/0/0``
+second node certificate from ``llmgw pki`` registers (claiming another
+host's address) offering ``victim/0/0``
 for adoption and reports it ready at an endpoint of its own (a listener
 that counts what reaches it), with the oldest ``since`` there is.  Both
 claims are refused in words; the router keeps sending victim's prompts to
@@ -51,7 +52,7 @@ class Rogue(ApplicationSession):
     async def onJoin(self, details):
         out = {}
         for name, uri, payload in [
-            ("register", "llmgw.cp.agent.register", {"node_id": "rogue", "address": "127.0.0.1", "shards": [claim]}),
+            ("register", "llmgw.cp.agent.register", {"node_id": "rogue", "address": "10.1.2.3", "shards": [claim]}),
             ("shard_status", "llmgw.cp.agent.shard_status", claim),
         ]:
             try:
@@ -157,7 +158,10 @@ def test_a_rogue_node_certificate_cannot_take_over_a_models_traffic_nor_stop_its
         assert said["shard_status"]["error"] == "llmgw.error.refused"
         assert said["shard_status"]["words"].startswith(
             "rogue may not report victim/0/0: the control plane did not place it on rogue")
+        # The address it claimed is overruled by the one its link comes from, which the hub saw.
+        assert cluster.nodes()["rogue"]["address"] == "127.0.0.1"
         log = cluster.server.output()
+        assert "node rogue says its address is 10.1.2.3, and its link comes from 127.0.0.1" in log
         assert log.count("refused: rogue may not report victim/0/0") == 1, log[-3000:]
     finally:
         rogue.communicate("done\n", timeout=15)
