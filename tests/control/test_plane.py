@@ -164,7 +164,7 @@ async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wi
     spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
     ready = ShardStatus(spec, "ready", endpoint="http://10.0.0.1:4001")
     node = await plane.attach("node01", uris.ROLE_NODE)
-    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", shards=[ready])))
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", address="10.0.0.1", shards=[ready])))
     echo = Entry(Model(name="echo", profile="sim"), Profile(name="sim", engine="sim"), "f1")
     plane.catalog = type("Catalog", (), {"entries": {"echo": echo}})()
     plane.publish_endpoints()

@@ -3,7 +3,7 @@
 The world is test_reconciler's: a real Fleet, a test clock, fake commands.
 What it adds is the failure this guards against: a second agent given
 node01's state_dir (as node02) adopts node01's engine and reports it as its
-own, an older ready copy; the reconciler stops node01's fresh start as the
+own, a ready copy (under a grant of its own: see ``react``); the reconciler stops node01's fresh start as the
 extra copy, which kills the one process both reported, and the empty slot
 is started again the next tick.
 """
@@ -35,6 +35,9 @@ class SharedStateDir:
         mine, copy = ("node01", SHARD) in shards, ("node02", SHARD) in shards
         if mine and not copy and self.adopting:
             status = shards[("node01", SHARD)].status
+            # The copy has a grant of its own, as a lost node's copy does: a
+            # node may not report a shard it was never given.
+            self.world.fleet.place("node02", status.spec)
             self.world.fleet.shard_status("node02", attrs.evolve(status, state="ready", since=status.since - 5))
         elif copy and not mine:
             status = shards[("node02", SHARD)].status

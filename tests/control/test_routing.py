@@ -20,7 +20,7 @@ def status(replica_id, rank, state, port=None, ranks=1):
 
 def fleet_with(*shards, node="node01"):
     fleet = Fleet(Clock(), lambda *a: None, unreachable_after=15, lost_after=120)
-    fleet.register(node, 1, Inventory(node_id=node, shards=list(shards)))
+    fleet.register(node, 1, Inventory(node_id=node, address="10.0.0.1", shards=list(shards)))
     return fleet
 
 

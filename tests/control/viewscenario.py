@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet.task import Clock
 
-from llmgw.config.server import Model, Profile
+from llmgw.config.server import FleetSettings, Model, Profile
 from llmgw.control.catalog import Entry, fingerprint
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession
@@ -57,7 +57,8 @@ def run() -> dict:
     echo, gemma, qwen, tiny = (_entry("echo", 3), _entry("gemma", 1, source=GEMMA), _entry("qwen", 1, source=QWEN),
                                _entry("tiny", 1))
     catalog = SimpleNamespace(entries={e.model.name: e for e in (echo, gemma, qwen, tiny)},
-                              config=SimpleNamespace(fleet=SimpleNamespace(settle_s=0.0)))
+                              # Every heartbeat published, as before heartbeats were held to news.
+                              config=SimpleNamespace(fleet=FleetSettings(settle_s=0.0, node_event_interval_s=0.0)))
     plane = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit), catalog, clock)
     published = []
     plane.is_attached = lambda: True
@@ -92,7 +93,9 @@ def run() -> dict:
         cordoned=False, shards=shards, warnings=["CPU has no AVX2: llama.cpp runs several times slower here"],
     ))
     # An agent too old to say anything but its name, whose shard is on a node since lost.
-    fleet.register("node02", 1, Inventory(node_id="node02", shards=[_status("tiny/0", 0, "ready", tiny, port=40006)]))
+    # (Its address is the one its link came from: an endpoint is believed only on its node's address.)
+    fleet.register("node02", 1, Inventory(node_id="node02", shards=[_status("tiny/0", 0, "ready", tiny, port=40006)]),
+                   peer="10.0.0.1")
     fleet.set_cordoned("node01", True)
     fleet.download("node01", Progress(source=QWEN, file_name="qwen.gguf", bytes_done=120 * GB // 1000,
                                       bytes_total=253 * GB // 1000, rate_bps=31e6))

@@ -61,6 +61,8 @@ def fleet(clock):
     fleet = Fleet(clock, lambda kind, ident, event: None, unreachable_after=15, lost_after=60)
     fleet.register("gpu01", 1, gpu_node())
     fleet.register("cpu07", 2, quiet_node())
+    for replica in range(3):  # the control plane placed them: a node reports only what it was given
+        fleet.place("gpu01", shard("qwen", replica, "starting").spec)
     fleet.shard_status("gpu01", shard("qwen", 0, "ready"))
     fleet.shard_status("gpu01", shard("qwen", 1, "starting"))
     clock.advance(20)

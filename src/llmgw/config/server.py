@@ -75,6 +75,13 @@ class FleetSettings:
     # places anything: agents are coming back with engines still running, and
     # a slot that looks empty for a second must not be started twice.
     settle_s: float = 15.0
+    # A heartbeat is published to subscribers only when it changes what they
+    # show, a live figure by more than node_figures_change of its whole, or
+    # node_event_interval_s after the node's last event.
+    node_event_interval_s: float = 30.0
+    node_figures_change: float = 0.05
+    # Downloads in progress one node may have shown at once.
+    downloads_per_node: int = 64
 
 
 @attrs.frozen
@@ -411,6 +418,9 @@ SCHEMA = Section(
                 "unreachable_after_s": Number(min=0, exclusive=True),
                 "lost_after_s": Number(min=0, exclusive=True),
                 "settle_s": Number(min=0),
+                "node_event_interval_s": Number(min=0),
+                "node_figures_change": Number(min=0),
+                "downloads_per_node": Int(min=1),
             },
         ),
         "link": Section(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llmgw.control.fleet import Fleet
@@ -124,6 +124,11 @@ class FleetCollector(Collector):
             for state in sorted(set(SHARD_STATES) | {s for m, s in shards if m == model}):
                 f.shards.add_metric([model, state], shards.get((model, state), 0))
 
+        for (node_id, why), n in sorted(self._fleet.claims.refused.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+            f.claims_refused.add_metric([node_id, why.value], n)
+        for node_id, n in sorted(self._fleet.progress_refused.items()):
+            f.progress_refused.add_metric([node_id], n)
+
         if self._replicas is not None:
             replicas: dict[tuple[str, str], int] = {}
             for view in self._replicas():
@@ -177,6 +182,14 @@ class _Families:
             labels=["node", "engine", "version", "state"])
         self.shards = GaugeMetricFamily("llmgw_shards", "Shards the nodes report, by model and state.",
                                         labels=["model", "state"])
+        self.claims_refused = CounterMetricFamily(
+            "llmgw_node_claims_refused",
+            "Shard reports a node made that the control plane refused (see docs/security.rst), by reason: "
+            "not placed, spec, slot held, not in catalog, endpoint.", labels=["node", "reason"])
+        self.progress_refused = CounterMetricFamily(
+            "llmgw_node_progress_refused",
+            "Download progress reports refused because the node already showed fleet.downloads_per_node downloads.",
+            labels=node)
         self.replicas = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state, as the reconciler sees them.",
                                           labels=["model", "state"])
 
@@ -184,5 +197,5 @@ class _Families:
         families = [self.nodes, self.node_state, self.node_cordoned, self.node_seen_age, self.node_info,
                     self.node_cpus, self.mem_total, self.mem_available, self.node_gpus, self.gpu_mem_total,
                     self.gpu_mem_used, self.gpu_util, self.fs_total, self.fs_free, self.engine_info, self.engine_state,
-                    self.shards]
+                    self.shards, self.claims_refused, self.progress_refused]
         return families + [self.replicas] if with_replicas else families

@@ -7,20 +7,29 @@ transitions are the table at the bottom of this module, on ``NodeState``
 members; nothing else decides a node's state.  Every change goes through ``_update``, which
 stores the new record and emits ``(kind, id, event)``, an event record of
 ``llmgw.views``; nothing else writes
-``nodes``, so the events a TUI or ctl follows are the whole story.
+``nodes``, so the events a TUI or ctl follows are the whole story — except
+for heartbeats that change nothing a subscriber shows (``llmgw.control.news``).
+
+What a node says it runs is held to ``llmgw.control.claims``: only shards the
+control plane placed on it, or adopted from it when it registered, are kept.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Callable
+from typing import Callable, Mapping
 
 import attrs
 from twisted.logger import Logger
 
-from llmgw.records import Heartbeat, Inventory, Progress, ShardStatus
+from llmgw.control.claims import ClaimRefused, Claims, ModelSlots, Why, host_of
+from llmgw.control.news import NewsSettings, is_news
+from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
+
+# server.yaml's fleet.downloads_per_node: downloads in progress one node may have shown.
+DOWNLOADS_PER_NODE = 64
 
 log = Logger()
 
@@ -63,10 +72,13 @@ class Node:
 
 @attrs.frozen
 class ReportedShard:
-    """A shard as its node last reported it."""
+    """A shard as its node last reported it, under the grant it was reported on."""
 
     node_id: str
     status: ShardStatus
+    # The grant's arrival order at the control plane (``claims.Grant.order``):
+    # of two copies of one slot, the lower is the one placed or accepted first.
+    order: int = 0
 
     @property
     def id(self) -> str:
@@ -79,6 +91,10 @@ class ReportedShard:
 
 class NotRegistered(Exception):
     """A heartbeat from a node the control plane does not know (it restarted)."""
+
+
+class TooManyDownloads(Exception):
+    """A node reported more downloads in progress than ``downloads_per_node``; the message says so."""
 
 
 class Fleet:
@@ -100,25 +116,77 @@ class Fleet:
         # Downloads under way, by (node, source): one download serves every
         # shard on that node waiting for the source.
         self.progress: dict[tuple[str, str], Progress] = {}
+        self.claims = Claims()
+        self.news = NewsSettings()
+        self.downloads_per_node = DOWNLOADS_PER_NODE
+        # Per node, the view last published and when: a heartbeat is published when it is news.
+        self._published: dict[str, tuple[NodeView, float]] = {}
+        # Nodes told they are at downloads_per_node, until they are under it again: said once.
+        self._downloads_full: set[str] = set()
+        # Progress reports refused, per node (``llmgw_node_progress_refused_total``).
+        self.progress_refused: dict[str, int] = {}
+
+    def configure(self, news: NewsSettings, downloads_per_node: int) -> None:
+        """server.yaml's fleet limits, at start and on every reload."""
+        self.news = news
+        self.downloads_per_node = downloads_per_node
 
     def _update(self, new: Node, change: str) -> None:
         self.nodes[new.id] = new
-        self._emit("node", new.id, NodeEvent(change, new.view(self._clock.seconds())))
+        now = self._clock.seconds()
+        view = new.view(now)
+        if change == "heartbeat":
+            last = self._published.get(new.id)
+            if last is not None and now - last[1] < self.news.interval_s and not is_news(
+                    last[0], view, self.news.change):
+                return
+        self._published[new.id] = (view, now)
+        self._emit("node", new.id, NodeEvent(change, view))
 
-    def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None) -> None:
-        """The one way shards change: store (or forget, when ``status`` is None) and emit."""
+    def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None, order: int = 0) -> None:
+        """The one way shards change: store (or forget, when ``status`` is None) and emit.
+
+        Forgetting a shard ends its grant: a report of it after that is a new claim.
+        """
         if status is None:
+            self.claims.drop(node_id, shard_id)
             gone = self.shards.pop((node_id, shard_id), None)
             if gone is not None:
                 self._emit("shard", shard_id, ShardEvent("removed", node_id, gone.status))
             return
-        self.shards[(node_id, shard_id)] = ReportedShard(node_id, status)
+        self.shards[(node_id, shard_id)] = ReportedShard(node_id, status, order)
         self._emit("shard", shard_id, ShardEvent("status", node_id, status))
+
+    def address(self, node_id: str) -> str | None:
+        """The address a node's engines must listen on: its link's, when the hub said it, else the one it reported."""
+        node = self.nodes.get(node_id)
+        return None if node is None else node.inventory.address
+
+    def place(self, node_id: str, spec: ShardSpec) -> None:
+        """The reconciler starts *spec* on *node_id*: from now on the node may report it."""
+        self.claims.place(node_id, spec)
+
+    def unplace(self, node_id: str, shard_id: str) -> None:
+        """A start that did not happen: its grant ends, unless the node already reported the shard."""
+        if (node_id, shard_id) not in self.shards:
+            self.claims.drop(node_id, shard_id)
 
     # -- what agents say --
 
-    def register(self, node_id: str, session: int | None, inventory: Inventory) -> None:
+    def register(self, node_id: str, session: int | None, inventory: Inventory, *, peer: str | None = None,
+                 catalog: Mapping[str, ModelSlots] | None = None) -> dict[str, str]:
+        """*node_id* (re)registered from the address *peer*, as the hub saw it (None: not known).
+
+        Returns the shards of its list that were refused, shard id -> the
+        sentence saying why; the rest are kept.  *catalog* is the models a
+        shard may be adopted for, with their slots (None: no catalog to hold
+        adoptions to).
+        """
         now = self._clock.seconds()
+        if peer is not None and (inventory.address is None or host_of(inventory.address) != host_of(peer)):
+            log.warn("node {id} says its address is {said}, and its link comes from {peer}: {peer} is the one "
+                     "its engines must listen on", id=node_id, said=inventory.address or "nothing", peer=peer)
+            inventory = attrs.evolve(inventory, address=peer)
         old = self.nodes.get(node_id)
         if old is None:
             log.info("node {id} registered from {addr}", id=node_id, addr=inventory.address or "-")
@@ -143,31 +211,87 @@ class Fleet:
             ),
             "registered",
         )
-        # What the node runs is what it says it runs: a control plane that
-        # restarted learns its replicas here, and a shard the node no longer
-        # mentions is gone.
-        if inventory.shards is not None:
-            reported = {status.spec.shard_id: status for status in inventory.shards}
-            for shard in [s for s in self.shards.values() if s.node_id == node_id and s.id not in reported]:
-                self._update_shard(node_id, shard.id, None)
-            for shard_id, status in reported.items():
-                self._update_shard(node_id, shard_id, status)
+        # A fresh agent reports its downloads again; what the last one left is not news.
+        for key in [k for k in self.progress if k[0] == node_id]:
+            del self.progress[key]
+        self._downloads_full.discard(node_id)
+        # What the node runs is what it says it runs, as far as the claims
+        # allow: a control plane that restarted learns its replicas here, and
+        # a shard the node no longer mentions is gone.
+        refused: dict[str, str] = {}
+        if inventory.shards is None:
+            return refused
+        reported: dict[str, tuple[ShardStatus, int]] = {}
+        for status in inventory.shards:
+            if status.state == ShardState.STOPPED:
+                continue
+            try:
+                grant = self.claims.check(node_id, status, inventory.address, adopting=True, catalog=catalog,
+                                          usable=self.usable)
+            except ClaimRefused as e:
+                refused[status.spec.shard_id] = str(e)
+                continue
+            reported[status.spec.shard_id] = (status, grant.order)
+        for shard in [s for s in self.shards.values() if s.node_id == node_id and s.id not in reported]:
+            self._update_shard(node_id, shard.id, None)
+        for shard_id, (status, order) in reported.items():
+            self._update_shard(node_id, shard_id, status, order)
+        return refused
 
     def shard_status(self, node_id: str, status: ShardStatus) -> None:
+        """A shard's new status from its node; ``ClaimRefused`` when the node may not report it (nothing changes).
+
+        A stopped shard is forgotten (a stop of one it does not hold changes
+        nothing).  A shard the control plane placed that reports an endpoint
+        off its node is kept as failed, in those words, so the reconciler
+        stops it and places it again; the report is refused all the same.
+        """
         if node_id not in self.nodes:
             raise NotRegistered(node_id)
         shard_id = status.spec.shard_id
-        self._update_shard(node_id, shard_id, None if status.state == ShardState.STOPPED else status)
+        if status.state == ShardState.STOPPED:
+            if (node_id, shard_id) in self.claims.grants:
+                self._update_shard(node_id, shard_id, None)
+            return
+        try:
+            grant = self.claims.check(node_id, status, self.address(node_id))
+        except ClaimRefused as e:
+            held = self.claims.grants.get((node_id, shard_id))
+            if e.why == Why.ENDPOINT and held is not None:
+                failed = attrs.evolve(status, state=ShardState.FAILED, endpoint=None,
+                                      reason=f"the control plane refused its endpoint: {e}")
+                self._update_shard(node_id, shard_id, failed, held.order)
+            raise
+        self._update_shard(node_id, shard_id, status, grant.order)
 
     def download(self, node_id: str, progress: Progress) -> None:
-        """A download's progress: kept beside the shards, never a transition of theirs."""
+        """A download's progress: kept beside the shards, never a transition of theirs.
+
+        A node shows at most ``downloads_per_node`` downloads in progress; a
+        new one beyond that raises ``TooManyDownloads`` (logged once, until
+        the node is under the limit again) and is neither kept nor published.
+        """
         if node_id not in self.nodes:
             raise NotRegistered(node_id)
         key = (node_id, progress.source)
         if progress.final:
             self.progress.pop(key, None)
-        else:
+        elif key in self.progress:
             self.progress[key] = progress
+        else:
+            held = sum(1 for node, _ in self.progress if node == node_id)
+            if held >= self.downloads_per_node:
+                self.progress_refused[node_id] = self.progress_refused.get(node_id, 0) + 1
+                words = (f"{node_id} already shows {held} downloads in progress, the most fleet.downloads_per_node "
+                         f"allows; {progress.source} is not shown until one of them ends")
+                if node_id not in self._downloads_full:
+                    self._downloads_full.add(node_id)
+                    log.warn("refused a download's progress: {words} (said once while it lasts)", words=words)
+                raise TooManyDownloads(words)
+            self.progress[key] = progress
+        if node_id in self._downloads_full and sum(1 for node, _ in self.progress if node == node_id) < \
+                self.downloads_per_node:
+            self._downloads_full.discard(node_id)
         self._emit("progress", node_id, ProgressEvent(node_id, progress))
 
     def forget_shard(self, node_id: str, shard_id: str) -> None:

@@ -14,7 +14,9 @@ from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control.fleet import Fleet, NotRegistered
+from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
+from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
+from llmgw.control.news import NewsSettings
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.control.routing import endpoint_table
@@ -50,6 +52,10 @@ class ControlSession(ApplicationSession):
         # configuration (the server's own router).
         self.table_listeners: list = []
         self.reload_listeners: list[Listener] = []
+        # Each session's address as the hub saw it connect (its on_join meta
+        # event), so a node's engines are held to the address it really has.
+        self._peers: dict[int, str] = {}
+        self._configure_fleet()
         self.reconciler = Reconciler(
             clock if clock is not None else self.fleet._clock, self.fleet,
             lambda: self.catalog.entries if self.catalog is not None else {},
@@ -59,6 +65,21 @@ class ControlSession(ApplicationSession):
 
     def onConnect(self):
         self.join(self.config.realm)
+
+    def onUserError(self, fail, msg):
+        # A refusal is the caller's answer, logged by whoever refused it on
+        # its own terms (once per node and shard, once per full node): not a
+        # line per call, which a node could otherwise write at will.
+        value = getattr(fail, "value", None)
+        if isinstance(value, ApplicationError) and value.error == uris.ERROR_REFUSED:
+            return
+        super().onUserError(fail, msg)
+
+    def _configure_fleet(self) -> None:
+        if self.catalog is not None:
+            fleet = self.catalog.config.fleet
+            self.fleet.configure(NewsSettings(fleet.node_event_interval_s, fleet.node_figures_change),
+                                 fleet.downloads_per_node)
 
     async def onJoin(self, details):
         with_details = RegisterOptions(details_arg="details")
@@ -76,6 +97,7 @@ class ControlSession(ApplicationSession):
         await self.register(self.reload, uris.CP_RELOAD)
         await self.register(lambda: to_wire(self.endpoint_table()), uris.ROUTER_ENDPOINTS)
         await self.register(self.logs, uris.CP_LOGS)
+        await self.subscribe(self._session_joined, hubmod.META_ON_JOIN, SubscribeOptions())
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")
 
@@ -105,12 +127,31 @@ class ControlSession(ApplicationSession):
                 id=node_id, other=inv.node_id,
             )
             inv = attrs.evolve(inv, node_id=node_id)
-        self.fleet.register(node_id, details.caller, inv)
+        catalog = None if self.catalog is None else {
+            name: ModelSlots(entry.model.replicas, entry.profile.ranks) for name, entry in self.catalog.entries.items()}
+        refused = self.fleet.register(node_id, details.caller, inv, peer=self._peers.get(details.caller),
+                                      catalog=catalog)
+        for shard_id in refused:
+            # Running but not believed: a copy of a slot served elsewhere, or
+            # of a model no longer in the catalog, is stopped, as the
+            # reconciler would have stopped it once adopted.
+            defer.ensureDeferred(self._stop_refused(node_id, shard_id))
+        answer = {"node_id": node_id}
+        if refused:
+            answer["refused"] = refused
         plan = self.engine_plan()
-        if plan is None:
-            return {"node_id": node_id}
-        # The builds it is to install; an agent older than installs ignores the key.
-        return {"node_id": node_id, "engines": to_wire(plan)}
+        if plan is not None:
+            # The builds it is to install; an agent older than installs ignores the key.
+            answer["engines"] = to_wire(plan)
+        return answer
+
+    async def _stop_refused(self, node_id: str, shard_id: str) -> None:
+        try:
+            await self.call(uris.node_uri(node_id, uris.NODE_STOP_SHARD), shard_id,
+                            options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        except Exception as e:
+            log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
+                     node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
 
     def agent_heartbeat(self, beat, details=None):
         node_id = self._node_caller(details)
@@ -126,6 +167,8 @@ class ControlSession(ApplicationSession):
             self.fleet.shard_status(node_id, decoded)
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
+        except ClaimRefused as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
 
     def agent_progress(self, progress, details=None):
         node_id = self._node_caller(details)
@@ -133,6 +176,8 @@ class ControlSession(ApplicationSession):
             self.fleet.download(node_id, self._decode(Progress, progress))
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
+        except TooManyDownloads as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
 
     # -- operators --
 
@@ -213,6 +258,7 @@ class ControlSession(ApplicationSession):
         before = self.engine_plan()
         outcome = reload_all(self.catalog, self.reload_listeners)
         if outcome.refused is None:
+            self._configure_fleet()
             plan = self.engine_plan()
             if plan != before:
                 self.pushing = defer.ensureDeferred(self.push_engines(plan))
@@ -287,7 +333,10 @@ class ControlSession(ApplicationSession):
         result = await self.call(uris.node_uri(node_id, uris.NODE_START_SHARD), to_wire(spec),
                                  options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
         status = self._decode(ShardStatus, result)
-        self.fleet.shard_status(node_id, status)
+        try:
+            self.fleet.shard_status(node_id, status)
+        except ClaimRefused as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
         return status
 
     async def stop_shard(self, node_id: str, shard_id: str):
@@ -298,6 +347,12 @@ class ControlSession(ApplicationSession):
         else:
             self.fleet.forget_shard(node_id, shard_id)
 
+    def _session_joined(self, info):
+        host = peer_host((info.get("transport") or {}).get("peer")) if isinstance(info, dict) else None
+        if host is not None and info.get("authrole") == uris.ROLE_NODE:
+            self._peers[info["session"]] = host
+
     def _session_left(self, info):
+        self._peers.pop(info.get("session"), None)
         if info.get("authrole") == uris.ROLE_NODE:
             self.fleet.link_closed(info["session"])

@@ -57,7 +57,7 @@ class Slot:
     reason: str | None = None
     failed: bool = False
     launching: bool = False
-    counted: set = attrs.Factory(set)  # (shard id, since) of failures already counted
+    counted: set = attrs.Factory(set)  # (node, shard id, grant order) of failures already counted
     # When the slot was last started, until a stop in it is counted: a stop
     # soon after a start is the reconciler undoing its own work.
     started_at: float | None = None
@@ -125,7 +125,8 @@ class Reconciler:
         live = [s for s in shards if s.status.state in SHARD_ALIVE and self.fleet.usable(s.node_id)]
         failed = [s for s in shards if s.status.state == ShardState.FAILED]
         for shard in failed:
-            key = (shard.id, shard.status.since)
+            # Once per grant: the node's own "since" is not the control plane's to trust.
+            key = (shard.node_id, shard.id, shard.order)
             if key not in slot.counted:
                 slot.counted.add(key)
                 self._failed(slot, replica_id, f"{shard.node_id}: {shard.status.reason or 'failed'}", now)
@@ -159,7 +160,8 @@ class Reconciler:
         """Keep one live shard per rank; stop the rest.
 
         Two can exist when a lost node comes back after its slot was placed
-        elsewhere.  The ready one wins, then the older one.
+        elsewhere.  The ready one wins, then the one the control plane placed
+        or accepted first (its grant's order): never the node's own "since".
         """
         by_rank: dict[int, list[ReportedShard]] = {}
         for shard in shards:
@@ -167,7 +169,7 @@ class Reconciler:
                 by_rank.setdefault(shard.status.spec.rank, []).append(shard)
         extra = []
         for same in by_rank.values():
-            same.sort(key=lambda s: (s.status.state != ShardState.READY, s.status.since or 0.0, s.node_id))
+            same.sort(key=lambda s: (s.status.state != ShardState.READY, s.order, s.node_id))
             extra.extend(same[1:])
         if extra:
             self._stop_all(extra, now, "its slot is already served by another copy")
@@ -293,6 +295,8 @@ class Reconciler:
             )
             for index, rank in enumerate(chosen.ranks)
         ]
+        for node_id, spec in specs:
+            self.fleet.place(node_id, spec)
         slot.launching = True
         slot.explain(None)
         slot.started_at = now
@@ -314,7 +318,9 @@ class Reconciler:
             if refusals:
                 self._failed(slot, replica_id, "; ".join(refusals), self._clock.seconds())
                 for (ok, _), (node_id, spec) in zip(results, specs):
-                    if ok:
+                    if not ok:
+                        self.fleet.unplace(node_id, spec.shard_id)
+                    else:
                         defer.ensureDeferred(self._stop(node_id, spec.shard_id)).addErrback(lambda f: None)
         finally:
             slot.launching = False

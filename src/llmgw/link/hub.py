@@ -373,6 +373,9 @@ class Hub:
 
     def _meta(self, topic: str, session: HubSession) -> None:
         info = {"session": session.session_id, "authid": session.authid, "authrole": session.role}
+        peer = getattr(session._transport, "peer", None)  # autobahn's "tcp4:HOST:PORT"; none in process
+        if isinstance(peer, str):
+            info["transport"] = {"peer": peer}  # as the WAMP session meta API names it
         self._publish_event(topic, [info], {}, publisher=None)
 
     # -- messages of an open session --
