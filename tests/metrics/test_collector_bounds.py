@@ -51,7 +51,9 @@ def scraped(fleet, clock):
         fleet.heartbeat(node_id, 10 + n, from_wire(Heartbeat, {"memory_available_bytes": 0}))
         model = longest(f"model{n}", IDENT - len("/0/0"))
         spec = {"shard_id": f"{model}/0/0", "replica_id": f"{model}/0", "model": model, "engine": "vllm"}
-        fleet.shard_status(node_id, from_wire(ShardStatus, {"spec": spec, "state": "ready", "since": 2.0**40}))
+        status = from_wire(ShardStatus, {"spec": spec, "state": "ready", "since": 2.0**40})
+        fleet.place(node_id, status.spec)  # a node reports only what the control plane gave it
+        fleet.shard_status(node_id, status)
     registry = CollectorRegistry()
     registry.register(FleetCollector(fleet, clock))
     return generate_latest(registry).decode("utf-8")

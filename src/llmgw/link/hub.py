@@ -206,12 +206,12 @@ class Hub:
         except inbound.Violation as e:
             self._violation(session, str(e))
             return
-        except inbound.Refused as refused:
+        except inbound.MessageRefused as refused:
             self._refuse_message(session, refused)
             return
         session.onMessage(msg)
 
-    def _refuse_message(self, session: HubSession, refused: inbound.Refused) -> None:
+    def _refuse_message(self, session: HubSession, refused: inbound.MessageRefused) -> None:
         if session.session_id is None:
             self._violation(session, refused.why)
             return

@@ -43,7 +43,7 @@ class Violation(Exception):
     """The frame is not a WAMP message at all: the session ends with ABORT."""
 
 
-class Refused(Exception):
+class MessageRefused(Exception):
     """A WAMP message the hub will not act on; ``answer`` says whether the sender hears why."""
 
     def __init__(self, kind: int, request: int | None, error: str, why: str, answer: bool):
@@ -59,13 +59,13 @@ class Refused(Exception):
 
 
 def decode(payload: bytes, is_binary: bool, max_depth: int):
-    """The message in *payload*; raises ``Violation`` or ``Refused``."""
+    """The message in *payload*; raises ``Violation`` or ``MessageRefused``."""
     if is_binary:
         raise Violation("a binary frame on a wamp.2.json connection")
     try:
         raw = json.loads(payload)
     except RecursionError:
-        raise Refused(0, None, ERROR_INVALID_ARGUMENT, f"nested too deep to parse; the link takes {max_depth} levels",
+        raise MessageRefused(0, None, ERROR_INVALID_ARGUMENT, f"nested too deep to parse; the link takes {max_depth} levels",
                       answer=False) from None
     except ValueError as e:
         raise Violation(f"not JSON ({e})") from None
@@ -94,7 +94,7 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
         raise Violation(f"malformed {klass.__name__.upper()} ({type(e).__name__}: {e})") from None
 
 
-def _refusal(raw: list, kind: int, request: int | None, error: str, why: str) -> Refused:
+def _refusal(raw: list, kind: int, request: int | None, error: str, why: str) -> MessageRefused:
     if kind == message.Publish.MESSAGE_TYPE:
         options = raw[2] if len(raw) > 2 and isinstance(raw[2], dict) else {}
         answer = options.get("acknowledge") is True
@@ -102,10 +102,10 @@ def _refusal(raw: list, kind: int, request: int | None, error: str, why: str) ->
         # A callee's answer: its caller hears of the refusal, not the callee.
         if kind == message.Error.MESSAGE_TYPE:
             request = raw[2] if len(raw) > 2 and _is_int(raw[2]) else None
-        return Refused(kind, request, error, why, answer=False)
+        return MessageRefused(kind, request, error, why, answer=False)
     else:
         answer = kind in _ANSWERED
-    return Refused(kind, request, error, why, answer=answer and request is not None)
+    return MessageRefused(kind, request, error, why, answer=answer and request is not None)
 
 
 def _valid_uri(kind: int, uri, options) -> bool:
