@@ -68,6 +68,11 @@ class NodeView:
     engines: list[EngineInfo] | None = None
     weights: WeightsReport | None = None
     warnings: list[str] = attrs.Factory(list)
+    # The control plane's, not the node's: when the node's certificate
+    # expires (seconds since the epoch), and what the hub refused on its
+    # behalf (a second agent with its certificate).
+    certificate_not_after: float | None = None
+    link_warnings: list[str] = attrs.Factory(list)
 
 
 def engine_words(engine: EngineInfo) -> str:

@@ -298,3 +298,23 @@ async def test_a_reload_that_changes_the_builds_tells_every_ready_node_and_survi
     planned.pushing = None
     assert planned.apply_reload().refused is None
     assert planned.pushing is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_nodes_certificate_expiry_from_the_hub_is_in_its_view_and_a_refused_twin_is_a_warning(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    plane._session_joined({"session": node._session_id, "authid": "node01", "authrole": uris.ROLE_NODE,
+                           "certificate": {"not_after": 1_900_000_000.0}})
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01")))
+    (view,) = plane.fleet.views()
+    assert view.certificate_not_after == 1_900_000_000.0 and view.link_warnings == []
+    sentence = "node01 is already connected from 127.0.0.1:1; a second agent with its certificate from 127.0.0.1:2 was refused"
+    plane.fleet.duplicate_refused("node01", sentence)
+    plane.fleet.duplicate_refused("node01", sentence)  # the same refusal again is no news
+    (view,) = plane.fleet.views()
+    assert view.link_warnings == [sentence]
+    # A node registering again (its agent restarted) keeps the warning: the twin is still out there.
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01")))
+    assert plane.fleet.views()[0].link_warnings == [sentence]
+    plane._session_left({"session": node._session_id, "authid": "node01", "authrole": uris.ROLE_NODE})
+    assert plane._expiry == {}

@@ -193,3 +193,26 @@ def test_a_wider_second_read_shows_only_what_was_written_since():
     # Repeated lines: the longest tail of the first read decides where the seam is.
     repeats = ["start", "GET /metrics", "GET /metrics", "POST /v1/chat", "GET /metrics"]
     assert render.new_lines(repeats[:4], repeats) == ["GET /metrics"]
+
+
+NOW = 1_800_000_000.0
+DAY = 86400.0
+
+
+def test_a_certificate_near_its_end_gets_a_line_saying_what_to_do_and_a_distant_one_none():
+    soon = render.nodes_table([node(certificate_not_after=NOW + 12 * DAY)], now=NOW)
+    assert soon.splitlines()[-1] == (
+        "  node05: its certificate expires in 12 days (2027-01-27): issue a new one with "
+        "`llmgw pki issue DIR node05 --role node --force` where the CA is, and restart its agent")
+    gone = render.nodes_table([node(certificate_not_after=NOW - DAY)], now=NOW)
+    assert "node05: its certificate expired on 2027-01-14" in gone
+    far = render.nodes_table([node(certificate_not_after=NOW + 300 * DAY)], now=NOW)
+    unknown = render.nodes_table([node()], now=NOW)
+    assert len(far.splitlines()) == len(unknown.splitlines()) == 2
+
+
+def test_what_the_hub_refused_for_a_node_is_shown_under_the_table():
+    sentence = ("node05 is already connected from 10.0.0.5:53122; a second agent with its certificate "
+                "from 10.0.0.9:40110 was refused: give each node its own certificate")
+    table = render.nodes_table([node(link_warnings=[sentence])], now=NOW)
+    assert table.splitlines()[-1] == f"  node05: {sentence}"

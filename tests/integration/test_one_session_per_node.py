@@ -51,5 +51,10 @@ def test_a_second_agent_with_a_nodes_certificate_is_refused_and_the_first_keeps_
     (again,) = wait_ready(cluster, 1)
     assert (again["endpoint"], pid_of(again)) == (replica["endpoint"], pid_of(replica))
     assert complete(again["endpoint"])
-    assert cluster.nodes()["node01"]["state"] == "ready"
+    node = cluster.nodes()["node01"]
+    assert node["state"] == "ready"
+    # ctl nodes shows the refusal with the node, in the hub's words.
+    assert [w for w in node["link_warnings"] if REFUSED.fullmatch(w)], node["link_warnings"]
+    out = cluster.ctl("nodes")
+    assert REFUSED.search(out.stdout), out.stdout
     assert not re.search(r"session \d+ left: node node01", server.output())  # the first was never displaced

@@ -54,6 +54,11 @@ class Node:
     state_since: float
     reason: str | None = None
     cordoned: bool = False
+    # When the certificate its session proved itself with expires; None: not known.
+    certificate_not_after: float | None = None
+    # The control plane's own words about the node's link ("a second agent
+    # with its certificate was refused"), beside the node's warnings.
+    link_warnings: tuple[str, ...] = ()
 
     def view(self, now: float) -> NodeView:
         """The node as ctl, the TUI and events show it: flat, absent stays None."""
@@ -66,6 +71,8 @@ class Node:
             seen_ago_s=round(max(0.0, now - self.last_seen), 1),
             state_since=self.state_since,
             registered_at=self.registered_at,
+            certificate_not_after=self.certificate_not_after,
+            link_warnings=list(self.link_warnings),
             **{name: getattr(self.inventory, name) for name in NODE_FACTS},
         )
 
@@ -174,6 +181,7 @@ class Fleet:
     # -- what agents say --
 
     def register(self, node_id: str, session: int | None, inventory: Inventory, *, peer: str | None = None,
+                 certificate_not_after: float | None = None,
                  catalog: Mapping[str, ModelSlots] | None = None) -> dict[str, str]:
         """*node_id* (re)registered from the address *peer*, as the hub saw it (None: not known).
 
@@ -208,6 +216,8 @@ class Fleet:
                 last_seen=now,
                 state_since=now if old is None or old.state != state else old.state_since,
                 cordoned=bool(inventory.cordoned),
+                certificate_not_after=certificate_not_after,
+                link_warnings=old.link_warnings if old is not None else (),
             ),
             "registered",
         )
@@ -304,6 +314,17 @@ class Fleet:
         if node.cordoned != cordoned:
             log.info("node {id} {what}", id=node_id, what="cordoned" if cordoned else "uncordoned")
             self._update(attrs.evolve(node, cordoned=cordoned), "cordon")
+
+    def duplicate_refused(self, node_id: str, sentence: str) -> None:
+        """The hub refused a second session with *node_id*'s certificate: the latest refusal is shown with the node.
+
+        It stays until the server restarts: the agent that was refused keeps
+        retrying, and the operator has two machines to sort out.
+        """
+        node = self.nodes.get(node_id)
+        if node is None or node.link_warnings == (sentence,):
+            return
+        self._update(attrs.evolve(node, link_warnings=(sentence,)), "link warning")
 
     def usable(self, node_id: str) -> bool:
         """A node whose shards still count: known and not lost (an unreachable one's engines keep serving)."""

@@ -55,6 +55,8 @@ class ControlSession(ApplicationSession):
         # Each session's address as the hub saw it connect (its on_join meta
         # event), so a node's engines are held to the address it really has.
         self._peers: dict[int, str] = {}
+        # When each node session's certificate expires, from the same meta event.
+        self._expiry: dict[int, float] = {}
         self._configure_fleet()
         self.reconciler = Reconciler(
             clock if clock is not None else self.fleet._clock, self.fleet,
@@ -130,7 +132,8 @@ class ControlSession(ApplicationSession):
         catalog = None if self.catalog is None else {
             name: ModelSlots(entry.model.replicas, entry.profile.ranks) for name, entry in self.catalog.entries.items()}
         refused = self.fleet.register(node_id, details.caller, inv, peer=self._peers.get(details.caller),
-                                      catalog=catalog)
+                                     certificate_not_after=self._expiry.get(details.caller),
+                                     catalog=catalog)
         for shard_id in refused:
             # Running but not believed: a copy of a slot served elsewhere, or
             # of a model no longer in the catalog, is stopped, as the
@@ -351,8 +354,12 @@ class ControlSession(ApplicationSession):
         host = peer_host((info.get("transport") or {}).get("peer")) if isinstance(info, dict) else None
         if host is not None and info.get("authrole") == uris.ROLE_NODE:
             self._peers[info["session"]] = host
+        expires = (info.get("certificate") or {}).get("not_after") if isinstance(info, dict) else None
+        if isinstance(expires, (int, float)) and info.get("authrole") == uris.ROLE_NODE:
+            self._expiry[info["session"]] = float(expires)
 
     def _session_left(self, info):
         self._peers.pop(info.get("session"), None)
+        self._expiry.pop(info.get("session"), None)
         if info.get("authrole") == uris.ROLE_NODE:
             self.fleet.link_closed(info["session"])

@@ -6,6 +6,7 @@ small machine, and an unmounted filer is not a full disk.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
 from llmgw.records import EngineInfo, Filesystem
@@ -133,7 +134,25 @@ def engine_notes(node: NodeView) -> list[str]:
     ]
 
 
-def nodes_table(nodes: list[NodeView]) -> str:
+# A node certificate this close to its end is worth a line under the table.
+EXPIRY_WARNING_S = 30 * 86400
+
+
+def certificate_note(node: NodeView, now: float) -> str | None:
+    """"its certificate expires in 12 days (2027-01-05)…", or None while it is far off or not known."""
+    import datetime
+
+    expires = node.certificate_not_after
+    if expires is None or expires - now > EXPIRY_WARNING_S:
+        return None
+    day = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc).strftime("%Y-%m-%d")
+    left = expires - now
+    when = f"expired on {day}" if left <= 0 else f"expires in {left / 86400:.0f} days ({day})"
+    return (f"its certificate {when}: issue a new one with `llmgw pki issue DIR {node.id} --role node --force` "
+            "where the CA is, and restart its agent")
+
+
+def nodes_table(nodes: list[NodeView], now: float | None = None) -> str:
     if not nodes:
         return "no nodes have registered yet"
     header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "ENGINES", "LAST SEEN")
@@ -145,8 +164,11 @@ def nodes_table(nodes: list[NodeView]) -> str:
             state += ",cordoned"
         rows.append((n.id, state, n.address or DASH, cpu(n), memory(n), gpus(n), disk(n), engines(n),
                      ago(n.seen_ago_s)))
-        for warning in n.warnings or []:
+        for warning in [*(n.warnings or []), *(n.link_warnings or [])]:
             notes.append(f"  {n.id}: {warning}")
+        expiry = certificate_note(n, time.time() if now is None else now)
+        if expiry:
+            notes.append(f"  {n.id}: {expiry}")
         for line in engine_notes(n):
             notes.append(f"  {n.id}: {line}")
         if n.reason and n.state != NodeState.READY:

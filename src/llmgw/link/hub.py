@@ -179,7 +179,8 @@ class Hub:
         except PKIError as e:
             log.warn("refusing a client certificate: {why}", why=str(e))
             return None
-        return SessionIdentity(ident.name, ident.role)
+        expires = ident.not_after.timestamp() if ident.not_after is not None else None
+        return SessionIdentity(ident.name, ident.role, not_after=expires)
 
     def _new_id(self) -> int:
         self._router_ids += 1
@@ -376,6 +377,8 @@ class Hub:
         peer = getattr(session._transport, "peer", None)  # autobahn's "tcp4:HOST:PORT"; none in process
         if isinstance(peer, str):
             info["transport"] = {"peer": peer}  # as the WAMP session meta API names it
+        if session.not_after is not None:
+            info["certificate"] = {"not_after": session.not_after}
         self._publish_event(topic, [info], {}, publisher=None)
 
     # -- messages of an open session --

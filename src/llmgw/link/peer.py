@@ -44,6 +44,9 @@ class SessionIdentity:
 
     authid: str
     role: str
+    # When the certificate that proved it expires (seconds since the epoch);
+    # None for a local session.  Not part of who it is.
+    not_after: float | None = attrs.field(default=None, eq=False)
 
 
 class HubSession:
@@ -111,6 +114,10 @@ class HubSession:
     @property
     def role(self) -> str | None:
         return self._identity.role if self._identity else None
+
+    @property
+    def not_after(self) -> float | None:
+        return self._identity.not_after if self._identity else None
 
     @property
     def session_id(self) -> int | None:

@@ -156,6 +156,8 @@ class ControlPlane(service.Service):
 
         self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
         self._hub.attach_local(self.session)
+        fleet = self.session.fleet
+        self._hub.duplicate_listeners.append(lambda record: fleet.duplicate_refused(record.node_id, record.sentence))
         self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
