@@ -318,3 +318,29 @@ async def test_a_nodes_certificate_expiry_from_the_hub_is_in_its_view_and_a_refu
     assert plane.fleet.views()[0].link_warnings == [sentence]
     plane._session_left({"session": node._session_id, "authid": "node01", "authrole": uris.ROLE_NODE})
     assert plane._expiry == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_refused_report_is_logged_once_until_the_node_sends_a_good_one(plane):
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
+    lines = []
+
+    def observe(event):
+        text = formatEvent(event)
+        if text.startswith("refused a Heartbeat from node01"):
+            lines.append(text)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        for _ in range(3):
+            with pytest.raises(ApplicationError) as refused:
+                await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": 10**400})
+            assert refused.value.error == uris.ERROR_INVALID_ARGUMENT
+        assert len(lines) == 1 and "Heartbeat.memory_available_bytes" in lines[0], lines
+        await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": 1})
+        with pytest.raises(ApplicationError):
+            await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": -1})
+        assert len(lines) == 2, lines
+    finally:
+        globalLogPublisher.removeObserver(observe)

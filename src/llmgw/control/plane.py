@@ -55,6 +55,8 @@ class ControlSession(ApplicationSession):
         # Each session's address as the hub saw it connect (its on_join meta
         # event), so a node's engines are held to the address it really has.
         self._peers: dict[int, str] = {}
+        # (node, record kind) whose last report was refused: logged once until a good one.
+        self._refused_reports: set[tuple[str | None, str]] = set()
         # When each node session's certificate expires, from the same meta event.
         self._expiry: dict[int, float] = {}
         self._configure_fleet()
@@ -113,16 +115,28 @@ class ControlSession(ApplicationSession):
             raise ApplicationError(uris.ERROR_NOT_AUTHORIZED, f"{details.caller_authid} is not a node")
         return details.caller_authid
 
-    @staticmethod
-    def _decode(cls, payload):
+    def _decode(self, cls, payload, node_id: str | None = None):
+        """*payload* as a *cls*, or the node is answered invalid_argument with the field path.
+
+        The refusal is logged once per node and record kind until that
+        node's next good one, so a node stuck on a bad figure writes one
+        line, not one per heartbeat.
+        """
         try:
-            return from_wire(cls, payload)
+            decoded = from_wire(cls, payload)
         except WireError as e:
+            key = (node_id, cls.__name__)
+            # Bounded like everything a node can make the control plane keep.
+            if node_id is not None and key not in self._refused_reports and len(self._refused_reports) < 4096:
+                self._refused_reports.add(key)
+                log.warn("refused a {kind} from {node}: {why}", kind=cls.__name__, node=node_id, why=str(e)[:500])
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, str(e)) from None
+        self._refused_reports.discard((node_id, cls.__name__))
+        return decoded
 
     def agent_register(self, inventory, details=None):
         node_id = self._node_caller(details)
-        inv = self._decode(Inventory, inventory)
+        inv = self._decode(Inventory, inventory, node_id)
         if inv.node_id != node_id:
             log.warn(
                 "node {id} registered an inventory naming {other}; its certificate wins",
@@ -159,13 +173,13 @@ class ControlSession(ApplicationSession):
     def agent_heartbeat(self, beat, details=None):
         node_id = self._node_caller(details)
         try:
-            self.fleet.heartbeat(node_id, details.caller, self._decode(Heartbeat, beat))
+            self.fleet.heartbeat(node_id, details.caller, self._decode(Heartbeat, beat, node_id))
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
 
     def agent_shard_status(self, status, details=None):
         node_id = self._node_caller(details)
-        decoded = self._decode(ShardStatus, status)
+        decoded = self._decode(ShardStatus, status, node_id)
         try:
             self.fleet.shard_status(node_id, decoded)
         except NotRegistered:
@@ -176,7 +190,7 @@ class ControlSession(ApplicationSession):
     def agent_progress(self, progress, details=None):
         node_id = self._node_caller(details)
         try:
-            self.fleet.download(node_id, self._decode(Progress, progress))
+            self.fleet.download(node_id, self._decode(Progress, progress, node_id))
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
         except TooManyDownloads as e:
