@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # every run so the installed twistd plugins are the working tree's.
 STAMP  := $(VENV)/.deps-installed
 
-.PHONY: run test install engines clean
+.PHONY: run test faults install engines clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ test: install
 	  [ $$rc -eq 0 ] || exit $$rc
 	$(BIN)/python -m pytest tests/tui -p no:twisted -q -ra; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no TUI tests: failing"; exit 1; fi; exit $$rc
+
+# The fault suite: real processes under load, each test killing, hanging or
+# starving one part, then a table of what it cost (docs/operations.rst,
+# "What llmgw survives, with figures").  About three minutes, so `make test`
+# leaves it out (pyproject.toml's addopts); the -m here replaces that one.
+faults: install
+	$(BIN)/python -m pytest tests/faults -m faults $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no fault tests: failing"; exit 1; fi; exit $$rc
 
 # The real engines the suite knows, for the tests marked llama_server (.ci/run
 # installs them; on a machine without them those tests skip, saying so).
