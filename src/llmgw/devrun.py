@@ -258,6 +258,29 @@ def _wait_routed(api_port: int, model: str, server, agent, timeout: float = 30) 
     return True
 
 
+def _stop_engines(state: Path, marked_processes, grace_s: float = 15.0) -> None:
+    """SIGTERM every engine the agent left, wait for them to go, SIGKILL what outlives *grace_s*.
+
+    `make run` ending means its engines are gone when the prompt comes back:
+    a llama-server takes a moment to unload its model.
+    """
+    engines = marked_processes(state)
+    for engine in engines:
+        try:
+            os.killpg(engine.pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while engines and time.monotonic() < deadline:
+        time.sleep(0.1)
+        engines = marked_processes(state)
+    for engine in engines:
+        try:
+            os.killpg(engine.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def main() -> int:
     # SIGTERM (a closed terminal, `timeout`) stops everything as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -337,8 +360,7 @@ Ctrl-C stops both.
         # back); `make run` stopping means the demo's engines stop too.
         from llmgw.agent.procs import marked_processes
 
-        for engine in marked_processes(run / "state"):
-            os.killpg(engine.pgid, signal.SIGTERM)
+        _stop_engines(run / "state", marked_processes)
 
 
 if __name__ == "__main__":
