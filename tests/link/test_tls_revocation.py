@@ -107,7 +107,7 @@ async def test_a_revoked_certificate_is_refused_at_the_handshake_and_logged(ca, 
     pki.revoke(ca, "node02")
     hub = await start_hub(ca)
     try:
-        with pytest.raises(HubUnreachable, match="certificate revoked"):
+        with pytest.raises(HubUnreachable, match="certificate revoked.*the hub.s revocation list names this certificate; issue a new one"):
             await connect_once(reactor, hub.address, files(ca, "node02"), timeout=5)
         node01 = await connect_once(reactor, hub.address, files(ca, "node01"), timeout=5)
         assert joined(hub) == ["node01"]
@@ -136,6 +136,8 @@ async def test_a_reload_revokes_without_a_restart_and_closes_the_live_session(ca
     outcome = reload_all(catalog, listeners)
 
     assert outcome.refused is None
+    # What `ctl reload` prints: the list's change, not "no changes".
+    assert outcome.changes == (f"revocation list {ca}/crl.pem: 1 certificates revoked (+1); 1 connections closed",)
     await until(lambda: joined(hub) == ["node01"], "node02's session to be closed")
     [closed] = [text for _, text in logged if text.startswith("closed the link connection")]
     assert closed.startswith("closed the link connection of CN=node02,OU=node,O=prod from 127.0.0.1:")

@@ -25,7 +25,9 @@ log = Logger()
 
 REFUSED = "reload refused, the old catalog stays"
 
-Apply = Callable[[], None]
+# Switches a part over; may return one sentence for the reload's list of
+# changes ("revocation list …: 1 certificate revoked (+1); 1 connection closed").
+Apply = Callable[[], "str | None"]
 
 
 @attrs.frozen
@@ -56,7 +58,7 @@ def reload_all(catalog: Catalog, listeners: Sequence[Listener]) -> Outcome:
         new = catalog.read()
     except ConfigError as e:
         return _refused(str(e))
-    changes = catalog.changes(new)
+    changes = list(catalog.changes(new))
     applies: list[tuple[str, Apply]] = [("the catalog", catalog.prepare(new))]
     for listener in listeners:
         try:
@@ -70,11 +72,13 @@ def reload_all(catalog: Catalog, listeners: Sequence[Listener]) -> Outcome:
             return _refused(f"{listener.name} failed on it ({type(e).__name__}: {e}); the server log has the traceback")
     for name, apply in applies:
         try:
-            apply()
+            said = apply()
         except Exception:
             log.critical("{name} failed to apply a reload every part had accepted; parts may now run different "
                          "configurations: restart the server", name=name)
             raise
+        if said:
+            changes.append(said)
     log.info("catalog reloaded: {changes}", changes="; ".join(changes) or "no changes")
     return Outcome(tuple(changes))
 
@@ -103,11 +107,14 @@ def revocation_listener(tls: HubTLS) -> Listener:
                 "put it back (`llmgw pki revoke` writes it in the CA's directory), or name another in tls.crl"
             )
 
-        def apply() -> None:
+        def apply() -> str | None:
             closed = tls.replace(new)
-            if new.path is not None and (new.number, new.path) != (old.number, old.path):
-                log.info("revocation list {path}: {n} certificates revoked ({added:+d}); {closed} connections closed",
-                         path=new.path, n=len(new), added=len(new) - len(old), closed=len(closed))
+            if new.path is None or (new.number, new.path) == (old.number, old.path):
+                return None
+            said = (f"revocation list {new.path}: {len(new)} certificates revoked ({len(new) - len(old):+d}); "
+                    f"{len(closed)} connections closed")
+            log.info("{said}", said=said)
+            return said
 
         return apply
 

@@ -237,6 +237,11 @@ def _words(e: BaseException) -> str:
 
     if isinstance(e, SSL.Error):
         details = "; ".join(part[-1] for part in (e.args[0] if e.args else []) if isinstance(part, tuple)) or str(e)
+        if "certificate revoked" in details:
+            return (
+                f"TLS handshake failed ({details}): the hub's revocation list names this certificate; "
+                "issue a new one with `llmgw pki issue DIR NAME --role ROLE --force` where the CA is"
+            )
         return (
             f"TLS handshake failed ({details}): check that the CA file is the cluster CA "
             "and that the certificate and key were issued by it"
