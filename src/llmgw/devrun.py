@@ -264,21 +264,17 @@ def _stop_engines(state: Path, marked_processes, grace_s: float = 15.0) -> None:
     `make run` ending means its engines are gone when the prompt comes back:
     a llama-server takes a moment to unload its model.
     """
+    from llmgw.agent.procs import signal_group
+
     engines = marked_processes(state)
     for engine in engines:
-        try:
-            os.killpg(engine.pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        signal_group(engine.pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while engines and time.monotonic() < deadline:
         time.sleep(0.1)
         engines = marked_processes(state)
     for engine in engines:
-        try:
-            os.killpg(engine.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_group(engine.pgid, signal.SIGKILL)
 
 
 def main() -> int:
