@@ -6,6 +6,7 @@ small machine, and an unmounted filer is not a full disk.
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any, Iterable
 
@@ -140,8 +141,6 @@ EXPIRY_WARNING_S = 30 * 86400
 
 def certificate_note(node: NodeView, now: float) -> str | None:
     """"its certificate expires in 12 days (2027-01-05)…", or None while it is far off or not known."""
-    import datetime
-
     expires = node.certificate_not_after
     if expires is None or expires - now > EXPIRY_WARNING_S:
         return None
@@ -158,6 +157,7 @@ def nodes_table(nodes: list[NodeView], now: float | None = None) -> str:
     header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "ENGINES", "LAST SEEN")
     rows = []
     notes = []
+    now = time.time() if now is None else now
     for n in nodes:
         state = n.state or DASH
         if n.cordoned:
@@ -166,7 +166,7 @@ def nodes_table(nodes: list[NodeView], now: float | None = None) -> str:
                      ago(n.seen_ago_s)))
         for warning in [*(n.warnings or []), *(n.link_warnings or [])]:
             notes.append(f"  {n.id}: {warning}")
-        expiry = certificate_note(n, time.time() if now is None else now)
+        expiry = certificate_note(n, now)
         if expiry:
             notes.append(f"  {n.id}: {expiry}")
         for line in engine_notes(n):
