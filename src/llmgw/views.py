@@ -104,6 +104,10 @@ class ShardView:
     reason: str | None = None
     # A failed shard's last lines of output, as its node sent them; None otherwise.
     output_tail: list[str] | None = None
+    rank: int | None = None
+    # Seconds in its present state (a starting rank: how long it has waited,
+    # and ``reason`` says for what); None: unknown.
+    age_s: float | None = None
 
 
 @attrs.frozen

