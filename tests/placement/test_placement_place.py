@@ -32,11 +32,11 @@ def where(result) -> list[str]:
 def place_replicas(request: PlacementRequest, nodes: list[NodeSnapshot], count: int, holds=frozenset()):
     """What the reconciler does for a model with *count* replicas: place, apply, again."""
     placements = []
-    for _ in range(count):
+    for index in range(count):
         result = place(request, nodes, holds)
         assert isinstance(result, Placement), result.summary()
         placements.append(result)
-        nodes = result.apply_to(nodes, request.model)
+        nodes = result.apply_to(nodes, request.model, f"{request.model}/{index}")
     return placements, nodes
 
 

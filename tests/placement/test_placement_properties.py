@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import random
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmgw.control import placement_filters as filters
-from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, Unplaceable, place
+from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, Reservation, Unplaceable, place
 from llmgw.records import GPU, EngineInfo
 from llmgw.states import EngineState
 
@@ -158,3 +159,41 @@ def test_a_node_is_refused_only_when_a_filter_says_why(request, nodes):
     assert sorted([n.id for n in kept] + list(reasons)) == sorted(n.id for n in nodes)
     result = place(request, nodes)
     assert isinstance(result, Placement) == bool(kept)
+
+
+
+@st.composite
+def cpu_nodes(draw, node_id: str):
+    """A CPU node that could take anything but for its memory, some of it already reserved."""
+    held = draw(st.lists(st.integers(0, 64 * GB), max_size=3))
+    return NodeSnapshot(
+        id=node_id,
+        engines=list(ENGINES),
+        memory_total_bytes=draw(st.none() | st.integers(0, 128 * GB)),
+        reserved=[Reservation(f"held{i}/0", b) for i, b in enumerate(held)],
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(("c1", "c2", "c3")), min_size=1, max_size=3, unique=True).flatmap(
+    lambda ids: st.tuples(*(cpu_nodes(i) for i in ids))), st.integers(0, 64) | st.floats(0, 64),
+    st.integers(1, 4), st.sampled_from(ENGINES), st.integers(1, 8))
+def test_placing_replica_after_replica_never_reserves_more_memory_than_is_left(nodes, need_gb, ranks, engine,
+                                                                                count):
+    nodes = [attrs.evolve(n, fabrics={"ib-a"}) for n in nodes]
+    request = PlacementRequest("m", engine, min_memory_gb=need_gb, ranks=ranks)
+    for index in range(count):
+        before = {n.id: n for n in nodes}
+        result = place(request, nodes)
+        if isinstance(result, Unplaceable):
+            assert all(why for why in result.reasons.values())
+            break
+        nodes = result.apply_to(nodes, "m", f"m/{index}")
+        for rank in result.ranks:
+            was = before[rank.node_id]
+            now = {n.id: n for n in nodes}[rank.node_id]
+            assert now.memory_reserved_bytes() - was.memory_reserved_bytes() == request.memory_bytes()
+            if was.memory_total_bytes is not None:
+                # Never past its total; and onto a node already past it, only what reserves nothing.
+                limit = max(was.memory_total_bytes, was.memory_reserved_bytes())
+                assert now.memory_reserved_bytes() <= limit, "over-committed"

@@ -198,6 +198,8 @@ class Profile:
     # How those nodes' ranks meet: "native" (the engine's own launcher) or
     # "ray" (vLLM on a Ray cluster); None: native.
     launcher: str | None = None
+    # Free memory each GPU given to a rank must have, in GB; None: not checked.
+    min_gpu_free_gb: float | None = None
 
 
 @attrs.frozen
@@ -450,6 +452,7 @@ SCHEMA = Section(
                     "node_selector": MapOf(_LABEL_VALUE),
                     "ranks": Int(min=1),
                     "launcher": Nullable(Enum(LAUNCHERS, noun="launcher")),
+                    "min_gpu_free_gb": Nullable(Number(min=0)),
                 },
             )
         ),

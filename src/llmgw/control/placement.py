@@ -7,6 +7,12 @@ and in the node's own terms, why none would do ("node05: has 8 GB of memory,
 needs 24").  Nothing here does I/O, reads a clock or touches the reactor: the
 reconciler builds the snapshot, calls this, and acts on the answer.
 
+What is already on a node is a list of ``Reservation`` records, one per
+replica: the GPUs it holds and, for a CPU profile, the host memory its
+profile needs.  A node is refused memory that would leave it over-committed,
+and the refusal names who holds the rest ("node05: 8 GB of 32 left after
+echo/0 and qwen/1, needs 24").
+
 Absent is not zero here either.  A node that did not report its memory or its
 engines is still a candidate, because an agent older than the field says
 nothing and a control plane upgrade must not quietly empty half a fleet.  GPUs
@@ -51,6 +57,21 @@ def _at_least_one(instance, attribute, value) -> None:
 
 
 @attrs.frozen
+class Reservation:
+    """What one replica already placed on a node holds there.
+
+    ``replica`` is its slot ("echo/0"), or the model's name where whoever
+    placed it did not say which slot.  ``memory_bytes`` is the host memory its
+    profile reserves; None: none stated, or a GPU profile, whose weights live
+    in the memory of the GPUs it holds whole.
+    """
+
+    replica: str
+    memory_bytes: int | None = attrs.field(default=None, validator=_non_negative)
+    gpus: frozenset[int] = attrs.field(default=frozenset(), converter=_frozenset)
+
+
+@attrs.frozen
 class NodeSnapshot:
     """One node as placement sees it: what it reported, and what is already on it.
 
@@ -81,6 +102,8 @@ class NodeSnapshot:
     weights_free_bytes: int | None = None
     # Whether it already holds this request's weights (the disk check skips it).
     holds_weights: bool = False
+    # The replicas already placed here and what each holds; gpus_in_use includes their GPUs.
+    reserved: tuple[Reservation, ...] = attrs.field(default=(), converter=tuple)
 
     @classmethod
     def from_inventory(
@@ -93,7 +116,10 @@ class NodeSnapshot:
         replicas: Mapping[str, int] | None = None,
         engines_reason: str | None = None,
         weights_free_bytes: int | None = None,
+        reserved: Iterable[Reservation] = (),
     ) -> NodeSnapshot:
+        """*reserved* is what the replicas already on the node hold; their GPUs count as in use."""
+        reserved = tuple(reserved)
         engines = None if inventory.engines is None else list(inventory.engines)
         fabrics = frozenset(a.fabric for a in inventory.infiniband or () if a.fabric)
         return cls(
@@ -104,16 +130,21 @@ class NodeSnapshot:
             memory_total_bytes=inventory.memory_total_bytes,
             engines=engines,
             gpus=None if inventory.gpus is None else list(inventory.gpus),
-            gpus_in_use=frozenset(gpus_in_use),
+            gpus_in_use=frozenset(gpus_in_use).union(*(r.gpus for r in reserved)),
             fabrics=fabrics,
             replicas=dict(replicas or {}),
             engines_reason=engines_reason,
             weights_free_bytes=weights_free_bytes,
+            reserved=reserved,
         )
 
     def free_gpus(self) -> list[int]:
         """Indices of the reported GPUs no placed shard holds, lowest first; [] if unreported."""
         return sorted({g.index for g in self.gpus or ()} - self.gpus_in_use)
+
+    def memory_reserved_bytes(self) -> int:
+        """Host memory the replicas placed here reserve between them (those stating none add nothing)."""
+        return sum(r.memory_bytes for r in self.reserved if r.memory_bytes is not None)
 
 
 @attrs.frozen
@@ -138,6 +169,7 @@ class PlacementRequest:
     @classmethod
     def from_profile(cls, model_name: str, profile: Profile, engine_version: str | None = None) -> PlacementRequest:
         """The request for one replica of *model_name* run with *profile*, on *engine_version* when given."""
+        per_gpu = profile.min_gpu_free_gb
         return cls(
             model=model_name,
             engine=profile.engine,
@@ -146,7 +178,23 @@ class PlacementRequest:
             min_memory_gb=profile.min_memory_gb,
             node_selector=dict(profile.node_selector),
             ranks=profile.ranks,
+            min_gpu_free_bytes=None if per_gpu is None else round(per_gpu * filters.GB),
         )
+
+    def memory_bytes(self) -> int | None:
+        """Host memory each rank reserves on its node: a CPU profile's min_memory_gb; None: nothing reserved."""
+        return memory_reservation(self.gpus, self.min_memory_gb)
+
+
+def memory_reservation(gpus: int, min_memory_gb: float | None) -> int | None:
+    """The host memory one rank of a profile asking for *gpus* and *min_memory_gb* reserves.
+
+    A GPU profile reserves its GPUs whole instead; its min_memory_gb stays a
+    check of the machine's total.  None is "states no need", never zero.
+    """
+    if gpus or min_memory_gb is None:
+        return None
+    return round(min_memory_gb * filters.GB)
 
 
 @attrs.frozen
@@ -162,10 +210,13 @@ class Placement:
     ranks: list[RankPlacement]
     # The fabric all ranks share; None for a single-rank replica.
     fabric: str | None = None
+    # Host memory each rank reserves on its node; None: nothing (see PlacementRequest.memory_bytes).
+    memory_bytes: int | None = None
 
-    def apply_to(self, nodes: Iterable[NodeSnapshot], model: str) -> list[NodeSnapshot]:
-        """*nodes* as they will be once this replica runs: its GPUs held, one more replica of *model*.
+    def apply_to(self, nodes: Iterable[NodeSnapshot], model: str, replica: str | None = None) -> list[NodeSnapshot]:
+        """*nodes* as they will be once this replica runs: its GPUs and memory held, one more replica of *model*.
 
+        *replica* names it in later refusals ("after echo/0"); without it, the model's name does.
         Placing several replicas in one pass is ``place`` then ``apply_to``, again and again.
         """
         given = {r.node_id: r.gpus for r in self.ranks}
@@ -174,8 +225,10 @@ class Placement:
             if node.id in given:
                 replicas = dict(node.replicas)
                 replicas[model] = replicas.get(model, 0) + 1
+                held = Reservation(replica or model, self.memory_bytes, given[node.id])
                 node = attrs.evolve(
-                    node, gpus_in_use=node.gpus_in_use | set(given[node.id]), replicas=replicas
+                    node, gpus_in_use=node.gpus_in_use | held.gpus, replicas=replicas,
+                    reserved=(*node.reserved, held),
                 )
             out.append(node)
         return out
@@ -210,7 +263,7 @@ def place(
         return Unplaceable(reasons)
     if request.ranks == 1:
         best = scorers.ranked(request, kept, holds)[0]
-        return Placement([RankPlacement(best.id, _gpus_for(request, best))])
+        return Placement([RankPlacement(best.id, _gpus_for(request, best))], memory_bytes=request.memory_bytes())
     return _place_ranks(request, kept, holds, reasons)
 
 
@@ -237,7 +290,10 @@ def _place_ranks(
         why = f"no fabric has {request.ranks} nodes that can each take a rank"
         return Unplaceable({**reasons, **{node.id: why for node in kept}})
     _, fabric, chosen = best
-    return Placement([RankPlacement(n.id, _gpus_for(request, n)) for n in chosen], fabric=fabric)
+    return Placement(
+        [RankPlacement(n.id, _gpus_for(request, n)) for n in chosen], fabric=fabric,
+        memory_bytes=request.memory_bytes(),
+    )
 
 
 def _gpus_for(request: PlacementRequest, node: NodeSnapshot) -> list[int]:

@@ -115,12 +115,25 @@ def _broken(entry: EngineInfo) -> str:
 
 @each_node
 def memory(request: PlacementRequest, node: NodeSnapshot) -> str | None:
-    """At least min_memory_gb of memory in all; a node that did not say is not refused."""
+    """At least min_memory_gb of memory in all, and for a CPU profile that much left unreserved.
+
+    What is left is the node's total less what the replicas already placed
+    there reserve, never its reported available memory, which already counts
+    the engines running there.  A node that did not say is not refused.
+    """
     need = request.min_memory_gb
     has = node.memory_total_bytes
-    if need is None or has is None or has >= need * GB:
+    if need is None or has is None:
         return None
-    return f"has {gb_short_of(has, need)} GB of memory, needs {number(need)}"
+    if has < need * GB:
+        return f"has {gb_short_of(has, need)} GB of memory, needs {number(need)}"
+    if request.memory_bytes() is None:
+        return None
+    left = max(0, has - node.memory_reserved_bytes())
+    if left >= need * GB:
+        return None
+    holders = [r.replica for r in node.reserved if r.memory_bytes]
+    return f"{gb_short_of(left, need)} GB of {gb(has)} left after {names(holders)}, needs {number(need)}"
 
 
 @each_node
@@ -232,6 +245,21 @@ def count(n: int, noun: str) -> str:
     if n == 0:
         return f"no {noun}s"
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+#: Replicas a refusal names before it counts the rest.
+NAMED = 4
+
+
+def names(replicas: Sequence[str]) -> str:
+    """"echo/0", "echo/0 and qwen/1", "a/0, b/0, c/0, d/0 and 3 more": sorted, and
+    bounded, since a node may hold hundreds of small replicas."""
+    shown = sorted(set(replicas))  # a model's name stands for each of its unnamed replicas
+    if len(shown) > NAMED:
+        shown = [*shown[:NAMED], f"{len(shown) - NAMED} more"]
+    if len(shown) < 2:
+        return "".join(shown)
+    return ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 def number(value: float) -> str:

@@ -232,24 +232,32 @@ class Reconciler:
     # -- placing and starting --
 
     def snapshots(self) -> list[placement.NodeSnapshot]:
-        """The fleet as placement sees it, with in-flight starts counted."""
+        """The fleet as placement sees it, with in-flight starts counted once.
+
+        A node may report a shard before its start is answered; that rank is
+        then counted from the fleet, and not again as in flight.
+        """
         nodes = self._fleet_snapshots()
-        for model, chosen in self._inflight.values():
-            nodes = chosen.apply_to(nodes, model)
+        reported = {(node.id, r.replica) for node in nodes for r in node.reserved}
+        for replica_id, (model, chosen) in self._inflight.items():
+            unreported = [r for r in chosen.ranks if (r.node_id, replica_id) not in reported]
+            nodes = attrs.evolve(chosen, ranks=unreported).apply_to(nodes, model, replica_id)
         return nodes
 
     def _fleet_snapshots(self, source: str | None = None) -> list[placement.NodeSnapshot]:
-        in_use: dict[str, set[int]] = {}
+        catalog = self._catalog()
+        reserved: dict[str, list[placement.Reservation]] = {}
         replicas: dict[str, dict[str, int]] = {}
         for shard in self.fleet.shards.values():
             if shard.status.state in SHARD_ALIVE:
-                in_use.setdefault(shard.node_id, set()).update(shard.status.spec.gpus)
+                spec = shard.status.spec
+                reserved.setdefault(shard.node_id, []).append(_reservation(spec, catalog.get(spec.model)))
                 per_node = replicas.setdefault(shard.node_id, {})
-                per_node[shard.status.spec.model] = per_node.get(shard.status.spec.model, 0) + 1
+                per_node[spec.model] = per_node.get(spec.model, 0) + 1
         return [
             placement.NodeSnapshot.from_inventory(
                 node.id, node.state, node.cordoned, node.inventory,
-                gpus_in_use=frozenset(in_use.get(node.id, ())), replicas=replicas.get(node.id, {}),
+                reserved=reserved.get(node.id, ()), replicas=replicas.get(node.id, {}),
                 weights_free_bytes=weights.free_for_weights(node.inventory),
             )
             for node in self.fleet.nodes.values()
@@ -301,7 +309,7 @@ class Reconciler:
         slot.explain(None)
         slot.started_at = now
         self._inflight[replica_id] = (entry.model.name, chosen)
-        self._snapshots = chosen.apply_to(self._snapshots, entry.model.name)
+        self._snapshots = chosen.apply_to(self._snapshots, entry.model.name, replica_id)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
@@ -434,6 +442,16 @@ def _replica_state(states: list[str]) -> ReplicaState:
             return replica_state
     ready = states and all(s == ShardState.READY for s in states)
     return ReplicaState.READY if ready else ReplicaState.STARTING
+
+
+def _reservation(spec: ShardSpec, entry: Entry | None) -> placement.Reservation:
+    """What a running shard holds on its node: its GPUs, or, holding none, the memory its model's profile reserves.
+
+    The need is read from the catalog as it is now; a shard whose model left
+    it is being stopped, and reserves no memory while that happens.
+    """
+    memory = None if entry is None else placement.memory_reservation(len(spec.gpus), entry.profile.min_memory_gb)
+    return placement.Reservation(spec.replica_id, memory, spec.gpus)
 
 
 def downloading(progress) -> str:
