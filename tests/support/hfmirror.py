@@ -26,7 +26,8 @@ and reactor tests alike can use it.  The test steers it between requests:
 * ``corrupt(path)``: serve *path* with its first byte changed, the listing
   unchanged, so only a checksum can tell;
 * ``seen(path)``: the requests for *path*, each with its Range, status and
-  the body bytes sent.
+  the body bytes sent, and the revision asked for (an API request's path is
+  its URL path, ``/api/…``, and it has the repository's ``commit``).
 
 With ``token=``, every request must carry ``Authorization: Bearer TOKEN``.
 ``stop()`` releases every stop and ends the process.  As a context manager::
@@ -264,7 +265,13 @@ def serve(config: dict) -> None:
             raw = request.path.decode()
             segments = [unquote(s) for s in raw.split("/")[1:]]
             if segments[:2] == ["api", "models"] and len(segments) >= 4:
-                return self.api(request, segments[2:])
+                record = {"method": request.method.decode(), "path": raw, "range": None,
+                          "authorization": header(request, b"authorization"), "status": 0, "sent": 0}
+                seen.append(record)
+                body = self.api(request, segments[2:])
+                repo = repo_of(segments[2], segments[3])
+                record.update(status=request.code, sent=len(body), commit=repo and repo.commit)
+                return body
             if len(segments) >= 5 and segments[2] == "resolve":
                 return self.resolve(request, segments)
             return error(request, 404, "Not Found")
@@ -310,7 +317,7 @@ def serve(config: dict) -> None:
             rel = "/".join(file_parts)
             entry = repo.files.get(rel)
             key = f"{repo.id}/{rel}"
-            record = {"method": request.method.decode(), "path": key, "range": header(request, b"range"),
+            record = {"method": request.method.decode(), "path": key, "revision": rev, "range": header(request, b"range"),
                       "authorization": header(request, b"authorization"), "status": 0, "sent": 0}
             seen.append(record)
             if entry is None:

@@ -65,7 +65,8 @@ def _walk(directory: str, depth: int, max_depth: int):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
-                if depth < max_depth:
+                # A repository still being fetched (<cache name>.partial/) holds nothing yet.
+                if depth < max_depth and is_weights_name(entry.name):
                     yield from _walk(entry.path, depth + 1, max_depth)
                 continue
             st = entry.stat(follow_symlinks=True)  # a link counts as what it points at
