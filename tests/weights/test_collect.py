@@ -175,6 +175,13 @@ def test_unwanted_lists_fetched_files_no_source_names(tmp_path):
     assert unwanted(files, wanted + [dropped, "https://x/y.gguf"]) == []
 
 
+def test_a_wanted_source_protects_its_cache_names_with_any_files_patterns(tmp_path):
+    repo = "hf://org/repo"
+    files = [WeightsFile(str(tmp_path / cache_name(repo, ["*.json"])), 1),
+             WeightsFile(str(tmp_path / cache_name("hf://org/other", ["*.json"])), 2)]
+    assert unwanted(files, [repo]) == [files[1]]
+
+
 def test_a_source_this_version_cannot_parse_still_protects_its_file(tmp_path):
     odd = "hf://org/repo/future syntax"
     files = [WeightsFile(str(tmp_path / cache_name(odd)), 1)]

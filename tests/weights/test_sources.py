@@ -162,3 +162,27 @@ def test_hf_token_is_sent_to_hf_sources_only():
     assert request_headers(parse("https://mirror.lab/m.gguf"), env) == {}
     assert request_headers(parse(GEMMA), {}) == {}
     assert request_headers(parse(GEMMA), {"HF_TOKEN": "  "}) == {}
+
+
+SERVER_YAML = """\
+listen: {link: "ssl:7443", api: "tcp:8080", admin: "tcp:9090"}
+tls: {ca: ca.crt, cert: server.crt, key: server.key}
+profiles:
+  qwen-cpu: {engine: vllm}
+models:
+  qwen: {source: "hf://Qwen/Qwen3-0.6B", profile: qwen-cpu, files: %s}
+"""
+
+
+def test_a_models_files_patterns_are_read_from_server_yaml(tmp_path):
+    from llmgw.config import load_server_config
+    from llmgw.errors import ConfigError
+
+    for name in ("ca.crt", "server.crt", "server.key"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "server.yaml").write_text(SERVER_YAML % '["*.json", "*.safetensors", "tokenizer/"]')
+    config = load_server_config(tmp_path / "server.yaml")
+    assert config.models["qwen"].files == ("*.json", "*.safetensors", "tokenizer/")
+    (tmp_path / "server.yaml").write_text(SERVER_YAML % '["/etc/*"]')
+    with pytest.raises(ConfigError, match=r"models\.qwen\.files\[0\].*not starting with /"):
+        load_server_config(tmp_path / "server.yaml")

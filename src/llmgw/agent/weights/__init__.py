@@ -19,12 +19,12 @@ from llmgw.weightnames import WeightsSource, cache_name, is_cache_name, parse, p
 from .collect import collect
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
 from .fetch import Fetcher
-from .inventory import InventoryWatch, fingerprint, is_weights_name, scan
+from .inventory import InventoryWatch, fingerprint, is_weights_name, model_directories, scan
 from .records import CollectResult, Progress, WeightsFile, WeightsReport
 from .sources import local_path_for
 
 __all__ = [
     "ChecksumMismatch", "CollectResult", "FetchError", "Fetcher", "InventoryWatch", "Progress",
     "SizeMismatch", "WeightsFile", "WeightsReport", "WeightsSource", "cache_name", "collect", "fingerprint",
-    "is_cache_name", "is_weights_name", "local_path_for", "parse", "partial_name", "scan",
+    "is_cache_name", "is_weights_name", "local_path_for", "model_directories", "parse", "partial_name", "scan",
 ]
