@@ -15,6 +15,7 @@ from llmgw.agent.weights import (
     FetchError,
     SizeMismatch,
     cache_name,
+    collect,
     parse,
     partial_name,
     scan,
@@ -279,3 +280,15 @@ async def test_a_repository_over_the_size_limit_is_refused_whole(http, weights_d
     error = await failure_of(fetcher.fetch("hf://acme/evil"))
     assert "hf://acme/evil is 1200 bytes in 2 files, over the limit of 1000" in str(error)
     assert [s.path for s in http.seen] == [LISTING]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fetched_repository_is_collected_whole_and_an_operators_file_in_it_stops_that(hub, weights_dir):
+    fetcher, _ = make(hub, weights_dir)
+    path = await fetcher.fetch(SOURCE)
+    (path / "my-notes.txt").write_text("the operator's")
+    refused = collect(weights_dir, [str(path)])
+    assert "holds my-notes.txt, which llmgw did not fetch" in refused.refused[str(path)]
+    (path / "my-notes.txt").unlink()
+    assert collect(weights_dir, [str(path)]).removed == [str(path)]
+    assert os.listdir(weights_dir) == []

@@ -12,7 +12,6 @@ import json
 import pytest
 
 from llmgw.weightnames import cache_name
-from tests.support.cluster import cluster  # noqa: F401 - a fixture
 from tests.support.hfmirror import HubMirror
 from tests.support.wait import wait_for
 
@@ -28,7 +27,7 @@ models:
 """
 
 
-def test_a_node_fetches_a_repository_from_the_mirror_then_serves_and_holds_it(cluster, tmp_path):  # noqa: F811
+def test_a_node_fetches_a_repository_from_the_mirror_then_serves_and_holds_it(cluster, tmp_path):
     tiny_repo(tmp_path / "hub")
     total = sum(p.stat().st_size for p in (tmp_path / "hub").rglob("*") if p.is_file())
     with HubMirror(tmp_path / "hub") as hub:

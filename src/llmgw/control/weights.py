@@ -90,7 +90,8 @@ def unwanted_by_node(fleet: Fleet, wanted_sources: Iterable[str | None]) -> dict
         report = node.inventory.weights
         if report is None or not report.listed:
             continue
-        out[node.id] = unwanted(report.files, wanted, report.cache_dir)
+        # A repository llmgw fetched is a directory directly in the cache directory.
+        out[node.id] = unwanted([*report.files, *report.directories], wanted, report.cache_dir)
     return out
 
 
