@@ -23,7 +23,7 @@ from llmgw.agent.weights import (
 from tests.support.hfmirror import HubMirror
 from tests.support.wait import until
 
-from .modelserver import Served, model_bytes
+from .modelserver import Served, model_bytes, sha
 from .test_fetch import failure_of
 
 WEIGHTS = model_bytes(1_000_000, seed=1)
@@ -292,3 +292,48 @@ async def test_a_fetched_repository_is_collected_whole_and_an_operators_file_in_
     (path / "my-notes.txt").unlink()
     assert collect(weights_dir, [str(path)]).removed == [str(path)]
     assert os.listdir(weights_dir) == []
+
+
+# -- the sha256 the hub sends with an LFS file (X-Linked-Etag) --
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_hf_file_is_checked_against_the_sha256_the_hub_sends_even_without_one_in_the_catalog(hub, weights_dir):
+    fetcher, _ = make(hub, weights_dir)
+    assert (await fetcher.fetch(f"{SOURCE}/model.safetensors")).read_bytes() == WEIGHTS
+    hub.corrupt(WEIGHTS_PATH)
+    error = await failure_of(fetcher.fetch(f"{SOURCE}@main/model.safetensors"))  # another source, same file
+    assert isinstance(error, ChecksumMismatch) and "the hub (X-Linked-Etag) says" in str(error)
+    assert not (weights_dir / cache_name(f"{SOURCE}@main/model.safetensors")).exists()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_catalog_sha256_the_hub_contradicts_is_refused_before_the_bytes(http, other_http, weights_dir):
+    data = model_bytes(100_000)
+    http.files["/acme/x/resolve/main/m.gguf"] = Served(redirect=other_http.url("/cdn/m.gguf"),
+                                                        headers={"X-Linked-Etag": f'"{sha(data)}"'})
+    other_http.files["/cdn/m.gguf"] = Served(data[:-1] + b"!")
+    fetcher = Fetcher(reactor, weights_dir, environ={"HF_ENDPOINT": http.base})
+    error = await failure_of(fetcher.fetch("hf://acme/x/m.gguf"))  # no sha256: the hub's, on its redirect
+    assert isinstance(error, ChecksumMismatch) and f"the hub (X-Linked-Etag) says {sha(data)}" in str(error)
+    error = await failure_of(fetcher.fetch("hf://acme/x/m.gguf", sha256="a" * 64))
+    assert f"the hub says its sha256 is {sha(data)}, the catalog says {'a' * 64}; nothing was kept" in str(error)
+    assert os.listdir(weights_dir) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_second_agent_on_the_same_directory_waits_for_the_first_and_fetches_nothing(hub, weights_dir):
+    first, _ = make(hub, weights_dir)
+    clock = task.Clock()
+    second, _ = make(hub, weights_dir, clock=clock)  # another process on a filer: its own Fetcher
+    hub.hold(WEIGHTS_PATH, 500_000)
+    fetching = first.fetch(SOURCE)
+    await until(lambda: hub.reached(WEIGHTS_PATH) == 1, "the first agent's download held")
+    waiting = second.fetch(SOURCE)
+    await until(lambda: clock.getDelayedCalls(), "the second agent to wait on the lock")
+    assert not waiting.called
+    hub.release(WEIGHTS_PATH)
+    path = await fetching
+    clock.advance(5)  # the second looks again, and finds the directory whole
+    assert await waiting == path
+    assert len(gets(hub)) == 1 and len(listings(hub)) == 1

@@ -214,6 +214,17 @@ def _header(response, name: bytes) -> str | None:
     return values[0].decode("latin-1") if values else None
 
 
+def _linked_sha256(response) -> str | None:
+    """The sha256 in ``X-Linked-Etag`` on *response* or a redirect before it, when it is one."""
+    while response is not None:
+        value = _header(response, b"X-Linked-Etag")
+        if value is not None:
+            value = value.strip().removeprefix("W/").strip('"').lower()
+            return value if _SHA256.fullmatch(value) else None
+        response = getattr(response, "previousResponse", None)
+    return None
+
+
 async def refused(fetcher: Fetcher, src: WeightsSource, response, url: str | None = None) -> FetchError:
     """What an error answer to a request for *src* (at *url*, if not its own) means, and what to do."""
     body = await discard(response, fetcher._clock, fetcher._idle_timeout_s, keep=2048)
@@ -249,6 +260,10 @@ class _Download:
         # A file of a listing is the size the listing says: more is an error.
         self.max_bytes = fetcher._max_bytes if expected_size is None else expected_size
         self.report_to = report
+        # Who gave the sha256, and what to do when the bytes are not those.
+        self.said_by, self.advice = "the catalog", "Check the model's source and sha256 in server.yaml"
+        if report is not None:
+            self.said_by, self.advice = "the hub's listing", "The next fetch downloads it again"
         self.total: int | None = None
         self.done = 0  # bytes in the partial file
         self.received = 0  # bytes received in this download
@@ -303,6 +318,7 @@ class _Download:
                 self.total = None if response.length is UNKNOWN_LENGTH else response.length
             else:
                 raise await refused(self.f, self.src, response)
+            hasher = await self._linked(response, offset, hasher)
             if self.total is not None and self.expected_size is not None and self.total != self.expected_size:
                 await discard(response, self.clock, self.idle_timeout_s)
                 raise SizeMismatch(f"{self.src.url} is {self.total} bytes, expected {self.expected_size}; "
@@ -320,6 +336,28 @@ class _Download:
             return await self._finish(hasher)
         raise FetchError(f"{self.src.url} answers Range requests inconsistently; "
                          f"remove {self.partial} and try again")
+
+    async def _linked(self, response, offset: int, hasher):
+        """The hasher, now also for the sha256 the hub sends with an LFS file (``X-Linked-Etag``).
+
+        Hugging Face publishes an LFS file's sha256 with its download (on the
+        redirect to its CDN), so an hf:// file is verified even when nobody
+        gave a sha256; one that contradicts the sha256 given is refused before
+        its bytes are read.
+        """
+        linked = _linked_sha256(response) if self.src.kind == "hf" else None
+        if linked is None:
+            return hasher
+        if self.sha256 is None:
+            self.sha256, self.said_by = linked, "the hub (X-Linked-Etag)"
+            self.advice = "The next fetch downloads it again; if it fails again, the hub or a proxy is at fault"
+            return await self._hash_prefix(offset)
+        if linked != self.sha256:
+            await discard(response, self.clock, self.idle_timeout_s)
+            self.partial.unlink(missing_ok=True)
+            raise ChecksumMismatch(f"{self.src.file_name} from {self.src.url}: the hub says its sha256 is {linked}, "
+                                   f"{self.said_by} says {self.sha256}; nothing was kept. {self.advice}")
+        return hasher
 
     def _restart(self) -> int:
         self.file.seek(0)
@@ -373,8 +411,8 @@ class _Download:
         if hasher is not None and hasher.hexdigest() != self.sha256:
             self.partial.unlink(missing_ok=True)
             raise ChecksumMismatch(
-                f"{self.src.file_name} from {self.src.url} has sha256 {hasher.hexdigest()}, the catalog says "
-                f"{self.sha256}; the download was deleted. Check the model's source and sha256 in server.yaml")
+                f"{self.src.file_name} from {self.src.url} has sha256 {hasher.hexdigest()}, {self.said_by} says "
+                f"{self.sha256}; the download was deleted. {self.advice}")
         await self._in_thread(lambda: os.fsync(self.file.fileno()))
         os.replace(self.partial, self.final)
         log.info("fetched {name} into {final} ({size} bytes)", name=self.src.file_name, final=self.final, size=size)
