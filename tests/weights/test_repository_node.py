@@ -45,6 +45,7 @@ def test_a_node_fetches_a_repository_from_the_mirror_then_serves_and_holds_it(cl
         seen = wait_for(fetching, 30, "the repository's download to show in ctl replicas")
         assert hub.reached(WEIGHTS_PATH) == 1
         assert seen["progress"]["bytes_total"] == total and seen["progress"]["bytes_done"] < total
+        assert "downloading tiny-llama" in seen["reason"]
         hub.release(WEIGHTS_PATH)
 
         def ready():

@@ -182,9 +182,9 @@ class Snapshot:
                 try:
                     await self._fetch(fd)
                 except BaseException as e:
-                    self._report(self.src.file_name, self.before, final=True, error=str(e) or type(e).__name__)
+                    self._report(self.before, final=True, error=str(e) or type(e).__name__)
                     raise
-                self._report(self.src.file_name, self.total, final=True)
+                self._report(self.total, final=True)
                 return self.target()
             finally:
                 os.close(fd)
@@ -282,17 +282,17 @@ class Snapshot:
                 _release(locked, partial)
 
     def _from_download(self, download, rate, final: bool, error: str | None) -> None:
-        if error is None:
-            self._report(download.src.file_name, self.before + download.done, rate=rate)
+        if error is None:  # the snapshot reports the end, and an error, itself
+            self._report(self.before + download.done, rate=rate)
 
-    def _report(self, file_name: str, done: int, *, rate: float | None = None, final: bool = False,
-                error: str | None = None) -> None:
+    def _report(self, done: int, *, rate: float | None = None, final: bool = False, error: str | None = None) -> None:
+        """Progress of the whole, under the repository's name (or the split GGUF's first part)."""
         if self.f._progress is None:
             return
         if final:
             elapsed = self.f._clock.seconds() - self.started
             rate = self.received / elapsed if elapsed > 0 else None
-        report = Progress(source=self.src.text, file_name=file_name, bytes_done=done, bytes_total=self.total or None,
+        report = Progress(source=self.src.text, file_name=self.src.file_name, bytes_done=done, bytes_total=self.total or None,
                           rate_bps=rate, final=final, error=error)
         try:
             self.f._progress(report)
