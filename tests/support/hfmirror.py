@@ -209,11 +209,19 @@ def serve(config: dict) -> None:
     seen: list[dict] = []
     waiting: list = []  # responses held at a stop: (path, index, resume)
 
+    repos: dict[str, tuple[tuple, _Repo]] = {}
+
     def repo_of(org: str, name: str) -> _Repo | None:
+        """The repository at root/ORG/REPO as it is now; hashed again only when a file changed."""
         directory = root / org / name
         if not org or not name or org.startswith((".", "_")) or not directory.is_dir():
             return None
-        return _Repo(org, name, directory)
+        stamp = tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                             for p in directory.rglob("*") if p.is_file()))
+        known = repos.get(str(directory))
+        if known is None or known[0] != stamp:
+            known = repos[str(directory)] = (stamp, _Repo(org, name, directory))
+        return known[1]
 
     def error(request, code: int, message: str, kind: str | None = None) -> bytes:
         request.setResponseCode(code)
