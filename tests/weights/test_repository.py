@@ -337,3 +337,27 @@ async def test_a_second_agent_on_the_same_directory_waits_for_the_first_and_fetc
     clock.advance(5)  # the second looks again, and finds the directory whole
     assert await waiting == path
     assert len(gets(hub)) == 1 and len(listings(hub)) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_resume_after_the_branch_moved_starts_afresh(hub, tmp_path, weights_dir):
+    fetcher, _ = make(hub, weights_dir)
+    hub.cut(WEIGHTS_PATH, 600_000)
+    await failure_of(fetcher.fetch(SOURCE))
+    (tmp_path / "hub" / "acme" / "tiny-llama" / "config.json").write_text('{"hidden_size": 128}')  # a new commit
+    path = await fetcher.fetch(SOURCE)
+    assert tree(path)["config.json"] == b'{"hidden_size": 128}' and tree(path)["model.safetensors"] == WEIGHTS
+    assert [s["range"] for s in gets(hub)] == [None, None]  # the cut file was fetched again from the start
+    first, second = (s["commit"] for s in listings(hub))
+    assert first != second and {s["revision"] for s in gets(hub)} == {first, second}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_repository_takes_no_sha256_and_a_file_no_files_patterns(hub, weights_dir):
+    fetcher, _ = make(hub, weights_dir)
+    error = await failure_of(fetcher.fetch(SOURCE, sha256="a" * 64))
+    assert "hf://acme/tiny-llama is a repository: its files are checked against the hub's listing; " \
+           "remove the model's sha256" in str(error)
+    error = await failure_of(fetcher.fetch(f"{SOURCE}/config.json", files=["*.json"]))
+    assert "is not a repository (hf://ORG/REPO): files: patterns choose files of a repository only" in str(error)
+    assert hub.seen() == []
