@@ -25,7 +25,7 @@ class Fetcher:
     def __init__(self):
         self.downloads: list[tuple[str, defer.Deferred]] = []
 
-    def fetch(self, source, sha256=None):
+    def fetch(self, source, sha256=None, files=()):
         d = defer.Deferred()
         self.downloads.append((source, d))
         return d
