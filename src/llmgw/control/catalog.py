@@ -41,9 +41,11 @@ def fingerprint(model: Model, profile: Profile, engine_version: str | None) -> s
         "gpus": profile.gpus,
         "ranks": profile.ranks,
     }
+    # Only when set, so fingerprints from before these keys stay the same.
     if profile.launcher is not None:
-        # Only when set, so fingerprints from before the key stay the same.
         facts["launcher"] = profile.launcher
+    if model.files:
+        facts["files"] = list(model.files)
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
     return digest[:12]
 
