@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -162,6 +163,26 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
             await sleep(0.5)
         assert "cordoned" in await browser.evaluate(row(host))
         await shoot(browser, "cluster-drained")
+
+        # Without JavaScript the confirmation works as well: uncordon the drained node.
+        await browser.call("Emulation.setScriptExecutionDisabled", value=True)
+        await browser.goto(cluster.admin + f"/node?id={host}")
+        await browser.click("a.button[href*='action=uncordon']")
+        await browser.loaded("/confirm")
+        await browser.click("button[type=submit]")
+        await browser.loaded("done=")
+        assert "uncordon: done" in await browser.text(".notice")
+        assert "cordoned" not in await browser.text("table.facts")
+        await browser.call("Emulation.setScriptExecutionDisabled", value=False)
+
+        # The same page under /admin on the API listener, and the router still answers beside it.
+        await browser.goto(cluster.api + "/admin/")
+        await browser.until(f"{row('echo/0')}.includes({json.dumps(other)})", "the cluster page under /admin")
+        await browser.click(f"a[href='/admin/node?id={other}']")
+        await browser.loaded(f"/admin/node?id={other}")
+        assert "echo/0" in await browser.text("main")
+        with urllib.request.urlopen(cluster.api + "/v1/models", timeout=10) as answer:
+            assert [m["id"] for m in json.load(answer)["data"]] == ["echo", "fetched"]
         assert browser.problems == []
     finally:
         if browser is not None:

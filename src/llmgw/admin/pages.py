@@ -138,6 +138,8 @@ def node_warnings(base: str, nodes: list[NodeView], now: float) -> list[Tag]:
         if expiry:
             notes.append(expiry)
         notes += [line for line in render.engine_notes(n) if "installing" not in line]
+        if n.cordoned:
+            notes.append("cordoned: nothing new is placed here until it is uncordoned")
         if n.state not in (NodeState.READY, None) or n.reason and n.state != NodeState.READY:
             notes.append(f"{text(n.state)}: {n.reason}" if n.reason else text(n.state))
         out += [tags.span(name, ": ", note) for note in notes]
@@ -294,7 +296,8 @@ def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], 
         tags.p(notice, class_="notice") if notice else "",
         warnings_list(warnings),
         tags.section(tags.h2("Actions"), tags.p(
-            [tags.a(verb, href=url(base, "confirm", node=node.id, action=verb), class_="button") for verb in VERBS],
+            [tags.a(verb, href=url(base, "confirm", node=node.id, action=verb), class_="button")
+             for verb in VERBS if verb != ("cordon" if node.cordoned else "uncordon")],
             class_="actions")),
         tags.section(tags.h2("Replicas"), table(
             ("replica", "model", "state", "nodes", "endpoint", "age", "stale", "reason"),
