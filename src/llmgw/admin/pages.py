@@ -172,8 +172,8 @@ def node_row(base: str, n: NodeView) -> Tag:
 def gpu_words(n: NodeView) -> str:
     words = render.gpus(n)
     utils = [g.utilization_pct for g in n.gpus or ()]
-    if utils and None not in utils:
-        words += " " + ", ".join(f"{u}%" for u in utils) + " busy"
+    if any(u is not None for u in utils):
+        words += "; busy " + ", ".join(DASH if u is None else f"{u}%" for u in utils)
     return words
 
 
