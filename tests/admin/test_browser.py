@@ -60,6 +60,11 @@ def raw_get(endpoint: str, path: str) -> None:
             pass
 
 
+def served_models(api: str) -> list[str]:
+    with urllib.request.urlopen(api + "/v1/models", timeout=10) as answer:
+        return [m["id"] for m in json.load(answer)["data"]]
+
+
 async def shoot(browser: Browser, name: str) -> None:
     for size, (width, height) in SIZES.items():
         await browser.screenshot(artifacts() / f"{name}-{size}.png", width, height)
@@ -148,7 +153,7 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
         await browser.loaded("/confirm")
         await shoot(browser, "confirm")
         await browser.click("button[type=submit]")
-        await browser.loaded("done=")
+        await browser.loaded("done=", timeout=90)  # the answer comes once the node has stopped its shards
         assert "drain: done" in await browser.text(".notice")
         deadline = _Deadline("echo/0 to move to " + other + " on the cluster page", 60, cluster.logs)
         while True:
@@ -181,8 +186,8 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
         await browser.click(f"a[href='/admin/node?id={other}']")
         await browser.loaded(f"/admin/node?id={other}")
         assert "echo/0" in await browser.text("main")
-        with urllib.request.urlopen(cluster.api + "/v1/models", timeout=10) as answer:
-            assert [m["id"] for m in json.load(answer)["data"]] == ["echo", "fetched"]
+        wait_for(lambda: served_models(cluster.api) == ["echo", "fetched"], 30,
+                 "the router beside the page to list both models (each once its endpoint is healthy)")
         assert browser.problems == []
     finally:
         if browser is not None:

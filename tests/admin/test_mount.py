@@ -74,3 +74,23 @@ def test_a_silent_client_or_an_endless_line_goes_to_the_router_which_has_limits_
     assert len(router.made) == 1
     connect(factory, b"G" * MAX_LINE_BYTES)
     assert len(router.made) == 2 and router.made[1].got == b"G" * MAX_LINE_BYTES
+
+
+def test_mounted_behind_a_connection_budget_every_connection_counts_from_its_first_byte():
+    from twisted.application import internet, service
+
+    from llmgw.admin.mount import mount
+    from llmgw.process.common import ConnectionBudget
+
+    router, factory = service.MultiService(), Factory.forProtocol(Recorder)
+    factory.made = []
+    listener = internet.StreamServerEndpointService(None, factory)
+    listener.setServiceParent(router)
+    budget = ConnectionBudget(1, "listen.api")
+    budget.wrap(factory)
+    listener.factory = budget
+    mount(router, page_site(Hello()), Clock(), 10)
+    assert listener.factory is budget and isinstance(budget.wrappedFactory, SplitFactory)
+    first = budget.buildProtocol(None)
+    first.makeConnection(StringTransport())  # nothing sent yet: neither the page's nor the router's
+    assert budget.held == 1 and budget.buildProtocol(None) is None

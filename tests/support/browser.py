@@ -178,9 +178,9 @@ class Browser:
         await self.call("Page.navigate", url=url)
         await self.loaded(url)
 
-    async def loaded(self, url_part: str = "") -> None:
+    async def loaded(self, url_part: str = "", timeout: float = 30.0) -> None:
         await self.until(f"document.readyState === 'complete' && location.href.includes({json.dumps(url_part)})",
-                         f"the page {url_part or ''} to load")
+                         f"the page {url_part or ''} to load", timeout)
 
     async def click(self, selector: str) -> None:
         """A real mouse click in the middle of the first element *selector* matches, scrolled into view."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from twisted.application import internet
 from twisted.internet.protocol import Factory, Protocol
+from twisted.protocols import policies
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
@@ -48,7 +49,13 @@ def for_the_page(line: bytes) -> bool:
 def mount(router, site: Site, clock, wait_s: float) -> None:
     """Put *site* in front of *router*'s API listener (before it starts), for ``/admin`` requests only."""
     (listener,) = [s for s in router if isinstance(s, internet.StreamServerEndpointService)]
-    listener.factory = SplitFactory(listener.factory, site, clock, wait_s)
+    outer = listener.factory
+    if isinstance(outer, policies.WrappingFactory):
+        # The listener's connection budget stays outermost: a connection
+        # counts against it from its first byte, whoever it turns out to be for.
+        outer.wrappedFactory = SplitFactory(outer.wrappedFactory, site, clock, wait_s)
+    else:
+        listener.factory = SplitFactory(outer, site, clock, wait_s)
 
 
 class SplitFactory(Factory):
