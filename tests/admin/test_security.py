@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+
+import attrs
 import pytest
 import pytest_twisted
 
@@ -127,25 +130,29 @@ async def test_what_the_page_renders_is_bounded(source, clock):
         await port.stopListening()
 
 
+class FakeRequest:
+    """What the guard reads of a request from 10.1.2.3 (not local here), with its cookies."""
+
+    def __init__(self):
+        self.cookies = {}
+
+    def getClientAddress(self):
+        return type("Address", (), {"host": "10.1.2.3"})()
+
+    def getCookie(self, name):
+        return self.cookies.get(name)
+
+    def addCookie(self, name, value, **kw):
+        self.cookies[name] = value
+
+    def isSecure(self):
+        return False
+
+
 def test_a_session_ends_after_admin_session_ttl_s(clock):
     guard = Guard(settings(session_ttl_s=60), clock)
 
-    class Request:
-        cookies: dict = {}
-
-        def getClientAddress(self):
-            return type("A", (), {"host": "10.1.2.3"})()
-
-        def getCookie(self, name):
-            return self.cookies.get(name)
-
-        def addCookie(self, name, value, **kw):
-            self.cookies[name] = value
-
-        def isSecure(self):
-            return False
-
-    request = Request()
+    request = FakeRequest()
     assert guard.operator(request) is None
     assert guard.login(request, OPERATOR_KEY) == "ops"
     assert guard.operator(request).name == "ops"
@@ -158,18 +165,8 @@ def test_a_session_ends_after_admin_session_ttl_s(clock):
 def test_sessions_are_bounded_by_admin_max_sessions(clock):
     guard = Guard(settings(max_sessions=3), clock)
 
-    class Request:
-        def __init__(self):
-            self.cookies = {}
-
-        def addCookie(self, name, value, **kw):
-            self.cookies[name] = value
-
-        def isSecure(self):
-            return False
-
     for _ in range(10):
-        guard.login(Request(), OPERATOR_KEY)
+        guard.login(FakeRequest(), OPERATOR_KEY)
     assert guard.sessions() == 3
 
 
@@ -178,3 +175,17 @@ def test_local_is_the_configured_networks_and_nothing_else(clock):
     assert guard.is_local("127.0.0.1") and guard.is_local("10.9.8.7") and guard.is_local("::ffff:127.0.0.1")
     assert not guard.is_local("127.0.0.2") and not guard.is_local("::1") and not guard.is_local(None)
     assert not guard.is_local("unix-socket")
+
+
+def test_a_reload_that_removes_a_key_ends_its_sessions_and_keeps_the_others(clock):
+    from llmgw.config.server import AdminKey
+
+    other = AdminKey("night-shift", hashlib.sha256(b"another key").hexdigest())
+    guard = Guard(attrs.evolve(settings(), keys=(*settings().keys, other)), clock)
+    ops, night = FakeRequest(), FakeRequest()
+    assert guard.login(ops, OPERATOR_KEY) == "ops" and guard.login(night, "another key") == "night-shift"
+    guard.reconfigure(attrs.evolve(settings(), keys=(other,)))
+    assert guard.operator(ops) is None and guard.operator(night).name == "night-shift"
+    # The same name with a new key is a new key: the old key's session ends with it.
+    guard.reconfigure(attrs.evolve(settings(), keys=(AdminKey("night-shift", "0" * 64),)))
+    assert guard.operator(night) is None

@@ -1,4 +1,4 @@
-"""The page as llmgw-server serves it from server.yaml's admin: section, asked from 127.0.0.2 (configured not local)."""
+"""The page as llmgw-server serves it from server.yaml's admin: section (and a reload of it), asked from 127.0.0.2."""
 
 from __future__ import annotations
 
@@ -64,3 +64,12 @@ def test_beyond_admin_local_the_server_asks_for_an_operator_key_on_both_listener
         code, page = stranger.request("POST", base + "/action", {"node": "node01", "action": "cordon"})
         assert code == 403
     assert cluster.nodes()["node01"]["cordoned"] is False
+
+    # A reload that drops the key ends its sessions at once; one that makes 127.0.0.2 local lets it in.
+    cluster.write_server_config("admin: {local: [127.0.0.1/32]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    assert stranger.request("GET", "/admin/")[0] == 401
+    cluster.write_server_config("admin: {local: [127.0.0.0/8]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    code, page = From(cluster.admin_port, "127.0.0.2").request("GET", "/")
+    assert code == 200 and "local: 127.0.0.2" in page

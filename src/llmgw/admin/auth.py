@@ -5,7 +5,8 @@ the machine.  Anyone else logs in with an operator key from ``admin.keys``
 (compared by sha256, never stored) and gets a session cookie: random,
 HttpOnly, SameSite=Strict, Secure on a TLS listener, kept in memory for
 ``admin.session_ttl_s`` and at most ``admin.max_sessions`` of them (the
-oldest goes first).  A restart logs everybody out.
+oldest goes first).  A restart logs everybody out; a reload that removes or changes a
+key ends that key's sessions.
 
 Every state-changing request carries a CSRF token: an HMAC, under a secret
 this process draws at start, of a random cookie the browser holds.  A page
@@ -46,13 +47,21 @@ class Guard:
     """``admin:`` applied to requests; pass ``clock=reactor`` unless you are testing."""
 
     def __init__(self, settings: AdminSettings, clock, secret: bytes | None = None):
-        self.settings = settings
         self._clock = clock
         self._secret = secret if secret is not None else secrets.token_bytes(32)
+        # session id -> (operator name, its key's sha256, expires at), oldest first.
+        self._sessions: collections.OrderedDict[str, tuple[str, str, float]] = collections.OrderedDict()
+        self.reconfigure(settings)
+
+    def reconfigure(self, settings: AdminSettings) -> None:
+        """A reloaded ``admin:``: its networks and keys from now on; a removed or changed key's sessions end."""
+        self.settings = settings
         self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.local]
         self._keys = {key.sha256.lower(): key.name for key in settings.keys}
-        # session id -> (operator name, expires at), oldest first.
-        self._sessions: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
+        for sid in [sid for sid, (name, sha, _) in self._sessions.items() if self._keys.get(sha) != name]:
+            del self._sessions[sid]
+        while len(self._sessions) > settings.max_sessions:
+            self._sessions.popitem(last=False)
 
     def is_local(self, host: str | None) -> bool:
         try:
@@ -74,7 +83,7 @@ class Guard:
         found = self._sessions.get(sid)
         if found is None:
             return None
-        name, expires = found
+        name, _, expires = found
         if self._clock.seconds() >= expires:
             del self._sessions[sid]
             return None
@@ -85,14 +94,15 @@ class Guard:
         if not key or len(key) > MAX_KEY_CHARS:
             return None
         digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
-        name = next((n for sha, n in self._keys.items() if hmac.compare_digest(sha, digest)), None)
-        if name is None:
+        sha = next((sha for sha in self._keys if hmac.compare_digest(sha, digest)), None)
+        if sha is None:
             return None
+        name = self._keys[sha]
         self._expire()
         while len(self._sessions) >= self.settings.max_sessions:
             self._sessions.popitem(last=False)
         sid = secrets.token_urlsafe(32)
-        self._sessions[sid] = (name, self._clock.seconds() + self.settings.session_ttl_s)
+        self._sessions[sid] = (name, sha, self._clock.seconds() + self.settings.session_ttl_s)
         self._set_cookie(request, SESSION_COOKIE, sid.encode(), max_age=int(self.settings.session_ttl_s))
         return name
 
@@ -108,7 +118,7 @@ class Guard:
 
     def _expire(self) -> None:
         now = self._clock.seconds()
-        for sid in [sid for sid, (_, expires) in self._sessions.items() if now >= expires]:
+        for sid in [sid for sid, (_, _, expires) in self._sessions.items() if now >= expires]:
             del self._sessions[sid]
 
     # -- CSRF --

@@ -82,6 +82,17 @@ class AdminPage(Resource):
         self.base = base
         self.guard = guard if guard is not None else Guard(settings, clock)
 
+    def reconfigure(self, settings: AdminSettings) -> None:
+        """A reloaded ``admin:`` section (the guard may be shared with the page on the other listener)."""
+        self.settings = settings
+        self.guard.reconfigure(settings)
+
+    def reload_listener(self):
+        """This page's share of ``ctl reload`` and SIGHUP: ``admin:`` as the file now says it."""
+        from llmgw.control.reload import Listener
+
+        return Listener("the admin page", lambda config: lambda: self.reconfigure(config.admin))
+
     # -- dispatch --
 
     def render(self, request: server.Request):

@@ -80,9 +80,11 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     page = AdminPage(ControlSource(control), config.admin, reactor)
+    reload_listeners.append(page.reload_listener())
     if router is not None:
         # The same page, sessions and all, under /admin on the API listener.
         under_api = AdminPage(page.source, config.admin, reactor, base="/admin", guard=page.guard)
+        reload_listeners.append(under_api.reload_listener())
         mount_admin(router, page_site(under_api), reactor, config.router.clients.header_timeout_s)
     if config.listen.admin:
         admin = admin_listener(reactor, config.listen.admin, registry, page)
