@@ -87,12 +87,6 @@ class AdminPage(Resource):
         self.settings = settings
         self.guard.reconfigure(settings)
 
-    def reload_listener(self):
-        """This page's share of ``ctl reload`` and SIGHUP: ``admin:`` as the file now says it."""
-        from llmgw.control.reload import Listener
-
-        return Listener("the admin page", lambda config: lambda: self.reconfigure(config.admin))
-
     # -- dispatch --
 
     def render(self, request: server.Request):

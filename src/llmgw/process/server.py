@@ -80,11 +80,11 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     page = AdminPage(ControlSource(control), config.admin, reactor)
-    reload_listeners.append(page.reload_listener())
+    reload_listeners.append(admin_page_listener(page))
     if router is not None:
         # The same page, sessions and all, under /admin on the API listener.
         under_api = AdminPage(page.source, config.admin, reactor, base="/admin", guard=page.guard)
-        reload_listeners.append(under_api.reload_listener())
+        reload_listeners.append(admin_page_listener(under_api))
         mount_admin(router, page_site(under_api), reactor, config.router.clients.header_timeout_s)
     if config.listen.admin:
         admin = admin_listener(reactor, config.listen.admin, registry, page)
@@ -139,6 +139,11 @@ def router_listener(router: Router, listen_api: str) -> Listener:
         return apply
 
     return Listener("the router", prepare)
+
+
+def admin_page_listener(page: AdminPage) -> Listener:
+    """A page's share of a reload: ``admin:`` as the file now says it (networks, keys, bounds)."""
+    return Listener("the admin page", lambda config: lambda: page.reconfigure(config.admin))
 
 
 class ControlPlane(service.Service):
