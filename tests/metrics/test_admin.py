@@ -110,10 +110,10 @@ async def test_healthz_answers_ok(admin):
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_root_says_the_admin_page_is_coming_and_links_metrics(admin):
+async def test_a_listener_without_a_control_plane_says_where_the_page_is_and_links_metrics(admin):
     code, content_type, body = await get(admin + "/")
     assert code == 200 and content_type.startswith("text/html")
-    assert 'href="/metrics"' in body and "later" in body
+    assert 'href="/metrics"' in body and "llmgw-server's <code>listen.admin</code>" in body
 
 
 @pytest_twisted.ensureDeferred

@@ -1,16 +1,16 @@
-"""The admin listener's resources: ``/metrics`` for Prometheus, ``/healthz`` for a load balancer.
+"""The admin listener's resources: ``/metrics`` for Prometheus, ``/healthz`` for a load balancer, and the page.
 
-The admin web page is a later piece of work; until then the root says so
-and links ``/metrics``.  It plugs in as ``page``: whatever resource is given
-there answers ``/`` and everything below it that is not ``metrics`` or
-``healthz``.
+The page (``llmgw.admin.site.AdminPage``) plugs in as ``page``: it answers
+``/`` and everything below it that is not ``metrics`` or ``healthz``.  A
+process without a control plane (``llmgw-router``) has no page to serve, and
+its root says where the page is.
 
 ::
 
     registry = CollectorRegistry()
     RouterMetrics(registry)
     registry.register(FleetCollector(fleet, reactor))
-    admin_listener(reactor, config.listen.admin, registry).setServiceParent(top)
+    admin_listener(reactor, config.listen.admin, registry, page).setServiceParent(top)
 """
 
 from __future__ import annotations
@@ -23,14 +23,17 @@ from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
-PLACEHOLDER = b"""<!doctype html>
-<html><head><meta charset="utf-8"><title>llmgw admin</title></head>
+NO_PAGE = b"""<!doctype html>
+<html><head><meta charset="utf-8"><title>llmgw router</title></head>
 <body>
-<h1>llmgw admin</h1>
-<p>The admin page (nodes, replicas, progress and logs) arrives in a later release.</p>
+<h1>llmgw router</h1>
+<p>This is a router's admin listener: the admin page (nodes, replicas, progress and logs) is on
+llmgw-server's <code>listen.admin</code>, and under <code>/admin</code> on its API listener.</p>
 <p>Prometheus figures are at <a href="/metrics">/metrics</a>; liveness at <a href="/healthz">/healthz</a>.</p>
 </body></html>
 """
+#: What a request to the admin listener may send as a body; the page's forms are far smaller.
+MAX_BODY_BYTES = 64 * 1024
 
 
 class MetricsResource(Resource):
@@ -64,14 +67,41 @@ class HealthResource(Resource):
         return b"ok\n"
 
 
-class PlaceholderPage(Resource):
+class NoPage(Resource):
     isLeaf = True
 
     def render_GET(self, request: Request) -> bytes:
         if request.postpath not in ([], [b""]):
             return notFound().render(request)
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
-        return PLACEHOLDER
+        request.setHeader(b"x-content-type-options", b"nosniff")
+        return NO_PAGE
+
+
+class BoundedRequest(Request):
+    """A request whose body stops being read at ``MAX_BODY_BYTES``: the connection is closed with 413."""
+
+    def gotLength(self, length):
+        self._body_seen = 0
+        if length is not None and length > MAX_BODY_BYTES:
+            self._too_large()
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes):
+        self._body_seen = getattr(self, "_body_seen", 0) + len(data)
+        if self._body_seen > MAX_BODY_BYTES:
+            self._too_large()
+            return
+        if self.content is not None:
+            super().handleContentChunk(data)
+
+    def _too_large(self) -> None:
+        transport = self.channel.transport if self.channel is not None else None
+        if transport is not None and not getattr(self, "_refused", False):
+            self._refused = True
+            transport.write(b"HTTP/1.1 413 Request Entity Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+            transport.loseConnection()
 
 
 class _Root(Resource):
@@ -90,15 +120,20 @@ class _Root(Resource):
 
 
 def admin_resource(registry: CollectorRegistry, page: Resource | None = None) -> Resource:
-    """The admin listener's tree: ``/metrics``, ``/healthz``, and ``page`` (a placeholder for now) at ``/``."""
-    root = _Root(page if page is not None else PlaceholderPage())
+    """The admin listener's tree: ``/metrics``, ``/healthz``, and ``page`` (or a note where it is) at ``/``."""
+    root = _Root(page if page is not None else NoPage())
     root.putChild(b"metrics", MetricsResource(registry))
     root.putChild(b"healthz", HealthResource())
     return root
 
 
-def admin_listener(reactor, description: str, registry: CollectorRegistry) -> service.Service:
-    """The admin tree served on *description* (a Twisted endpoint string), as a service to start."""
-    site = Site(admin_resource(registry))
+def admin_site(registry: CollectorRegistry, page: Resource | None = None) -> Site:
+    site = Site(admin_resource(registry, page), requestFactory=BoundedRequest)
     site.noisy = False
+    return site
+
+
+def admin_listener(reactor, description: str, registry: CollectorRegistry, page: Resource | None = None) -> service.Service:
+    """The admin tree served on *description* (a Twisted endpoint string), as a service to start."""
+    site = admin_site(registry, page)
     return internet.StreamServerEndpointService(endpoints.serverFromString(reactor, description), site)

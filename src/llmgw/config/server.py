@@ -295,6 +295,37 @@ class RouterSettings:
 
 
 @attrs.frozen
+class AdminKey:
+    """An operator's key for the admin page from beyond ``admin.local``, stored only as its sha256."""
+
+    name: str
+    sha256: str
+
+
+def _check_network(text: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError("not an address or network; write it like '127.0.0.1/32' or '10.0.0.0/8'") from None
+
+
+@attrs.frozen
+class AdminSettings:
+    """server.yaml's admin: section: who the admin page trusts, and how much it asks a node for."""
+
+    # Peers on these networks need no key; everyone else logs in with one of ``keys``.
+    local: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
+    keys: tuple[AdminKey, ...] = ()
+    session_ttl_s: float = 8 * 3600.0
+    max_sessions: int = 256
+    log_lines: int = 500
+    log_bytes: int = 256 * 1024
+    max_rows: int = 500
+
+
+@attrs.frozen
 class ServerConfig:
     """The whole of server.yaml; ``path`` is the file it came from, absolute."""
 
@@ -307,6 +338,7 @@ class ServerConfig:
     profiles: dict[str, Profile] = attrs.Factory(dict)
     models: dict[str, Model] = attrs.Factory(dict)
     router: RouterSettings = attrs.Factory(RouterSettings)
+    admin: AdminSettings = attrs.Factory(AdminSettings)
 
 
 _ENGINE_SECTION = Section(
@@ -480,6 +512,18 @@ SCHEMA = Section(
             )
         ),
         "router": ROUTER_SECTION,
+        "admin": Section(
+            AdminSettings,
+            {
+                "local": ListOf(Str(what="an address or network such as 127.0.0.1/32", check=_check_network)),
+                "keys": ListOf(Section(AdminKey, {"name": NAME_STR, "sha256": SHA256})),
+                "session_ttl_s": Number(min=0, exclusive=True),
+                "max_sessions": Int(min=1),
+                "log_lines": Int(min=1),
+                "log_bytes": Int(min=1024),
+                "max_rows": Int(min=1),
+            },
+        ),
     },
 )
 

@@ -18,6 +18,10 @@ from twisted.internet import endpoints
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from llmgw.admin.mount import mount as mount_admin
+from llmgw.admin.mount import page_site
+from llmgw.admin.site import AdminPage
+from llmgw.admin.source import ControlSource
 from llmgw.admin.web import admin_listener
 from llmgw.config.server import ServerConfig, load_server_config
 from llmgw.control.catalog import Catalog
@@ -75,8 +79,15 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
+    page = AdminPage(ControlSource(control), config.admin, reactor)
+    reload_listeners.append(admin_page_listener(page))
+    if router is not None:
+        # The same page, sessions and all, under /admin on the API listener.
+        under_api = AdminPage(page.source, config.admin, reactor, base="/admin", guard=page.guard)
+        reload_listeners.append(admin_page_listener(under_api))
+        mount_admin(router, page_site(under_api), reactor, config.router.clients.header_timeout_s)
     if config.listen.admin:
-        admin = admin_listener(reactor, config.listen.admin, registry)
+        admin = admin_listener(reactor, config.listen.admin, registry, page)
         admin.setServiceParent(top)
         top.must_listen("listen.admin", admin)
     top.registry = registry
@@ -128,6 +139,11 @@ def router_listener(router: Router, listen_api: str) -> Listener:
         return apply
 
     return Listener("the router", prepare)
+
+
+def admin_page_listener(page: AdminPage) -> Listener:
+    """A page's share of a reload: ``admin:`` as the file now says it (networks, keys, bounds)."""
+    return Listener("the admin page", lambda config: lambda: page.reconfigure(config.admin))
 
 
 class ControlPlane(service.Service):

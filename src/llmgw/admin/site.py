@@ -1,0 +1,365 @@
+"""The admin page as a resource: what each address answers, who may ask, and how much.
+
+One ``AdminPage`` serves ``/`` on ``listen.admin`` and another ``/admin``
+on the API listener (``base`` is the prefix its links carry).  It reads the
+fleet through a ``FleetSource`` — in the server, the control plane's own
+session: the same views ``llmgw.cp.nodes``/``llmgw.cp.replicas`` answer ctl
+and the TUI, the same relayed ``llmgw.cp.logs`` as ``llmgw ctl logs``, the
+same ``drain``/``cordon``/``uncordon``.
+
+Every answer carries the same strict headers (``SECURITY_HEADERS``): no
+inline script, no framing, no sniffing, no caching.  A request asks for at
+most ``admin.log_lines`` lines and is shown at most ``admin.log_bytes`` of
+them; tables stop at ``admin.max_rows`` and say how many they left out.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web import http, server
+from twisted.web.resource import Resource
+from twisted.web.template import flattenString
+
+from llmgw.admin import pages
+from llmgw.admin.auth import CSRF_FIELD, Guard, Operator
+from llmgw.config.server import AdminSettings
+from llmgw.views import NodeView, ReplicaView
+
+log = Logger()
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    b"content-security-policy": CSP.encode(),
+    b"x-content-type-options": b"nosniff",
+    b"x-frame-options": b"DENY",
+    # Not no-referrer: with it a browser sends "Origin: null" on the page's own forms.
+    b"referrer-policy": b"same-origin",
+    b"cache-control": b"no-store",
+}
+#: A form the page sends is a few hundred bytes; nothing larger is read.
+MAX_FORM_BYTES = 8 * 1024
+#: A node id, a replica id or a log source longer than this is nobody's.
+MAX_NAME_CHARS = 256
+STATIC = {b"admin.js": "application/javascript; charset=utf-8", b"admin.css": "text/css; charset=utf-8",
+          b"favicon.svg": "image/svg+xml"}
+
+
+class FleetSource(Protocol):
+    """What the page reads and does; raises ``SourceError`` with the control plane's words."""
+
+    def nodes(self) -> list[NodeView]: ...
+
+    def replicas(self) -> list[ReplicaView]: ...
+
+    async def logs(self, node_id: str, source: str | None, n: int) -> dict: ...
+
+    async def act(self, verb: str, node_id: str) -> dict: ...
+
+
+class SourceError(Exception):
+    """The control plane refused or could not answer; the message is for the page."""
+
+
+class BadQuery(Exception):
+    """A request asked for something malformed or too large; the message says what."""
+
+
+class AdminPage(Resource):
+    isLeaf = True
+
+    def __init__(self, source: FleetSource, settings: AdminSettings, clock, base: str = "", guard: Guard | None = None):
+        super().__init__()
+        self.source = source
+        self.settings = settings
+        self.base = base
+        self.guard = guard if guard is not None else Guard(settings, clock)
+
+    def reconfigure(self, settings: AdminSettings) -> None:
+        """A reloaded ``admin:`` section (the guard may be shared with the page on the other listener)."""
+        self.settings = settings
+        self.guard.reconfigure(settings)
+
+    # -- dispatch --
+
+    def render(self, request: server.Request):
+        for name, value in SECURITY_HEADERS.items():
+            request.setHeader(name, value)
+        path = [p for p in request.postpath if p]
+        first = path[0] if path else b""
+        method = request.method
+        if first == b"static" and len(path) == 2 and path[1] in STATIC and method in (b"GET", b"HEAD"):
+            return self._static(request, path[1])
+        if len(path) > 1:
+            return self._plain(request, http.NOT_FOUND, "no such page")
+        operator = self.guard.operator(request)
+        if method == b"POST":
+            return self._post(request, first, operator)
+        if method not in (b"GET", b"HEAD"):
+            request.setHeader(b"allow", b"GET, HEAD, POST")
+            return self._plain(request, http.NOT_ALLOWED, "the admin page answers GET and POST")
+        if operator is None:
+            request.setResponseCode(http.UNAUTHORIZED if first != b"login" else http.OK)
+            return self._html(request, pages.login_page(self.base, self.guard.csrf_token(request), None))
+        operator = attrs.evolve(operator, csrf=self.guard.csrf_token(request))
+        self._async(request, self._get(request, first.decode("ascii", "replace"), operator))
+        return server.NOT_DONE_YET
+
+    async def _get(self, request, name: str, operator: Operator):
+        base, rows = self.base, self.settings.max_rows
+        if name in ("", "login"):
+            return pages.cluster(base, operator, self.source.nodes(), self.source.replicas(), rows)
+        if name == "node":
+            node = self._node(request)
+            source, n, follow = _arg(request, b"source"), self._lines(request), _arg(request, b"follow") == "1"
+            logs = await self._logs(node.id, source, n, follow)
+            done = _arg(request, b"done")
+            return pages.node_page(base, operator, node, self.source.replicas(), logs, done, rows)
+        if name == "replica":
+            replica = self._replica(request)
+            leader = next((s for s in sorted(replica.shards, key=lambda s: s.rank or 0) if s.node), None)
+            n, follow = self._lines(request), _arg(request, b"follow") == "1"
+            source = _arg(request, b"source") or (leader.shard if leader else None)
+            logs = "" if leader is None else await self._logs(leader.node, source, n, follow, "replica", replica.replica)
+            return pages.replica_page(base, operator, replica, logs, rows)
+        if name == "confirm":
+            node, verb = self._node(request, b"node"), _arg(request, b"action")
+            if verb not in pages.VERBS:
+                raise BadQuery(f"action is one of {', '.join(pages.VERBS)}")
+            return pages.confirm_page(base, operator, node, verb, self.source.replicas(), self.guard.csrf_token(request))
+        if name == "logs.json":
+            node = self._node(request, b"node")
+            answer = await self._fetch_logs(node.id, _arg(request, b"source"), self._lines(request))
+            return _json(request, answer)
+        if name == "progress.json":
+            return _json(request, self._progress())
+        raise LookupError("no such page")
+
+    def _post(self, request, name: bytes, operator: Operator | None):
+        form = _form(request)
+        if form is None:
+            return self._plain(request, http.REQUEST_ENTITY_TOO_LARGE, f"a form is at most {MAX_FORM_BYTES} bytes")
+        if not self._same_origin(request) or not self.guard.csrf_ok(request, form.get(CSRF_FIELD.decode())):
+            return self._plain(request, http.FORBIDDEN,
+                               "this form's CSRF token is missing or not this browser's: reload the page and send it again")
+        if name == b"login":
+            who = self.guard.login(request, form.get("key") or "")
+            if who is None:
+                request.setResponseCode(http.UNAUTHORIZED)
+                log.info("admin page: a sign-in from {peer} with a key admin.keys does not have",
+                         peer=getattr(request.getClientAddress(), "host", "?"))
+                return self._html(request, pages.login_page(self.base, self.guard.csrf_token(request),
+                                                            "that key is not one of admin.keys"))
+            log.info("admin page: {who} signed in from {peer}", who=who, peer=getattr(request.getClientAddress(), "host", "?"))
+            return self._redirect(request, pages.url(self.base, ""))
+        if operator is None:
+            return self._plain(request, http.UNAUTHORIZED, "sign in first: this address is not on admin.local")
+        if name == b"logout":
+            self.guard.logout(request)
+            return self._redirect(request, pages.url(self.base, ""))
+        if name != b"action":
+            return self._plain(request, http.NOT_FOUND, "no such form")
+        self._async(request, self._act(request, form, operator))
+        return server.NOT_DONE_YET
+
+    async def _act(self, request, form: dict[str, str], operator: Operator):
+        verb, node_id = form.get("action"), form.get("node") or ""
+        if verb not in pages.VERBS:
+            raise BadQuery(f"action is one of {', '.join(pages.VERBS)}")
+        node = self._find_node(node_id)
+        log.info("admin page: {who} asked to {verb} {node}", who=operator.name, verb=verb, node=node.id)
+        try:
+            answer = await self.source.act(verb, node.id)
+        except SourceError as e:
+            request.setResponseCode(http.BAD_GATEWAY)
+            return pages.message_page(self.base, operator, f"{verb} {node.id} failed", str(e),
+                                      pages.url(self.base, "node", id=node.id))
+        stopped = answer.get("stopped") if isinstance(answer, dict) else None
+        done = f"{verb}: done" + (f"; stopped {', '.join(map(str, stopped))}" if stopped else "")
+        return self._redirect(request, pages.url(self.base, "node", id=node.id, done=done[:500]))
+
+    # -- what a request asks for --
+
+    def _node(self, request, key: bytes = b"id") -> NodeView:
+        return self._find_node(_arg(request, key) or "")
+
+    def _find_node(self, node_id: str) -> NodeView:
+        if not node_id or len(node_id) > MAX_NAME_CHARS:
+            raise BadQuery("name a node: ?id=NODE")
+        for node in self.source.nodes():
+            if node.id == node_id:
+                return node
+        raise LookupError(f"no node {node_id!r}: the cluster page lists those that have registered")
+
+    def _replica(self, request) -> ReplicaView:
+        wanted = _arg(request, b"id") or ""
+        if not wanted or len(wanted) > MAX_NAME_CHARS:
+            raise BadQuery("name a replica: ?id=MODEL/N")
+        for replica in self.source.replicas():
+            if replica.replica == wanted:
+                return replica
+        raise LookupError(f"no replica {wanted!r}: the cluster page lists the catalog's")
+
+    def _lines(self, request) -> int:
+        text = _arg(request, b"n")
+        limit = self.settings.log_lines
+        if text is None:
+            return min(200, limit)
+        if not text.isdigit() or not 0 < int(text) <= limit:
+            raise BadQuery(f"n is a number of lines from 1 to {limit} (admin.log_lines)")
+        return int(text)
+
+    async def _fetch_logs(self, node_id: str, source: str | None, n: int) -> dict:
+        if source is not None and len(source) > MAX_NAME_CHARS:
+            raise BadQuery("source is a name from the node's list of log sources")
+        answer = await self.source.logs(node_id, source, n)
+        if not isinstance(answer, dict):
+            raise SourceError(f"{node_id} answered its logs with something that is not a log")
+        lines = [str(line) for line in (answer.get("lines") or [])[-n:]]
+        kept, size = [], 0
+        for line in reversed(lines):
+            size += len(line.encode("utf-8", "replace")) + 1
+            if size > self.settings.log_bytes:
+                break
+            kept.append(line)
+        kept.reverse()
+        sources = [str(s) for s in (answer.get("sources") or [])[:self.settings.max_rows] if len(str(s)) <= MAX_NAME_CHARS]
+        clipped = len(lines) - len(kept)
+        return {"node": node_id, "source": str(answer.get("source") or source or ""), "sources": sources,
+                "lines": kept, "clipped": clipped}
+
+    async def _logs(self, node_id: str, source: str | None, n: int, follow: bool, page_name: str = "node",
+                    page_id: str | None = None):
+        answer, error = None, None
+        try:
+            answer = await self._fetch_logs(node_id, source, n)
+        except SourceError as e:
+            error = str(e)
+        return pages.logs_section(self.base, node_id, source, answer, error, follow, n, page_name, page_id)
+
+    def _progress(self) -> dict:
+        bars = {}
+        for r in self.source.replicas():
+            if pages.in_progress(r):
+                p = r.progress
+                bars[f"replica:{r.replica}"] = {
+                    "done": p.bytes_done if p else None, "total": p.bytes_total if p else None,
+                    "words": pages.download_words(p) or r.reason or "-"}
+        for node in self.source.nodes():
+            for e in pages.installing(node):
+                bars[pages.engine_key(node, e)] = {"done": None, "total": None, "words": "installing"}
+        return {"bars": bars}
+
+    def _same_origin(self, request) -> bool:
+        """A browser says where a form came from; one from another origin is refused whatever it carries."""
+        origin = request.getHeader(b"origin")
+        if origin is None:
+            return True  # not a browser, or one too old to say: the token decides
+        host = request.getHeader(b"host")
+        try:
+            return host is not None and urlsplit(origin.decode("ascii")).netloc == host.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+
+    # -- answers --
+
+    def _async(self, request, coroutine) -> None:
+        finished = []
+        request.notifyFinish().addBoth(finished.append)
+
+        def write(result):
+            if finished:
+                return
+            if isinstance(result, bytes):
+                request.write(result)
+                request.finish()
+                return
+            return self._flatten(request, result)
+
+        def failed(failure):
+            if finished:
+                return
+            e = failure.value
+            if failure.check(BadQuery):
+                code, words = http.BAD_REQUEST, str(e)
+            elif failure.check(LookupError):
+                code, words = http.NOT_FOUND, e.args[0] if e.args else "no such page"
+            elif failure.check(SourceError):
+                code, words = http.BAD_GATEWAY, str(e)
+            else:
+                log.failure("admin page: {path} failed", failure, path=request.uri[:200])
+                code, words = http.INTERNAL_SERVER_ERROR, "the admin page failed; the server's log says why"
+            request.setResponseCode(code)
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            request.write(words.encode("utf-8", "replace") + b"\n")
+            request.finish()
+
+        defer.Deferred.fromCoroutine(coroutine).addCallback(write).addErrback(failed)
+
+    def _flatten(self, request, tag):
+        def done(body):
+            request.setHeader(b"content-type", b"text/html; charset=utf-8")
+            request.write(b"<!DOCTYPE html>\n" + body)
+            request.finish()
+
+        return flattenString(None, tag).addCallback(done)
+
+    def _html(self, request, tag):
+        self._async(request, _value(tag))
+        return server.NOT_DONE_YET
+
+    def _plain(self, request, code: int, words: str) -> bytes:
+        request.setResponseCode(code)
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return words.encode() + b"\n"
+
+    def _redirect(self, request, to: str):
+        request.setResponseCode(http.SEE_OTHER)
+        request.setHeader(b"location", to.encode())
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return f"see {to}\n".encode()
+
+    def _static(self, request, name: bytes) -> bytes:
+        request.setHeader(b"content-type", STATIC[name].encode())
+        request.setHeader(b"cache-control", b"no-cache")
+        return resources.files("llmgw.admin").joinpath("static", name.decode()).read_bytes()
+
+
+async def _value(value):
+    return value
+
+
+def _arg(request, key: bytes) -> str | None:
+    values = (request.args or {}).get(key)
+    if not values:
+        return None
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadQuery(f"{key.decode()} is not UTF-8") from None
+
+
+def _json(request, value) -> bytes:
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(value).encode()
+
+
+def _form(request) -> dict[str, str] | None:
+    """The posted form's fields (first value of each), or None when it is larger than a form of the page's."""
+    content = request.content
+    content.seek(0, 2)
+    if content.tell() > MAX_FORM_BYTES:
+        return None
+    content.seek(0)
+    try:
+        fields = parse_qs(content.read().decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=16)
+    except ValueError:
+        return None
+    return {k: v[0] for k, v in fields.items()}

@@ -1,0 +1,50 @@
+"""The server's control plane as the admin page's ``FleetSource``: its own session, in process.
+
+The views are the ones ``llmgw.cp.nodes`` and ``llmgw.cp.replicas`` send
+ctl and the TUI; logs are the relayed ``llmgw.cp.logs`` (so a node that does
+not answer in 10 s says so); the verbs are ``llmgw.cp.drain``/``cordon``/
+``uncordon`` with the control plane's own refusals.
+"""
+
+from __future__ import annotations
+
+from autobahn.wamp.exception import ApplicationError
+
+from llmgw.admin.site import SourceError
+from llmgw.views import NodeView, ReplicaView
+
+
+class ControlSource:
+    """Reads *control*'s session (``llmgw.process.server.ControlPlane``) when a request comes, not before."""
+
+    def __init__(self, control):
+        self._control = control
+
+    def _session(self):
+        session = self._control.session
+        if session is None or not session.is_attached():
+            raise SourceError("the control plane has not joined the hub yet: reload in a moment")
+        return session
+
+    def nodes(self) -> list[NodeView]:
+        return sorted(self._session().fleet.views(), key=lambda n: n.id)
+
+    def replicas(self) -> list[ReplicaView]:
+        return list(self._session().reconciler.views())
+
+    async def logs(self, node_id: str, source: str | None, n: int) -> dict:
+        return await self._call(self._session().logs, node_id, source, n)
+
+    async def act(self, verb: str, node_id: str) -> dict:
+        session = self._session()
+        return await self._call({"drain": session.drain, "cordon": session.cordon, "uncordon": session.uncordon}[verb],
+                                node_id)
+
+    @staticmethod
+    async def _call(method, *args):
+        try:
+            return await method(*args)
+        except ApplicationError as e:
+            raise SourceError(e.args[0] if e.args else e.error) from None
+        except Exception as e:  # the link went while asking: say so on the page, not a 500
+            raise SourceError(f"the control plane could not ask ({type(e).__name__}: {e})"[:500]) from None

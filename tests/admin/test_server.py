@@ -1,0 +1,75 @@
+"""The page as llmgw-server serves it from server.yaml's admin: section (and a reload of it), asked from 127.0.0.2."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import re
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.admin.conftest import OPERATOR_KEY
+
+pytestmark = pytest.mark.integration
+
+
+class From:
+    """Requests from *source* to one listener, keeping cookies."""
+
+    def __init__(self, port: int, source: str):
+        self.port, self.source, self.jar = port, source, {}
+
+    def request(self, method: str, path: str, form: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10, source_address=(self.source, 0))
+        headers = {"cookie": "; ".join(f"{k}={v}" for k, v in self.jar.items())} if self.jar else {}
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            headers["content-type"] = "application/x-www-form-urlencoded"
+        try:
+            conn.request(method, path, body, headers)
+            answer = conn.getresponse()
+            text = answer.read().decode()
+            for line in answer.headers.get_all("set-cookie") or []:
+                for name, morsel in SimpleCookie(line).items():
+                    self.jar[name] = morsel.value
+            return answer.status, text
+        finally:
+            conn.close()
+
+
+def token(page: str) -> str:
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+
+
+def test_beyond_admin_local_the_server_asks_for_an_operator_key_on_both_listeners(cluster):
+    sha = hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()
+    cluster.write_server_config(f"admin: {{local: [127.0.0.1/32], keys: [{{name: ops, sha256: {sha}}}]}}\n")
+    cluster.start_server()
+    cluster.start_agent("node01")
+    cluster.wait_node("node01", "ready")
+    assert "node01" in From(cluster.admin_port, "127.0.0.1").request("GET", "/")[1]  # local: no key
+    for port, base in ((cluster.admin_port, ""), (cluster.api_port, "/admin")):
+        stranger = From(port, "127.0.0.2")
+        code, page = stranger.request("GET", base + "/")
+        assert code == 401 and "node01" not in page and "operator key" in page
+        code, _ = stranger.request("POST", base + "/login", {"key": OPERATOR_KEY})
+        assert code == 403  # no CSRF token: refused before the key is looked at
+        code, _ = stranger.request("POST", base + "/login", {"csrf": token(page), "key": OPERATOR_KEY})
+        assert code == 303
+        code, page = stranger.request("GET", base + "/")
+        assert code == 200 and "node01" in page and "operator: ops" in page
+        code, page = stranger.request("POST", base + "/action", {"node": "node01", "action": "cordon"})
+        assert code == 403
+    assert cluster.nodes()["node01"]["cordoned"] is False
+
+    # A reload that drops the key ends its sessions at once; one that makes 127.0.0.2 local lets it in.
+    cluster.write_server_config("admin: {local: [127.0.0.1/32]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    assert stranger.request("GET", "/admin/")[0] == 401
+    cluster.write_server_config("admin: {local: [127.0.0.0/8]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    code, page = From(cluster.admin_port, "127.0.0.2").request("GET", "/")
+    assert code == 200 and "local: 127.0.0.2" in page
