@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.cluster import ROOT, Cluster
+from tests.support.cluster import ROOT, Cluster, cluster  # noqa: F401 (a fixture)
 from tests.support.sshd import Operator, SshNode
 
 CATALOG = """

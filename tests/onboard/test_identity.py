@@ -108,3 +108,18 @@ def test_revoke_lists_the_nodes_certificate_and_has_the_hub_read_it(identity, ca
         identity.revoke_node("edge9", details=details())
     elsewhere = Identity(lambda: str(ca), lambda: None, lambda: "/srv/other/crl.pem", lambda: str(ca / "ca.crt"))
     assert "the hub reads /srv/other/crl.pem, not" in elsewhere.revoke_node("edge1", details=details())["hub"]
+
+
+def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
+    from llmgw.config.server import load_server_config
+    from llmgw.errors import ConfigError
+
+    base = f'listen: {{link: "ssl:7443"}}\ntls: {{ca: {pki}/ca.crt, cert: {pki}/llmgw-server.crt, key: {pki}/llmgw-server.key}}\n'
+    path = tmp_path / "server.yaml"
+    path.write_text(base)
+    assert load_server_config(path).pki.ca_dir is None
+    path.write_text(base + f"pki: {{ca_dir: {pki}}}\n")
+    assert load_server_config(path).pki.ca_dir == str(pki)
+    path.write_text(base + "pki: {ca_dir: pki}\n")
+    with pytest.raises(ConfigError, match=r"pki.ca_dir: 'pki' is not an absolute path; start it with /"):
+        load_server_config(path)

@@ -78,6 +78,16 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
     assert "the node's key, kept" in again.stdout and "the node's certificate is current" in again.stdout
     assert (etc / "node.key").read_bytes() == key
 
+    # A file changed on the node is put back, and the agent restarted on it, with the same key.
+    with open(etc / "agent.yaml", "a") as f:
+        f.write("heartbeat_interval_s: 1000\n")
+    repaired = onboard(fleet, nodes, node, "--label", "rack=r1", wheels=wheelhouse)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert re.search(r"^edge1: configure: wrote \S*/agent.yaml \(", repaired.stdout, re.M), repaired.stdout
+    assert "edge1: start: llmgw-agent.service (re)started" in repaired.stdout
+    assert "heartbeat_interval_s" not in (etc / "agent.yaml").read_text()
+    assert (etc / "node.key").read_bytes() == key
+
     kept = node.base / "kept"
     kept.mkdir()
     for name in ("node.crt", "node.key", "ca.crt"):
@@ -109,8 +119,10 @@ def test_two_nodes_in_parallel_both_register(fleet, nodes, wheelhouse):
     assert re.search(r"^pb\s+onboarded\s+\d+\.\d\s+-$", out.stdout, re.M), out.stdout
     found = fleet.nodes()
     assert found["pa"]["state"] == found["pb"]["state"] == "ready"
-    # Both installs overlapped: each began before the other ended.
-    assert out.stdout.index("pb: install:") > out.stdout.index("pa: check:")
+    # Both ran at once: each was checked before the other registered.
+    assert out.stdout.index("pb: check:") < out.stdout.index("pa: register:")
+    assert out.stdout.index("pa: check:") < out.stdout.index("pb: register:")
+    assert out.stdout.count("\nNODE  STATE") + out.stdout.startswith("NODE  STATE") == 1, out.stdout
 
 
 def refused(out, sentence: str) -> None:
@@ -181,3 +193,38 @@ def test_a_wheel_whose_checksum_does_not_match_installs_nothing(nodes, wheelhous
     with pytest.raises(Refusal, match=f"{wheel.name} arrived with sha256 [0-9a-f]{{64}}, not the 0{{64}}"):
         Ssh(node.alias, str(nodes.operator.config)).run("install", request, payload=[wheel])
     assert not root.exists() and not list(node.base.glob(".llmgw-wheels-*"))
+
+
+def test_a_failed_install_says_the_command_its_status_and_stderr_and_removes_its_venv(fleet, nodes, wheelhouse, tmp_path):
+    node = nodes.add("edge1")
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    shutil.copy(next(wheelhouse.glob("llmgw-*.whl")), partial)
+    out = onboard(fleet, nodes, node, wheels=partial)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert re.search(r"^edge1: install failed \(\d+\.\d s\): `ssh edge1 \(llmgw nodeside install\)` exited with "
+                     r"status 1: .*pip install llmgw==", out.stdout, re.M | re.S), out.stdout
+    assert "No matching distribution" in out.stdout or "Could not find a version" in out.stdout, out.stdout
+    assert "edge1: left the node as it was" in out.stdout
+    left_nothing(node)
+
+
+def test_refusals_made_before_any_ssh(fleet, nodes, tmp_path):
+    node = nodes.add("edge1")
+    out = fleet.ctl("onboard", "edge1", "--name", "a", "--name", "b", "--ssh-config", str(nodes.operator.config))
+    assert out.returncode == 1 and "2 --name for 1 hosts" in out.stderr, out.stdout + out.stderr
+    (tmp_path / "empty").mkdir()
+    out = onboard(fleet, nodes, node, wheels=tmp_path / "empty")
+    assert out.returncode == 1 and "has no llmgw-" in out.stderr and "pip wheel --wheel-dir" in out.stderr, out.stderr
+    left_nothing(node)
+    assert not (node.units / "systemctl.calls").exists()
+
+
+def test_a_server_without_a_ca_says_where_to_sign(cluster, nodes):
+    cluster.start_server()
+    node = nodes.add("edge1")
+    out = onboard(cluster, nodes, node)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the server keeps no CA (pki.ca_dir in server.yaml is not set)" in out.stderr
+    assert "--ca-dir DIR" in out.stderr
+    left_nothing(node)

@@ -150,6 +150,10 @@ def install(request: dict) -> dict:
     wheels = request.get("wheels") or []
     stage = None
     created = not os.path.exists(prefix)
+    # The first directory of the prefix that is not there yet: removed whole if the install fails.
+    made = prefix
+    while not os.path.exists(os.path.dirname(made)):
+        made = os.path.dirname(made)
     try:
         if wheels:
             stage = tempfile.mkdtemp(prefix=".llmgw-wheels-", dir=_existing_parent(os.path.dirname(prefix) or "/"))
@@ -161,8 +165,8 @@ def install(request: dict) -> dict:
             pip += ["--no-index", "--find-links", stage]
         _run([*pip, requirement], f"pip install {requirement}", PIP_TIMEOUT_S)
     except BaseException:
-        if created and os.path.exists(prefix):
-            shutil.rmtree(prefix, ignore_errors=True)
+        if created and os.path.exists(made):
+            shutil.rmtree(made, ignore_errors=True)
         raise
     finally:
         if stage is not None:

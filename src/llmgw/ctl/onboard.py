@@ -240,7 +240,7 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     async def install():
         if found["installed"] == server["version"]:
             return f"llmgw {server['version']} is there already", False
-        wheels = _wheels(args.wheels, server["version"]) if args.wheels else []
+        wheels = args.wheel_files
         request = {**layout.request(), "requirement": f"llmgw=={server['version']}",
                    "wheels": [w for w, _ in wheels]}
         answer = await _in_thread(ssh.run, "install", request, payload=[path for _, path in wheels])
@@ -453,6 +453,8 @@ async def cmd_onboard(session, args) -> int:
         raise Refusal(f"{len(args.name)} --name for {len(args.hosts)} hosts: give one --name per host, in the "
                       "hosts' order, or none (each node is then its short host name)")
     layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user)
+    # Computed once, here, before any is sent: each node checks what it receives against these.
+    args.wheel_files = _wheels(args.wheels, server["version"]) if args.wheels else []
     reactor.suggestThreadPoolSize(max(10, args.parallel))
     gate = defer.DeferredSemaphore(args.parallel)
     names = args.name or [None] * len(args.hosts)
@@ -480,9 +482,9 @@ async def cmd_onboard(session, args) -> int:
         from llmgw.views import NodeView
         from llmgw.wire import from_wire
 
-        for run in runs:
-            if run.node is not None and run.result != "unchanged":
-                print(render.nodes_table([from_wire(NodeView, run.node)]))
+        shown = [from_wire(NodeView, r.node) for r in runs if r.node is not None and r.result != "unchanged"]
+        if shown:
+            print(render.nodes_table(shown))
         if len(runs) > 1:
             rows = [(r.node_id or r.target, r.result, f"{r.summary()['seconds']:.1f}", r.reason or "-") for r in runs]
             print(render.table(("NODE", "RESULT", "SECONDS", "REASON"), rows))
