@@ -31,11 +31,11 @@ def wheelhouse(tmp_path_factory):
 @pytest.fixture
 def fleet(tmp_path, pki):
     """A server whose control plane signs with the cluster CA (pki.ca_dir), running."""
-    cluster = Cluster(tmp_path, pki)
-    cluster.write_server_config(CATALOG + f"pki: {{ca_dir: {cluster.pki}}}\n")
-    cluster.start_server()
-    yield cluster
-    cluster.stop()
+    made = Cluster(tmp_path, pki)
+    made.write_server_config(CATALOG + f"pki: {{ca_dir: {made.pki}}}\n")
+    made.start_server()
+    yield made
+    made.stop()
 
 
 @pytest.fixture

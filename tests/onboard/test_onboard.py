@@ -95,6 +95,7 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
     pid = node.agent_pid()
     gone = offboard(fleet, nodes, node)
     assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert re.search(r"^edge1: drain: cordoned, 1 shard\(s\) stopped \(", gone.stdout, re.M), gone.stdout
     assert re.search(r"^edge1: revoke: serial [0-9a-f]+ revoked", gone.stdout, re.M), gone.stdout
     wait_for(lambda: not alive(pid), 15, "the agent to stop")
     assert not (node.base / "root" / "opt").exists() and not (etc / "node.key").exists()
@@ -227,4 +228,28 @@ def test_a_server_without_a_ca_says_where_to_sign(cluster, nodes):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "the server keeps no CA (pki.ca_dir in server.yaml is not set)" in out.stderr
     assert "--ca-dir DIR" in out.stderr
+    left_nothing(node)
+
+
+def fake_python(node, body: str) -> str:
+    """A "python" on the node that passes the version probe and then does *body* (sh) instead of nodeside."""
+    path = node.bin / "python-fake"
+    path.write_text(f"#!/bin/sh\ncase \"$2\" in *version_info*) exit 0;; esac\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_node_that_answers_too_much_or_nonsense_is_stopped_and_not_trusted(fleet, nodes):
+    node = nodes.add("edge1")
+    out = onboard(fleet, nodes, node, "--python", fake_python(node, "head -c 3000000 /dev/zero | tr '\\0' x"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"wrote more than {1 << 20} bytes, which is no answer of llmgw's; stopped" in out.stdout, out.stdout[-2000:]
+    out = onboard(fleet, nodes, node, "--python", fake_python(
+        node, """cat >/dev/null; printf '{"hostname": 7, "python": "x", "installed": null, "certificate": null, "has_key": false}\\n'"""))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "answered hostname=7, which is not what llmgw's nodeside answers" in out.stdout, out.stdout
+    out = onboard(fleet, nodes, node, "--json", "--python", fake_python(node, "cat >/dev/null; printf 'ok\\033[2J\\n' >&2; exit 1"))
+    [result] = json.loads(out.stdout)
+    assert result["result"] == "failed" and result["node"] is None and result["host"] == "edge1"
+    assert "exited with status 1: ok\\x1b[2J" in result["reason"] and "\033" not in out.stderr
     left_nothing(node)

@@ -37,6 +37,9 @@ SSH_CONNECT_TIMEOUT_S = 10
 # One ssh command: the install step's pip is the longest.
 SSH_STEP_TIMEOUT_S = 1200
 REGISTER_TIMEOUT_S = 120.0
+# A node's answer is one JSON line of a few KB; its stderr is shown by its end.
+MAX_ANSWER_BYTES = 1 << 20
+MAX_STDERR_BYTES = 64 << 10
 REGISTER_POLL_S = 0.5
 # A certificate closer than this to its end is renewed by a re-run.
 RENEW_BEFORE = datetime.timedelta(days=30)
@@ -49,6 +52,13 @@ REFUSED = 3  # nodeside's exit status for a refusal
 _BOOT = ('import sys; n = int(sys.stdin.buffer.readline()); '
          'exec(compile(sys.stdin.buffer.read(n), "llmgw-nodeside", "exec"))')
 PYTHONS = ("python3", "python3.13", "python3.12", "python3.11")
+# What each of nodeside's answers holds; anything else is refused, not trusted.
+_MAYBE_STR = (str, type(None))
+ANSWERS = {
+    "check": {"hostname": str, "python": str, "installed": _MAYBE_STR, "certificate": _MAYBE_STR, "has_key": bool},
+    "install": {"changed": list}, "csr": {"request": str, "changed": list}, "write": {"changed": list},
+    "start": {"changed": list}, "remove": {"changed": list},
+}
 
 
 class Refusal(LlmgwError):
@@ -115,22 +125,80 @@ class Ssh:
         stdin = b"%d\n" % len(data) + data + json.dumps({**request, "op": op}).encode() + b"\n"
         stdin += b"".join(path.read_bytes() for path in payload)
         try:
-            out = subprocess.run(self.argv(remote), input=stdin, capture_output=True, timeout=SSH_STEP_TIMEOUT_S)
+            status, stdout, stderr_bytes = _bounded_run(self.argv(remote), stdin, SSH_STEP_TIMEOUT_S)
         except FileNotFoundError:
             raise Refusal("there is no ssh on this machine's PATH; install the OpenSSH client") from None
         except subprocess.TimeoutExpired:
             raise StepFailed(shown, -1, f"no answer in {SSH_STEP_TIMEOUT_S} s") from None
-        stderr = out.stderr.decode(errors="replace")
-        if out.returncode == 255:
+        stderr = printable_text(stderr_bytes.decode(errors="replace"))
+        if stdout is None:
+            raise StepFailed(shown, status, f"it wrote more than {MAX_ANSWER_BYTES} bytes, which is no answer of "
+                             f"llmgw's; stopped. {stderr}")
+        if status == 255:
             raise Refusal(_ssh_trouble(self.target, stderr))
-        if out.returncode == REFUSED:
+        if status == REFUSED:
             raise Refusal(stderr.strip())
-        if out.returncode != 0:
-            raise StepFailed(shown, out.returncode, stderr)
+        if status != 0:
+            raise StepFailed(shown, status, stderr)
         try:
-            return json.loads(out.stdout.decode().strip().splitlines()[-1])
+            answer = json.loads(stdout.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):
-            raise StepFailed(shown, 0, f"answered no JSON line: {out.stdout[-500:]!r} {stderr}") from None
+            answer = None
+        if not isinstance(answer, dict):
+            raise StepFailed(shown, 0, f"answered no JSON object: {printable_text(stdout[-500:].decode(errors='replace'))!r} {stderr}")
+        for key, kind in ANSWERS[op].items():
+            value = answer.get(key)
+            if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+                raise StepFailed(shown, 0, f"answered {key}={printable_text(repr(value))[:200]}, which is not "
+                                 f"what llmgw's nodeside answers; is something else answering on the node?")
+        return answer
+
+
+def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, bytes | None, bytes]:
+    """Run *argv* with *stdin*; its status, its stdout (None past MAX_ANSWER_BYTES: it is killed) and its stderr's end."""
+    import threading
+
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err, over = bytearray(), bytearray(), []
+
+    def feed():
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def pump(stream, buf: bytearray, cap: int, tail: bool):
+        for chunk in iter(lambda: stream.read(65536), b""):
+            buf += chunk
+            if len(buf) > cap:
+                if tail:
+                    del buf[:len(buf) - cap]
+                else:
+                    over.append(True)
+                    proc.kill()
+                    del buf[cap:]
+
+    threads = [threading.Thread(target=feed, daemon=True),
+               threading.Thread(target=pump, args=(proc.stdout, out, MAX_ANSWER_BYTES, False), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, MAX_STDERR_BYTES, True), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        status = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for thread in threads:
+            thread.join(timeout=10)
+    return status, (None if over else bytes(out)), bytes(err)
+
+
+def printable_text(text: str) -> str:
+    """*text* from a node with its control characters shown escaped (newlines and tabs kept), for a terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def _with_python(python: str) -> str:
@@ -378,7 +446,10 @@ def _same_key(cert_pem: str, request_pem: str) -> bool:
         return holder.public_key().public_bytes(serialization.Encoding.DER,
                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
 
-    return der(x509.load_pem_x509_certificate(cert_pem.encode())) == der(x509.load_pem_x509_csr(request_pem.encode()))
+    try:
+        return der(x509.load_pem_x509_certificate(cert_pem.encode())) == der(x509.load_pem_x509_csr(request_pem.encode()))
+    except ValueError:
+        return False
 
 
 def _wheels(directory: str, version: str) -> list[tuple[dict, Path]]:
