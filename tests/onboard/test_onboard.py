@@ -159,7 +159,7 @@ def test_no_suitable_python_is_refused(fleet, nodes):
     left_nothing(node)
 
 
-def test_a_name_the_fleet_has_is_refused_unless_replace(fleet, nodes):
+def test_a_name_the_fleet_has_is_refused_unless_replace(fleet, nodes, wheelhouse):
     fleet.start_agent("node01")
     fleet.wait_node("node01", "ready")
     node = nodes.add("node01")
@@ -167,6 +167,14 @@ def test_a_name_the_fleet_has_is_refused_unless_replace(fleet, nodes):
     refused(out, "the fleet already has a node node01 (ready, at 127.0.0.1)")
     assert "--replace" in out.stdout
     left_nothing(node)
+    # With --replace this machine becomes node01, and the old one's certificate is revoked.
+    old = fleet.agents["node01"]
+    out = onboard(fleet, nodes, node, "--replace", wheels=wheelhouse)
+    assert out.returncode == 0, out.stdout + out.stderr + fleet.logs()
+    assert "node01: name: replacing node01 (--replace): its old certificate is revoked" in out.stdout
+    wait_for(lambda: "revoked on" in fleet.server.output(), 30, "the hub to refuse the old node01", detail=fleet.logs)
+    assert old.running()  # the old agent is refused, not killed: it is another machine
+    assert fleet.nodes()["node01"]["state"] == "ready"
 
 
 def test_a_name_that_is_not_one_dns_label_is_refused(fleet, nodes):

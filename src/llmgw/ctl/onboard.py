@@ -284,8 +284,9 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
         _check_node_id(node_id, f"{run.target}'s short host name")
         run.node_id = node_id
         if run.name is None and layout.for_node(node_id) != layout:
-            # The paths depend on the id only now known: check them again.
-            await _in_thread(ssh.run, "check", {**layout.for_node(node_id).request(), **_hub_parts(args.node_hub)})
+            # The paths depend on the id, only now known: check them again, and read what is there.
+            answer = await _in_thread(ssh.run, "check", {**layout.for_node(node_id).request(),
+                                                         **_hub_parts(args.node_hub)})
         return f"Python {answer['python']}, llmgw {answer['installed'] or 'not installed'}", answer
 
     found = await run.step("check", check)
@@ -301,7 +302,11 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
                           f"{other.get('address') or '-'}) and {run.target} does not hold its certificate; "
                           f"choose another --name, or --replace to make {run.target} that node "
                           "(its old certificate is revoked)")
-        return ("this node, again" if node_id in nodes else "not in the fleet yet"), None
+        if node_id not in nodes:
+            return "not in the fleet yet", None
+        if holds:
+            return "this node, again", None
+        return f"replacing {node_id} (--replace): its old certificate is revoked when this one is signed", None
 
     await run.step("name", name)
 
