@@ -261,3 +261,29 @@ def test_a_node_that_answers_too_much_or_nonsense_is_stopped_and_not_trusted(fle
     assert result["result"] == "failed" and result["node"] is None and result["host"] == "edge1"
     assert "exited with status 1: ok\\x1b[2J" in result["reason"] and "\033" not in out.stderr
     left_nothing(node)
+
+
+def test_offboarding_a_machine_that_is_gone_drains_and_revokes_and_the_hub_closes_it(fleet):
+    agent = fleet.start_agent("node01")
+    fleet.wait_node("node01", "ready")
+    out = fleet.ctl("offboard", "node01", "--unreachable", "--json", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert result["result"] == "offboarded" and [s["step"] for s in result["steps"]] == ["drain", "remove", "revoke"]
+    assert "skipped (--unreachable)" in result["steps"][1]["said"]
+    assert "1 connections closed" in result["steps"][2]["said"], result
+    wait_for(lambda: fleet.nodes()["node01"]["state"] != "ready", 30, "node01 to be no longer ready", detail=fleet.logs)
+    assert agent.running()
+    again = fleet.ctl("offboard", "node01", "--unreachable", timeout=60)
+    assert again.returncode == 0 and "was already revoked" in again.stdout, again.stdout + again.stderr
+
+
+def test_removing_touches_no_prefix_that_is_not_an_llmgw_venv(nodes):
+    node = nodes.add("edge1")
+    prefix = node.base / "root" / "opt"
+    prefix.mkdir(parents=True)
+    (prefix / "precious").write_text("not llmgw's")
+    request = {"prefix": str(prefix), "config_dir": str(node.base / "root" / "etc"), "state_dir": "/nonexistent",
+               "unit_dir": str(node.units), "owner": "root"}
+    assert Ssh(node.alias, str(nodes.operator.config)).run("remove", request) == {"changed": []}
+    assert (prefix / "precious").exists()
