@@ -36,7 +36,7 @@ UNIT = "llmgw-agent.service"
 CONFIG_FILES = ("agent.yaml", "ca.crt", "node.crt", "node.key")
 
 
-class Refusal(Exception):
+class Declined(Exception):
     """One sentence for the operator; the node is as it was."""
 
 
@@ -44,7 +44,7 @@ def main() -> int:
     request = json.loads(sys.stdin.buffer.readline())
     try:
         answer = OPS[request["op"]](request)
-    except Refusal as e:
+    except Declined as e:
         print(str(e), file=sys.stderr)
         return REFUSED
     sys.stdout.write(json.dumps(answer) + "\n")
@@ -83,7 +83,7 @@ def check(request: dict) -> dict:
                         f"({e.strerror or e}); open the port, or give the address the node "
                         "reaches it at with --node-hub")
     if problems:
-        raise Refusal("; ".join(problems))
+        raise Declined("; ".join(problems))
     config_dir = request["config_dir"]
     return {
         "hostname": socket.gethostname().split(".")[0],
@@ -179,19 +179,19 @@ def _receive(wheels: list[dict], stage: str) -> None:
     for wheel in wheels:
         name = os.path.basename(wheel["name"])
         if not name.endswith(".whl") or name != wheel["name"]:
-            raise Refusal(f"{wheel['name']!r} is not a wheel's file name")
+            raise Declined(f"{wheel['name']!r} is not a wheel's file name")
         digest = hashlib.sha256()
         left = int(wheel["size"])
         with open(os.path.join(stage, name), "wb") as f:
             while left:
                 chunk = sys.stdin.buffer.read(min(left, 1 << 20))
                 if not chunk:
-                    raise Refusal(f"the connection ended {left} bytes short of {name}; run onboarding again")
+                    raise Declined(f"the connection ended {left} bytes short of {name}; run onboarding again")
                 digest.update(chunk)
                 f.write(chunk)
                 left -= len(chunk)
         if digest.hexdigest() != wheel["sha256"]:
-            raise Refusal(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} computed "
+            raise Declined(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} computed "
                           "before it was sent; nothing was installed. Run onboarding again; if it recurs, "
                           "something between here and the node changes what it carries")
 
