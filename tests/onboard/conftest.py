@@ -48,8 +48,8 @@ def nodes(tmp_path, sshd):
             self.operator = Operator(tmp_path / "operator")
             self.made: list[SshNode] = []
 
-        def add(self, alias: str, known: bool = True) -> SshNode:
-            node = SshNode(sshd, self.base / alias, alias).start()
+        def add(self, alias: str, known: bool = True, env: dict[str, str] | None = None) -> SshNode:
+            node = SshNode(sshd, self.base / alias, alias, env=env).start()
             self.made.append(node)
             self.operator.add(node, known=known)
             return node

@@ -287,3 +287,12 @@ def test_removing_touches_no_prefix_that_is_not_an_llmgw_venv(nodes):
                "unit_dir": str(node.units), "owner": "root"}
     assert Ssh(node.alias, str(nodes.operator.config)).run("remove", request) == {"changed": []}
     assert (prefix / "precious").exists()
+
+
+def test_without_wheels_the_node_installs_from_the_index_it_reaches(fleet, nodes, wheelhouse):
+    # The node's "package index" is the wheelhouse, as pip on the node finds it (PIP_FIND_LINKS).
+    node = nodes.add("edge1", env={"PIP_FIND_LINKS": str(wheelhouse), "PIP_NO_INDEX": "1"})
+    out = onboard(fleet, nodes, node)
+    assert out.returncode == 0, out.stdout + out.stderr + fleet.logs()
+    assert re.search(r"^edge1: install: llmgw \S+ into \S+ from the node's package index \(", out.stdout, re.M), out.stdout
+    assert fleet.nodes()["edge1"]["state"] == "ready"

@@ -84,9 +84,9 @@ for name in names:
 
 
 class SshNode:
-    """One sshd on 127.0.0.1 as a node: *path* is the PATH its sessions get."""
+    """One sshd on 127.0.0.1 as a node: *path* is the PATH its sessions get, *env* more of their environment."""
 
-    def __init__(self, sshd: str, base: Path, alias: str, path: str | None = None):
+    def __init__(self, sshd: str, base: Path, alias: str, path: str | None = None, env: dict[str, str] | None = None):
         self.sshd, self.base, self.alias = sshd, base, alias
         base.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -114,7 +114,7 @@ StrictModes no
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
-SetEnv PATH={self.path} LLMGW_TEST_UNIT_DIR={self.units}
+SetEnv PATH={self.path} LLMGW_TEST_UNIT_DIR={self.units}{''.join(f" {k}={v}" for k, v in (env or {}).items())}
 """)
         self.proc: subprocess.Popen | None = None
 
