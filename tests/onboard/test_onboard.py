@@ -9,7 +9,7 @@ import shutil
 import openai
 import pytest
 
-from llmgw.ctl.onboard import Ssh
+from llmgw.ctl.ssh import Refusal, Ssh
 from tests.support.cluster import Process, environment, twistd
 from tests.support.net import free_port
 from tests.support.procs import alive
@@ -197,8 +197,6 @@ def test_a_wheel_whose_checksum_does_not_match_installs_nothing(nodes, wheelhous
     wheel = next(wheelhouse.glob("llmgw-*.whl"))
     request = {"prefix": str(root / "opt"), "requirement": "llmgw", "wheels": [
         {"name": wheel.name, "size": wheel.stat().st_size, "sha256": "0" * 64}]}
-    from llmgw.ctl.onboard import Refusal
-
     with pytest.raises(Refusal, match=f"{wheel.name} arrived with sha256 [0-9a-f]{{64}}, not the 0{{64}}"):
         Ssh(node.alias, str(nodes.operator.config)).run("install", request, payload=[wheel])
     assert not root.exists() and not list(node.base.glob(".llmgw-wheels-*"))
