@@ -100,6 +100,17 @@ class LinkSettings:
     max_message_depth: int = 32
 
 
+@attrs.frozen
+class PKISettings:
+    """server.yaml's ``pki:``: the cluster CA's directory when the server keeps ca.key, for onboarding.
+
+    ``None``: the server signs nothing; nodes' requests are signed with
+    ``llmgw pki sign`` where the CA lives.
+    """
+
+    ca_dir: str | None = None
+
+
 def _check_base_url(text: str) -> None:
     from urllib.parse import urlsplit
 
@@ -339,6 +350,7 @@ class ServerConfig:
     models: dict[str, Model] = attrs.Factory(dict)
     router: RouterSettings = attrs.Factory(RouterSettings)
     admin: AdminSettings = attrs.Factory(AdminSettings)
+    pki: PKISettings = attrs.Factory(PKISettings)
 
 
 _ENGINE_SECTION = Section(
@@ -524,6 +536,7 @@ SCHEMA = Section(
                 "max_rows": Int(min=1),
             },
         ),
+        "pki": Section(PKISettings, {"ca_dir": Nullable(AbsPath())}),
     },
 )
 

@@ -59,6 +59,8 @@ class ControlSession(ApplicationSession):
         self._refused_reports: set[tuple[str | None, str]] = set()
         # When each node session's certificate expires, from the same meta event.
         self._expiry: dict[int, float] = {}
+        # Onboarding's signing and revoking (llmgw.control.identity), when the server sets one.
+        self.identity = None
         self._configure_fleet()
         self.reconciler = Reconciler(
             clock if clock is not None else self.fleet._clock, self.fleet,
@@ -101,6 +103,8 @@ class ControlSession(ApplicationSession):
         await self.register(self.reload, uris.CP_RELOAD)
         await self.register(lambda: to_wire(self.endpoint_table()), uris.ROUTER_ENDPOINTS)
         await self.register(self.logs, uris.CP_LOGS)
+        if self.identity is not None:
+            await self.identity.register(self)
         await self.subscribe(self._session_joined, hubmod.META_ON_JOIN, SubscribeOptions())
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         log.info("control plane attached to the hub")

@@ -71,6 +71,10 @@ def add_parser(subparsers) -> None:
     reload.add_argument("--json", action="store_true", help="print the result as JSON")
     reload.set_defaults(func=_run(cmd_reload))
 
+    from llmgw.ctl import onboard
+
+    onboard.add_parsers(sub, _run)
+
 
 def _run(command):
     """Wrap an async command so it runs once on the reactor with a session to the hub."""

@@ -35,6 +35,10 @@ CP_UNCORDON = CP + "uncordon"
 CP_RELOAD = CP + "reload"
 CP_LOGS = CP + "logs"
 CP_WEIGHTS = CP + "weights"
+# Onboarding (llmgw.control.identity): what a node is to install, and its certificate.
+CP_ONBOARDING = CP + "onboarding"
+CP_SIGN_NODE = CP + "sign_node"
+CP_REVOKE_NODE = CP + "revoke_node"
 
 # router workers -> control plane
 CP_ROUTER = CP + "router."

@@ -4,10 +4,10 @@
   (:class:`CertificateSubject`: name and role) and :func:`identity_of`, the
   one place that reads it;
 * :mod:`.authority` — the CA: :func:`init_ca` creates it, :func:`issue` signs
-  with it;
+  with it, :func:`sign_request` signs a request whose key stays with its holder;
 * :mod:`.revocation` — :func:`revoke` writes the CA's revocation list,
   :func:`read_revocations` reads and checks it;
-* :mod:`.commands` — ``llmgw pki init``, ``issue`` and ``revoke`` (imported by the
+* :mod:`.commands` — ``llmgw pki init``, ``issue``, ``sign`` and ``revoke`` (imported by the
   command line only, so the hub does not load argparse code).
 
 Key and certificate files are written by :mod:`llmgw.durable`.
@@ -15,7 +15,7 @@ Key and certificate files are written by :mod:`llmgw.durable`.
 
 from __future__ import annotations
 
-from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_CLUSTER_NAME, MAX_DAYS, init_ca, issue
+from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_CLUSTER_NAME, MAX_DAYS, init_ca, issue, read_request, sign_request
 from .revocation import CRL_FILE, Revocation, RevocationList, read_revocations, revoke
 from .subject import (
     MAX_LABEL, MAX_NAME, CertificateSubject, check_name, describe_subject, identity_of, name_problem, printable,
@@ -24,5 +24,6 @@ from .subject import (
 __all__ = [
     "CA_CERT", "CA_DAYS", "CA_KEY", "CERT_DAYS", "MAX_CLUSTER_NAME", "MAX_DAYS", "MAX_LABEL", "MAX_NAME",
     "CRL_FILE", "CertificateSubject", "Revocation", "RevocationList", "check_name", "describe_subject",
-    "identity_of", "init_ca", "issue", "name_problem", "printable", "read_revocations", "revoke",
+    "identity_of", "init_ca", "issue", "name_problem", "printable", "read_request", "read_revocations", "revoke",
+    "sign_request",
 ]

@@ -120,6 +120,86 @@ def issue(
     never outlives the CA: its validity is cut to the CA's own.
     """
     directory = Path(directory)
+    _check_holder(name, role)
+    _check_days(days)
+    alt_names = _alt_names(name, sans)
+    ca_cert, ca_key = _load_ca(directory)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    if not force:
+        for path in (cert_path, key_path):
+            if os.path.lexists(path):
+                raise PKIError(_exists_message(path))
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _certificate(ca_cert, ca_key, name, role, key.public_key(), alt_names, days)
+    _write_pair(
+        (key_path, _key_pem(key)),
+        (cert_path, cert.public_bytes(serialization.Encoding.PEM)),
+        replace=force,
+        exists=_exists_message,
+    )
+    return cert_path, key_path
+
+
+# A request is a few hundred bytes; anything much larger is not one.
+MAX_REQUEST_BYTES = 16 * 1024
+
+
+def sign_request(
+    directory: PathLike,
+    request_pem: bytes,
+    role: str,
+    name: str | None = None,
+    days: int = CERT_DAYS,
+    force: bool = False,
+) -> Path:
+    """Sign the certificate request *request_pem* for *role* with the CA in *directory*; return NAME.crt's path.
+
+    The holder made its key and keeps it: only the request's public key and
+    CN are read from it.  The role is the signer's to say, never the
+    request's; the CN must be *name* when one is given.  Without *force* an
+    existing NAME.crt is left alone and PKIError says so.
+    """
+    directory = Path(directory)
+    request = read_request(request_pem)
+    cns = request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    cn = cns[0].value if len(cns) == 1 and isinstance(cns[0].value, str) else None
+    if cn is None:
+        raise PKIError("the certificate request has no single CN; make it with CN = the holder's name")
+    if name is not None and cn != name:
+        raise PKIError(f"the certificate request is for {cn!r}, not {name!r}; make the request with CN={name}")
+    _check_holder(cn, role)
+    _check_days(days)
+    ca_cert, ca_key = _load_ca(directory)
+    cert_path = directory / f"{cn}.crt"
+    if not force and os.path.lexists(cert_path):
+        raise PKIError(_exists_message(cert_path))
+    cert = _certificate(ca_cert, ca_key, cn, role, request.public_key(), _alt_names(cn, ()), days)
+    try:
+        write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), private=False, replace=force)
+    except FileExistsError:
+        raise PKIError(_exists_message(cert_path)) from None
+    except OSError as e:
+        raise PKIError(f"cannot write {cert_path}: {e.strerror}") from None
+    return cert_path
+
+
+def read_request(data: bytes) -> x509.CertificateSigningRequest:
+    """*data* as a PEM certificate request whose signature holds, or PKIError saying what it is not."""
+    if len(data) > MAX_REQUEST_BYTES:
+        raise PKIError(f"a certificate request of {len(data)} bytes is not one (at most {MAX_REQUEST_BYTES})")
+    try:
+        request = x509.load_pem_x509_csr(data)
+    except ValueError:
+        raise PKIError("not a PEM certificate request (-----BEGIN CERTIFICATE REQUEST-----)") from None
+    if not request.is_signature_valid:
+        raise PKIError("the certificate request's signature does not hold; make it again with the holder's key")
+    if not isinstance(request.public_key(), (ec.EllipticCurvePublicKey, rsa.RSAPublicKey)):
+        raise PKIError("the certificate request's key is neither EC nor RSA; make an EC P-256 key")
+    return request
+
+
+def _check_holder(name: str, role: str) -> None:
     check_name(name)
     if role not in CERT_ROLES:
         raise PKIError(f"role {role!r} is none of {', '.join(CERT_ROLES)}")
@@ -131,16 +211,17 @@ def issue(
             f"characters (node05, not node05.example.org), because it becomes one part of "
             f"URIs like llmgw.node.NAME.ping; not {name!r}"
         )
-    _check_days(days)
-    alt_names = _alt_names(name, sans)
-    ca_cert, ca_key = _load_ca(directory)
-    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    if not force:
-        for path in (cert_path, key_path):
-            if os.path.lexists(path):
-                raise PKIError(_exists_message(path))
 
-    key = ec.generate_private_key(ec.SECP256R1())
+
+def _certificate(
+    ca_cert: x509.Certificate,
+    ca_key: CertificateIssuerPrivateKeyTypes,
+    name: str,
+    role: str,
+    public_key: CertificatePublicKeyTypes,
+    alt_names: list[x509.GeneralName],
+    days: int,
+) -> x509.Certificate:
     now = _now()
     subject = x509.Name(
         [
@@ -152,11 +233,11 @@ def issue(
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
     if role == ROLE_SERVER:
         usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(max(now - _BACKDATE, ca_cert.not_valid_before_utc))
         .not_valid_after(min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc))
@@ -164,17 +245,10 @@ def issue(
         .add_extension(_key_usage(digital_signature=True), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         .add_extension(_authority_key_id(ca_cert, ca_key), critical=False)
         .sign(ca_key, _signature_hash(ca_key))
     )
-    _write_pair(
-        (key_path, _key_pem(key)),
-        (cert_path, cert.public_bytes(serialization.Encoding.PEM)),
-        replace=force,
-        exists=_exists_message,
-    )
-    return cert_path, key_path
 
 
 def _now() -> datetime.datetime:

@@ -1,4 +1,4 @@
-"""``llmgw pki init``, ``issue`` and ``revoke``: the CA's command line, and what to copy where next."""
+"""``llmgw pki init``, ``issue``, ``sign`` and ``revoke``: the CA's command line, and what to copy where next."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ from pathlib import Path
 
 from cryptography import x509
 
+from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
 
-from .authority import CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, init_ca, issue, read_ca_certificate
+from .authority import (
+    CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, MAX_REQUEST_BYTES, init_ca, issue, read_ca_certificate, sign_request,
+)
 from .revocation import CRL_FILE, revoke
 from .subject import describe_subject
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``pki init``, ``pki issue`` and ``pki revoke`` to the ``llmgw`` command line."""
+    """Add ``pki init``, ``pki issue``, ``pki sign`` and ``pki revoke`` to the ``llmgw`` command line."""
     pki = subparsers.add_parser(
         "pki",
         help="create the cluster CA and issue certificates",
@@ -52,6 +55,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     iss.add_argument("--force", action="store_true",
                      help="replace an existing NAME.crt and NAME.key")
     iss.set_defaults(func=_run_issue)
+
+    sig = actions.add_parser(
+        "sign",
+        help="sign a certificate request made where its key stays (a node's, by `llmgw ctl onboard`)",
+        description="Write DIR/NAME.crt for the request in CSR (a PEM file, or - for stdin), signed by "
+        "DIR/ca.key. NAME is the request's CN; the role is the one given here, whatever the request says.",
+    )
+    sig.add_argument("dir", type=Path, metavar="DIR", help="the directory of ca.crt and ca.key")
+    sig.add_argument("csr", metavar="CSR", help="the certificate request, PEM (- reads stdin)")
+    sig.add_argument("--role", required=True, choices=CERT_ROLES)
+    sig.add_argument("--name", metavar="NAME", help="refuse unless the request's CN is NAME")
+    sig.add_argument("--days", type=_days_argument, default=CERT_DAYS, metavar="N",
+                     help=f"how long the certificate is valid (default: {CERT_DAYS})")
+    sig.add_argument("--force", action="store_true", help="replace an existing NAME.crt")
+    sig.set_defaults(func=_run_sign)
 
     rev = actions.add_parser(
         "revoke",
@@ -118,6 +136,16 @@ def _run_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_sign(args: argparse.Namespace) -> int:
+    data = _read_request(args.csr)
+    cert_path = sign_request(args.dir, data, args.role, name=args.name, days=args.days, force=args.force)
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    print(f"wrote {cert_path}: {describe_subject(cert)}, serial {cert.serial_number:x}, "
+          f"valid until {cert.not_valid_after_utc:%Y-%m-%d}")
+    print(f"give it and {args.dir / CA_CERT} to the holder; its key never left it")
+    return 0
+
+
 def _run_revoke(args: argparse.Namespace) -> int:
     done = revoke(args.dir, args.target)
     entry = done.revocation
@@ -135,6 +163,19 @@ def _run_revoke(args: argparse.Namespace) -> int:
         "(or send the server SIGHUP): it refuses the certificate from then on and closes its session"
     )
     return 0
+
+
+def _read_request(where: str) -> bytes:
+    """The request in file *where* (``-``: stdin), read no further than one more byte than a request may have."""
+    import sys
+
+    if where == "-":
+        return sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+    try:
+        with open(where, "rb") as f:
+            return f.read(MAX_REQUEST_BYTES + 1)
+    except OSError as e:
+        raise PKIError(f"cannot read the certificate request {where}: {e.strerror}") from None
 
 
 def _readable_certificate(path: Path) -> x509.Certificate | None:

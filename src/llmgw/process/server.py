@@ -27,6 +27,7 @@ from llmgw.config.server import ServerConfig, load_server_config
 from llmgw.control.catalog import Catalog
 from llmgw.control.collector import FleetCollector
 from llmgw.control.fleet import Fleet
+from llmgw.control.identity import Identity
 from llmgw.control.plane import ControlSession
 from llmgw.control.reload import Listener, revocation_listener
 from llmgw.link import uris
@@ -77,6 +78,12 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         reload_listeners.append(router_listener(router, config.listen.api))
     registry.register(LinkCollector(hub, listeners))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
+    control.identity = Identity(
+        lambda: catalog.config.pki.ca_dir,
+        lambda: revocation_listener(hub_tls).prepare(catalog.config)(),
+        lambda: catalog.config.tls.revocation_list(),
+        lambda: catalog.config.tls.ca,
+    )
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     page = AdminPage(ControlSource(control), config.admin, reactor)
@@ -158,6 +165,7 @@ class ControlPlane(service.Service):
         self.router = router
         self.reload_listeners = reload_listeners
         self.session: ControlSession | None = None
+        self.identity: Identity | None = None
 
     def startService(self):
         super().startService()
@@ -171,6 +179,7 @@ class ControlPlane(service.Service):
             )
 
         self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
+        self.session.identity = self.identity
         self._hub.attach_local(self.session)
         fleet = self.session.fleet
         self._hub.duplicate_listeners.append(lambda record: fleet.duplicate_refused(record.node_id, record.sentence))

@@ -1,0 +1,156 @@
+"""The control plane's CA, for operators onboarding nodes: sign a node's request, revoke its certificate.
+
+``llmgw ctl onboard`` has the node make its key and a request and sends only
+the request here; ``ctl offboard`` revokes what was signed.  Both are for
+operators only, whatever the link's rules allow, and each is logged with the
+operator's name.  The CA is server.yaml's ``pki.ca_dir``; without one the
+server signs nothing and says where to sign instead.  ``ca.key`` is read
+there and nothing of it is ever answered.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from autobahn.wamp.exception import ApplicationError
+from autobahn.wamp.types import RegisterOptions
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from twisted.logger import Logger
+
+from llmgw import __version__
+from llmgw.errors import PKIError
+from llmgw.link import uris
+from llmgw.link.authz import NODE_ID
+from llmgw.pki import CA_CERT, read_request, revoke, sign_request
+from llmgw.pki.authority import MAX_REQUEST_BYTES
+
+log = Logger()
+
+
+class Identity:
+    """Signs and revokes node certificates with the CA in ``ca_dir()`` (None: this server keeps no CA).
+
+    *revocations_changed* has the hub read its revocation list again (and
+    close what it now revokes); it returns the sentence saying what changed.
+    *hub_list* is the list the hub reads, to say when that is not the one
+    written here; *ca_file* the CA certificate the hub trusts (tls.ca).
+    """
+
+    def __init__(self, ca_dir: Callable[[], str | None], revocations_changed: Callable[[], str | None],
+                 hub_list: Callable[[], str | None], ca_file: Callable[[], str]):
+        self._ca_file = ca_file
+        self._ca_dir = ca_dir
+        self._revocations_changed = revocations_changed
+        self._hub_list = hub_list
+
+    async def register(self, session) -> None:
+        with_details = RegisterOptions(details_arg="details")
+        await session.register(self.onboarding, uris.CP_ONBOARDING, with_details)
+        await session.register(self.sign_node, uris.CP_SIGN_NODE, with_details)
+        await session.register(self.revoke_node, uris.CP_REVOKE_NODE, with_details)
+
+    def onboarding(self, details=None) -> dict:
+        """What a node onboarded now is to have: this server's llmgw version, the CA it trusts, whether it signs."""
+        _operator(details)
+        return {"version": __version__, "signs": self._ca_dir() is not None, "ca": Path(self._ca_file()).read_text()}
+
+    def sign_node(self, node_id, request, replace=False, details=None) -> dict:
+        """Sign *request* (PEM text) for node *node_id*; the answer is the certificate and the CA's, as PEM.
+
+        NODE.crt in the CA's directory is replaced when it holds the same key
+        (a re-run renews); one for another key is refused unless *replace*,
+        which revokes it first.
+        """
+        operator = _operator(details)
+        directory = self._directory(f"sign {node_id}'s request there with "
+                                    f"`llmgw pki sign DIR CSR --role node --name {node_id}`")
+        node_id = _node_id(node_id)
+        if not isinstance(request, str) or len(request) > MAX_REQUEST_BYTES:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"a certificate request is PEM text of at most {MAX_REQUEST_BYTES} bytes")
+        existing = _certificate(directory / f"{node_id}.crt")
+        try:
+            wanted = read_request(request.encode())
+            if existing is not None and _public(existing) != _public(wanted):
+                if not replace:
+                    raise PKIError(
+                        f"{node_id} already has a certificate (serial {existing.serial_number:x}, valid until "
+                        f"{existing.not_valid_after_utc:%Y-%m-%d}) for another key; onboarding another machine "
+                        f"as {node_id} takes --replace, which revokes that certificate first")
+                revoke(directory, node_id)
+                log.info("{operator} replaced node {node}: revoked serial {serial:x}",
+                         operator=operator, node=node_id, serial=existing.serial_number)
+                self._revocations_changed()
+            path = sign_request(directory, request.encode(), uris.ROLE_NODE, name=node_id, force=existing is not None)
+        except PKIError as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        log.info("{operator} had node {node}'s certificate signed (serial {serial:x}, valid until {until})",
+                 operator=operator, node=node_id, serial=cert.serial_number, until=f"{cert.not_valid_after_utc:%Y-%m-%d}")
+        return {
+            "certificate": path.read_text(),
+            "ca": (directory / CA_CERT).read_text(),
+            "serial": f"{cert.serial_number:x}",
+            "not_after": cert.not_valid_after_utc.isoformat(),
+        }
+
+    def revoke_node(self, node_id, details=None) -> dict:
+        """Revoke NODE.crt in the CA's directory and have the hub read the list again."""
+        operator = _operator(details)
+        directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
+        node_id = _node_id(node_id)
+        if _certificate(directory / f"{node_id}.crt") is None:
+            raise ApplicationError(uris.ERROR_REFUSED, (
+                f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
+                f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`"))
+        try:
+            done = revoke(directory, node_id)
+            said = self._revocations_changed()
+        except PKIError as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+        written, read = os.fspath(done.path), self._hub_list()
+        log.info("{operator} revoked node {node}'s certificate (serial {serial:x})",
+                 operator=operator, node=node_id, serial=done.revocation.serial)
+        answer = {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
+        if read != written:
+            answer["hub"] = (f"the hub reads {read or 'no revocation list'}, not {written}: copy {written} "
+                             f"there (or set tls.crl) and run `llmgw ctl reload`")
+        return answer
+
+    def _directory(self, elsewhere: str) -> Path:
+        ca_dir = self._ca_dir()
+        if ca_dir is None:
+            raise ApplicationError(uris.ERROR_REFUSED, (
+                f"this server keeps no CA (pki.ca_dir is not set in server.yaml); {elsewhere} "
+                f"where ca.key is, or set pki.ca_dir to that directory"))
+        return Path(ca_dir)
+
+
+def _operator(details) -> str:
+    if details is None or details.caller_authrole != uris.ROLE_OPERATOR:
+        who = getattr(details, "caller_authid", None)
+        raise ApplicationError(uris.ERROR_NOT_AUTHORIZED, f"{who} is not an operator; only operators onboard nodes")
+    return details.caller_authid
+
+
+def _node_id(node_id) -> str:
+    if not isinstance(node_id, str) or not NODE_ID.match(node_id):
+        raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, (
+            f"node id {node_id!r} is not a single DNS label (letters, digits, '-' and '_', at most 63, no dots)"))
+    return node_id
+
+
+def _certificate(path: Path) -> x509.Certificate | None:
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ApplicationError(uris.ERROR_REFUSED, f"{path} cannot be read as a certificate ({e}); move it away") from None
+
+
+def _public(holder) -> bytes:
+    return holder.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+

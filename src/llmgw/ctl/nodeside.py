@@ -1,0 +1,322 @@
+"""What `llmgw ctl onboard` runs on the node, sent over ssh: the standard library only, one request per run.
+
+The operator's side (:mod:`llmgw.ctl.onboard`) pipes this file to the node's
+Python, followed by one JSON line (the request) and the bytes it names (the
+wheels it carries).  It answers one JSON line on stdout.  A refusal exits
+with :data:`REFUSED` and one sentence on stderr; anything else that fails
+exits otherwise, its stderr shown to the operator as it is.  Every request
+either does what it says or takes back what it did, and its answer lists
+what it changed (``changed``), so a re-run that changes nothing says so.
+
+Before llmgw is installed this runs under the node's own Python; the
+request that makes the key (``csr``) runs under the venv's, which has
+``cryptography`` — so the key is made on the node and only the request
+leaves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+REFUSED = 3
+# Checked before anything is installed: a venv with llmgw's dependencies is about 150 MB.
+MIN_FREE_MB = 500
+PIP_TIMEOUT_S = 900
+SYSTEMCTL_TIMEOUT_S = 60
+HUB_TIMEOUT_S = 5.0
+UNIT = "llmgw-agent.service"
+# The files in the configuration directory onboarding writes, and offboarding removes.
+CONFIG_FILES = ("agent.yaml", "ca.crt", "node.crt", "node.key")
+
+
+class Declined(Exception):
+    """One sentence for the operator; the node is as it was."""
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.buffer.readline())
+    try:
+        answer = OPS[request["op"]](request)
+    except Declined as e:
+        print(str(e), file=sys.stderr)
+        return REFUSED
+    sys.stdout.write(json.dumps(answer) + "\n")
+    return 0
+
+
+# -- check: what the node has, before anything is done --
+
+def check(request: dict) -> dict:
+    """Refuse with one sentence per missing thing; answer what is installed already."""
+    problems = []
+    if sys.version_info < (3, 11):
+        problems.append(f"{sys.executable} is Python {sys.version.split()[0]}; llmgw needs 3.11 or newer")
+    if shutil.which("systemctl") is None:
+        problems.append("there is no systemctl on PATH: llmgw's agent runs as a systemd unit, and "
+                        "other init systems are not supported; install the agent by hand (docs/operations.rst)")
+    prefix = request["prefix"]
+    free = _free_mb(prefix)
+    if free < request.get("min_free_mb", MIN_FREE_MB):
+        problems.append(f"{_existing_parent(prefix)} has {free} MB free; the venv at {prefix} needs "
+                        f"{request.get('min_free_mb', MIN_FREE_MB)} MB")
+    for key in ("prefix", "config_dir", "state_dir", "unit_dir"):
+        parent = _existing_parent(request[key])
+        if not os.access(parent, os.W_OK):
+            problems.append(f"{parent} is not writable by {_user()}, and {request[key]} goes there; "
+                            "onboard as root (USER@HOST) or choose --" + key.replace("_", "-"))
+    owner = request.get("owner")
+    if owner is not None and _uid_of(owner) is None:
+        problems.append(f"there is no user {owner} on this node for the agent to run as; create it "
+                        f"(useradd --system --home-dir {request['state_dir']} {owner}) or choose --user")
+    host, port = request["hub_host"], request["hub_port"]
+    try:
+        socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
+    except OSError as e:
+        problems.append(f"the hub {host}:{port} cannot be reached from this node "
+                        f"({e.strerror or e}); open the port, or give the address the node "
+                        "reaches it at with --node-hub")
+    if problems:
+        raise Declined("; ".join(problems))
+    config_dir = request["config_dir"]
+    return {
+        "hostname": socket.gethostname().split(".")[0],
+        "python": sys.executable,
+        "installed": _installed_version(prefix),
+        "certificate": _read_text(os.path.join(config_dir, "node.crt")),
+        "has_key": os.path.exists(os.path.join(config_dir, "node.key")),
+    }
+
+
+def _existing_parent(path: str) -> str:
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _free_mb(path: str) -> int:
+    stat = os.statvfs(_existing_parent(path))
+    return stat.f_bavail * stat.f_frsize // (1024 * 1024)
+
+
+def _uid_of(user: str) -> tuple[int, int] | None:
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _installed_version(prefix: str) -> str | None:
+    python = os.path.join(prefix, "bin", "python")
+    if not os.path.exists(python):
+        return None
+    try:
+        out = subprocess.run([python, "-c", "import llmgw; print(llmgw.__version__)"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read(64 * 1024)
+    except OSError:
+        return None
+
+
+# -- install: the wheels checked, then a venv with llmgw at the server's version --
+
+def install(request: dict) -> dict:
+    prefix, requirement = request["prefix"], request["requirement"]
+    wheels = request.get("wheels") or []
+    stage = None
+    created = not os.path.exists(prefix)
+    # The first directory of the prefix that is not there yet: removed whole if the install fails.
+    made = prefix
+    while not os.path.exists(os.path.dirname(made)):
+        made = os.path.dirname(made)
+    try:
+        if wheels:
+            stage = tempfile.mkdtemp(prefix=".llmgw-wheels-", dir=_existing_parent(os.path.dirname(prefix) or "/"))
+            _receive(wheels, stage)
+        if created:
+            _run([sys.executable, "-m", "venv", prefix], "creating the venv", PIP_TIMEOUT_S)
+        pip = [os.path.join(prefix, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        if stage is not None:
+            pip += ["--no-index", "--find-links", stage]
+        _run([*pip, requirement], f"pip install {requirement}", PIP_TIMEOUT_S)
+    except BaseException:
+        if created and os.path.exists(made):
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+    return {"changed": [prefix], "created": created}
+
+
+def _receive(wheels: list[dict], stage: str) -> None:
+    """Each wheel from stdin into *stage*, refused whole if any differs from the sha256 the operator computed."""
+    for wheel in wheels:
+        name = os.path.basename(wheel["name"])
+        if not name.endswith(".whl") or name != wheel["name"]:
+            raise Declined(f"{wheel['name']!r} is not a wheel's file name")
+        digest = hashlib.sha256()
+        left = int(wheel["size"])
+        with open(os.path.join(stage, name), "wb") as f:
+            while left:
+                chunk = sys.stdin.buffer.read(min(left, 1 << 20))
+                if not chunk:
+                    raise Declined(f"the connection ended {left} bytes short of {name}; run onboarding again")
+                digest.update(chunk)
+                f.write(chunk)
+                left -= len(chunk)
+        if digest.hexdigest() != wheel["sha256"]:
+            raise Declined(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} computed "
+                          "before it was sent; nothing was installed. Run onboarding again; if it recurs, "
+                          "something between here and the node changes what it carries")
+
+
+def _run(argv: list[str], what: str, timeout: float) -> None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{what} did not finish in {timeout:.0f} s: {' '.join(argv)}") from None
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-4000:])
+        raise SystemExit(f"{what} failed (exit status {out.returncode}): {' '.join(argv)}")
+
+
+# -- csr: the node's key (made here once, kept) and a request for its certificate --
+
+def csr(request: dict) -> dict:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    config_dir = request["config_dir"]
+    key_path = os.path.join(config_dir, "node.key")
+    created = not os.path.exists(key_path)
+    if created:
+        os.makedirs(config_dir, mode=0o755, exist_ok=True)
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()), private=True)
+    else:
+        with open(key_path, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+    request_pem = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request["node_id"])]))
+        .sign(key, hashes.SHA256())
+    ).public_bytes(serialization.Encoding.PEM).decode()
+    return {"request": request_pem, "changed": [key_path] if created else []}
+
+
+# -- write: the configuration, the certificates and the unit, each only when it differs --
+
+def write(request: dict) -> dict:
+    """Each file whose text differs, written whole; the agent's user given its key and its directories."""
+    changed = []
+    for path, text, private in request["files"]:
+        if _read_text(path) == text:
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write(path, text.encode(), private=private)
+        changed.append(path)
+    for directory in request["dirs"]:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, mode=0o755)
+            changed.append(directory)
+    ids = _uid_of(request["owner"])
+    if ids is not None and os.getuid() == 0:
+        for path in [*request["dirs"], *request["owned"]]:
+            os.chown(path, *ids)
+    return {"changed": changed}
+
+
+def _write(path: str, data: bytes, private: bool) -> None:
+    """*data* at *path* whole (a rename), 0600 when *private*."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
+    try:
+        os.fchmod(fd, 0o600 if private else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- start and remove: the unit --
+
+def start(request: dict) -> dict:
+    """Enable the unit and (re)start it when anything changed or it is not running."""
+    active = _systemctl("is-active", "--quiet", UNIT, check=False) == 0
+    if active and not request["restart"]:
+        return {"changed": []}
+    _systemctl("daemon-reload")
+    _systemctl("enable", UNIT)
+    _systemctl("restart" if active else "start", UNIT)
+    return {"changed": [UNIT]}
+
+
+def remove(request: dict) -> dict:
+    """Stop and remove the agent: its unit, its venv, the files onboarding wrote; the state directory stays."""
+    changed = []
+    unit_path = os.path.join(request["unit_dir"], UNIT)
+    if os.path.exists(unit_path):
+        _systemctl("stop", UNIT, check=False)
+        _systemctl("disable", UNIT, check=False)
+        os.unlink(unit_path)
+        _systemctl("daemon-reload", check=False)
+        changed.append(unit_path)
+    if os.path.exists(os.path.join(request["prefix"], "bin", "twistd")):
+        shutil.rmtree(request["prefix"])
+        changed.append(request["prefix"])
+    for name in CONFIG_FILES:
+        path = os.path.join(request["config_dir"], name)
+        if os.path.exists(path):
+            os.unlink(path)
+            changed.append(path)
+    return {"changed": changed}
+
+
+def _systemctl(*args: str, check: bool = True) -> int:
+    try:
+        out = subprocess.run(["systemctl", *args], capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"systemctl {' '.join(args)} did not finish in {SYSTEMCTL_TIMEOUT_S} s") from None
+    if check and out.returncode != 0:
+        sys.stderr.write(out.stderr[-4000:])
+        raise SystemExit(f"systemctl {' '.join(args)} failed (exit status {out.returncode})")
+    return out.returncode
+
+
+OPS = {"check": check, "install": install, "csr": csr, "write": write, "start": start, "remove": remove}
+
+if __name__ == "__main__":
+    sys.exit(main())

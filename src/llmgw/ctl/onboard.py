@@ -1,0 +1,526 @@
+"""`llmgw ctl onboard [USER@]HOST…` and `llmgw ctl offboard NODE`: a node added or taken away over ssh.
+
+The system's OpenSSH client does the connecting (:mod:`llmgw.ctl.ssh`), so
+the operator's ``~/.ssh/config``, ProxyJump hosts, agent and known_hosts
+apply as they do for ``ssh HOST``; ``BatchMode=yes`` makes an unknown host
+key a refusal rather than a question, and host-key checking is never turned
+off.  On the node, :mod:`llmgw.ctl.nodeside` does each step and answers
+what it changed.
+
+The node makes its own key; only its certificate request crosses, to be
+signed by the control plane (``llmgw.cp.sign_node``) or, with ``--ca-dir``,
+by the CA on this machine.  Each step prints as it runs, with its duration;
+a step that fails prints the remote command, its exit status and its stderr,
+and what the run left on the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import attrs
+
+from llmgw import __version__
+from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed
+from llmgw.errors import LlmgwError
+from llmgw.link import uris
+from llmgw.link.authz import NODE_ID
+
+REGISTER_TIMEOUT_S = 120.0
+REGISTER_POLL_S = 0.5
+# A certificate closer than this to its end is renewed by a re-run.
+RENEW_BEFORE = datetime.timedelta(days=30)
+UNIT_NAME = "llmgw-agent.service"
+# Where contrib/'s unit says llmgw, its configuration and its state live.
+UNIT_PREFIX, UNIT_CONFIG_DIR, UNIT_STATE_DIR, UNIT_USER = "/opt/llmgw", "/etc/llmgw", "/var/lib/llmgw", "llmgw"
+@attrs.frozen
+class Layout:
+    """Where things go on the node."""
+
+    prefix: str = UNIT_PREFIX
+    config_dir: str = UNIT_CONFIG_DIR
+    state_dir: str | None = None
+    unit_dir: str = "/etc/systemd/system"
+    user: str = UNIT_USER
+
+    @property
+    def state(self) -> str:
+        return self.state_dir or UNIT_STATE_DIR
+
+    def for_node(self, node_id: str) -> Layout:
+        """The layout with ``{node}`` in any path replaced by *node_id* (nodes that share a filesystem)."""
+        return Layout(*(None if v is None else v.replace("{node}", node_id)
+                        for v in (self.prefix, self.config_dir, self.state_dir, self.unit_dir)), self.user)
+
+    def request(self) -> dict:
+        return {"prefix": self.prefix, "config_dir": self.config_dir, "state_dir": self.state,
+                "unit_dir": self.unit_dir, "owner": self.user}
+
+
+# -- one node --
+
+@attrs.define
+class Run:
+    """One host's onboarding: its steps as they went, and what they changed on the node."""
+
+    target: str
+    out: object
+    name: str | None = None  # --name, when given
+    node_id: str | None = None
+    steps: list[dict] = attrs.Factory(list)
+    changed: list[str] = attrs.Factory(list)
+    result: str | None = None
+    reason: str | None = None
+    started: float = attrs.Factory(time.monotonic)
+    node: dict | None = None
+
+    def say(self, text: str) -> None:
+        print(f"{self.node_id or self.target}: {text}", file=self.out, flush=True)
+
+    async def step(self, name: str, work):
+        begun = time.monotonic()
+        try:
+            said, value = await work()
+        except (Refusal, StepFailed) as e:
+            seconds = time.monotonic() - begun
+            self.steps.append({"step": name, "seconds": round(seconds, 3), "error": str(e)})
+            self.say(f"{name} failed ({seconds:.1f} s): {e}")
+            raise
+        seconds = time.monotonic() - begun
+        self.steps.append({"step": name, "seconds": round(seconds, 3), "said": said})
+        self.say(f"{name}: {said} ({seconds:.1f} s)")
+        return value
+
+    def summary(self) -> dict:
+        return {"host": self.target, "node": self.node_id, "result": self.result, "reason": self.reason,
+                "seconds": round(time.monotonic() - self.started, 3), "steps": self.steps,
+                "changed": self.changed, "view": self.node}
+
+
+def _in_thread(function, *args, **kwargs):
+    from twisted.internet import threads
+
+    return threads.deferToThread(function, *args, **kwargs)
+
+
+async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: Layout) -> None:
+    if run.name is not None:
+        _check_node_id(run.name, "--name")
+        layout = layout.for_node(run.name)
+
+    async def check():
+        answer = await _in_thread(ssh.run, "check", {**layout.request(), **_hub_parts(args.node_hub)})
+        node_id = run.name or answer["hostname"]
+        _check_node_id(node_id, f"{run.target}'s short host name")
+        run.node_id = node_id
+        if run.name is None and layout.for_node(node_id) != layout:
+            # The paths depend on the id, only now known: check them again, and read what is there.
+            answer = await _in_thread(ssh.run, "check", {**layout.for_node(node_id).request(),
+                                                         **_hub_parts(args.node_hub)})
+        return f"Python {answer['python']}, llmgw {answer['installed'] or 'not installed'}", answer
+
+    found = await run.step("check", check)
+    node_id = run.node_id
+    layout = layout.for_node(node_id)
+    holds = _holds_certificate(found["certificate"], node_id, server["ca"])
+
+    async def name():
+        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
+        if node_id in nodes and not holds and not args.replace:
+            other = nodes[node_id]
+            raise Refusal(f"the fleet already has a node {node_id} ({other.get('state')}, at "
+                          f"{other.get('address') or '-'}) and {run.target} does not hold its certificate; "
+                          f"choose another --name, or --replace to make {run.target} that node "
+                          "(its old certificate is revoked)")
+        if node_id not in nodes:
+            return "not in the fleet yet", None
+        if holds:
+            return "this node, again", None
+        return f"replacing {node_id} (--replace): its old certificate is revoked when this one is signed", None
+
+    await run.step("name", name)
+
+    async def install():
+        if found["installed"] == server["version"]:
+            return f"llmgw {server['version']} is there already", False
+        wheels = args.wheel_files
+        request = {**layout.request(), "requirement": f"llmgw=={server['version']}",
+                   "wheels": [w for w, _ in wheels]}
+        answer = await _in_thread(ssh.run, "install", request, payload=[path for _, path in wheels])
+        run.changed.extend(answer["changed"])
+        source = f"{len(wheels)} wheels carried over, each sha256 checked" if wheels else "the node's package index"
+        return f"llmgw {server['version']} into {layout.prefix} from {source}", True
+
+    installed = await run.step("install", install)
+    python = os.path.join(layout.prefix, "bin", "python")
+
+    async def key():
+        answer = await _in_thread(ssh.run, "csr", {"config_dir": layout.config_dir, "node_id": node_id}, python=python)
+        run.changed.extend(answer["changed"])
+        return ("a new key made on the node" if answer["changed"] else "the node's key, kept"), answer["request"]
+
+    request = await run.step("key", key)
+
+    async def certificate():
+        if holds and _same_key(found["certificate"], request):
+            return "the node's certificate is current", (found["certificate"], False)
+        signed = await _sign(session, args, node_id, request)
+        return f"signed for node {node_id}, serial {signed['serial']}, by the {signed['by']}", (signed["certificate"], True)
+
+    cert, new_cert = await run.step("certificate", certificate)
+
+    async def configure():
+        files = [
+            [os.path.join(layout.config_dir, "ca.crt"), server["ca"], False],
+            [os.path.join(layout.config_dir, "node.crt"), cert, False],
+            [os.path.join(layout.config_dir, "agent.yaml"), agent_yaml(args, node_id, found["hostname"], layout), False],
+            [os.path.join(layout.unit_dir, UNIT_NAME), unit_text(args.unit, layout), False],
+        ]
+        owned = [os.path.join(layout.config_dir, n) for n in ("node.key", "agent.yaml")]
+        answer = await _in_thread(ssh.run, "write", {"files": files, "dirs": [layout.state], "owned": owned,
+                                                     "owner": layout.user}, python=python)
+        run.changed.extend(answer["changed"])
+        return (f"wrote {', '.join(answer['changed'])}" if answer["changed"] else "every file as it was"), bool(answer["changed"])
+
+    written = await run.step("configure", configure)
+
+    async def start():
+        answer = await _in_thread(ssh.run, "start", {"restart": installed or new_cert or written}, python=python)
+        run.changed.extend(answer["changed"])
+        return (f"{UNIT_NAME} (re)started" if answer["changed"] else f"{UNIT_NAME} running, left alone"), None
+
+    await run.step("start", start)
+
+    async def register():
+        view = await _wait_registered(session, node_id, args.wait)
+        return f"registered, {view.get('state')}", view
+
+    run.node = await run.step("register", register)
+    run.result = "onboarded" if run.changed else "unchanged"
+    if not run.changed:
+        run.reason = f"nothing changed: {node_id} already runs llmgw {server['version']} and is registered"
+        run.say(run.reason)
+
+
+async def _sign(session, args, node_id: str, request: str) -> dict:
+    if args.ca_dir is not None:
+        from cryptography import x509
+
+        from llmgw.pki import sign_request
+
+        try:
+            path = sign_request(args.ca_dir, request.encode(), uris.ROLE_NODE, name=node_id,
+                                force=(Path(args.ca_dir) / f"{node_id}.crt").exists())
+        except LlmgwError as e:
+            raise Refusal(str(e)) from None
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        return {"certificate": path.read_text(), "serial": f"{cert.serial_number:x}", "by": f"CA in {args.ca_dir}"}
+    from autobahn.wamp.exception import ApplicationError
+
+    try:
+        answer = await session.call(uris.CP_SIGN_NODE, node_id, request, bool(args.replace))
+    except ApplicationError as e:
+        raise Refusal(e.args[0] if e.args else e.error) from None
+    return {**answer, "by": "control plane"}
+
+
+async def _wait_registered(session, node_id: str, timeout: float) -> dict:
+    from twisted.internet import reactor, task
+
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
+        view = nodes.get(node_id)
+        if view is not None and view.get("state") == "ready":
+            return view
+        if time.monotonic() > deadline:
+            seen = f"it is {view.get('state')}" if view else "it has not registered"
+            raise Refusal(f"{node_id} started, but {seen} after {timeout:.0f} s; its log: "
+                          f"`journalctl -u llmgw-agent` on the node, or `llmgw ctl logs {node_id}`")
+        await task.deferLater(reactor, REGISTER_POLL_S, lambda: None)
+
+
+def _check_node_id(node_id: str, what: str) -> None:
+    if not NODE_ID.match(node_id):
+        raise Refusal(f"{what} {node_id!r} is not a single DNS label (letters, digits, '-' and '_', "
+                      "at most 63 characters, no dots), and a node's id must be one; give --name")
+
+
+def _hub_parts(url: str) -> dict:
+    from llmgw.huburl import parse_hub_url
+
+    hub = parse_hub_url(url)
+    return {"hub_host": hub.host, "hub_port": hub.port}
+
+
+def _holds_certificate(pem: str | None, node_id: str, ca_pem: str) -> bool:
+    """Whether *pem* is a current node certificate for *node_id* from the cluster CA."""
+    if not pem:
+        return False
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+
+    from llmgw.errors import PKIError
+    from llmgw.pki import identity_of
+
+    try:
+        cert = x509.load_pem_x509_certificate(pem.encode())
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem.encode()))
+        subject = identity_of(cert)
+    except (ValueError, TypeError, InvalidSignature, PKIError):
+        return False
+    fresh = cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > RENEW_BEFORE
+    return subject.name == node_id and subject.role == uris.ROLE_NODE and fresh
+
+
+def _same_key(cert_pem: str, request_pem: str) -> bool:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    def der(holder) -> bytes:
+        return holder.public_key().public_bytes(serialization.Encoding.DER,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    try:
+        return der(x509.load_pem_x509_certificate(cert_pem.encode())) == der(x509.load_pem_x509_csr(request_pem.encode()))
+    except ValueError:
+        return False
+
+
+def _wheels(directory: str, version: str) -> list[tuple[dict, Path]]:
+    """Every wheel in *directory* with its size and sha256, computed here before any is sent."""
+    paths = sorted(Path(directory).glob("*.whl"))
+    if not any(p.name.startswith(f"llmgw-{version}-") for p in paths):
+        raise Refusal(f"{directory} has no llmgw-{version}-*.whl, the server's version; add it "
+                      f"(pip wheel --wheel-dir {directory} llmgw=={version})")
+    found = []
+    for path in paths:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        found.append(({"name": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}, path))
+    return found
+
+
+def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
+    """agent.yaml with the hub, the TLS files and only the overrides given (JSON is YAML)."""
+    tls = {k: os.path.join(layout.config_dir, f) for k, f in (("ca", "ca.crt"), ("cert", "node.crt"), ("key", "node.key"))}
+    lines = ["# Written by `llmgw ctl onboard`; a re-run rewrites it. Every key: docs/configuration.rst.",
+             f"hub: {json.dumps(args.node_hub)}", f"tls: {json.dumps(tls)}"]
+    if node_id != hostname:
+        lines.append(f"node_id: {json.dumps(node_id)}")
+    if args.label:
+        lines.append(f"labels: {json.dumps(dict(args.label))}")
+    if args.fabric:
+        lines.append(f"fabrics: {json.dumps(dict(args.fabric))}")
+    if args.weights_dir:
+        lines.append(f"weights_dirs: {json.dumps([d.replace('{node}', node_id) for d in args.weights_dir])}")
+    if layout.state_dir is not None:
+        lines.append(f"state_dir: {json.dumps(layout.state_dir)}")
+    return "\n".join(lines) + "\n"
+
+
+def unit_text(unit: str | None, layout: Layout) -> str:
+    """contrib/'s llmgw-agent.service with the layout's prefix, directories and user filled in."""
+    path = Path(unit) if unit else Path(__file__).resolve().parents[3] / "contrib" / UNIT_NAME
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise Refusal(f"cannot read the agent's unit {path} ({e.strerror}); give contrib/{UNIT_NAME} "
+                      "from llmgw's source with --unit") from None
+    for old, new in ((UNIT_PREFIX, layout.prefix), (UNIT_CONFIG_DIR, layout.config_dir),
+                     (UNIT_STATE_DIR, layout.state), (f"User={UNIT_USER}", f"User={layout.user}"),
+                     (f"Group={UNIT_USER}", f"Group={layout.user}")):
+        text = text.replace(old, new)
+    return text
+
+
+# -- many nodes --
+
+async def cmd_onboard(session, args) -> int:
+    from autobahn.wamp.exception import ApplicationError
+    from twisted.internet import defer, reactor
+
+    from llmgw.config.ctl import resolve_ctl_settings
+
+    out = sys.stderr if args.json else sys.stdout
+    args.node_hub = args.node_hub or resolve_ctl_settings(
+        hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config).hub
+    try:
+        server = await session.call(uris.CP_ONBOARDING)
+    except ApplicationError as e:
+        raise Refusal(f"the server does not onboard ({e.args[0] if e.args else e.error}); is it older than this ctl "
+                      f"(llmgw {__version__})?") from None
+    if args.ca_dir is None and not server["signs"]:
+        raise Refusal("the server keeps no CA (pki.ca_dir in server.yaml is not set), so it cannot sign the "
+                      "nodes' requests; set it, or run onboarding where the CA is with --ca-dir DIR")
+    if args.name and len(args.name) != len(args.hosts):
+        raise Refusal(f"{len(args.name)} --name for {len(args.hosts)} hosts: give one --name per host, in the "
+                      "hosts' order, or none (each node is then its short host name)")
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user)
+    # Computed once, here, before any is sent: each node checks what it receives against these.
+    args.wheel_files = _wheels(args.wheels, server["version"]) if args.wheels else []
+    reactor.suggestThreadPoolSize(max(10, args.parallel))
+    gate = defer.DeferredSemaphore(args.parallel)
+    names = args.name or [None] * len(args.hosts)
+    runs = [Run(target, out, name) for target, name in zip(args.hosts, names)]
+
+    async def one(run: Run) -> None:
+        try:
+            await onboard_one(session, run, Ssh(run.target, args.ssh_config, args.python), args, server, layout)
+        except (Refusal, StepFailed) as e:
+            run.result, run.reason = "failed", str(e)
+            if not run.steps or "error" not in run.steps[-1]:
+                run.say(f"refused: {e}")
+            if run.changed:
+                run.say(f"left on the node: {', '.join(run.changed)}; run onboarding again to finish, or "
+                        f"`llmgw ctl offboard {run.node_id or run.target} --host {run.target}` to remove them")
+            else:
+                run.say("left the node as it was")
+
+    await defer.gatherResults([gate.run(lambda r=run: defer.ensureDeferred(one(r))) for run in runs])
+    if args.json:
+        json.dump([r.summary() for r in runs], sys.stdout, indent=2)
+        print()
+    else:
+        from llmgw.ctl import render
+        from llmgw.views import NodeView
+        from llmgw.wire import from_wire
+
+        shown = [from_wire(NodeView, r.node) for r in runs if r.node is not None and r.result != "unchanged"]
+        if shown:
+            print(render.nodes_table(shown))
+        if len(runs) > 1:
+            rows = [(r.node_id or r.target, r.result, f"{r.summary()['seconds']:.1f}", r.reason or "-") for r in runs]
+            print(render.table(("NODE", "RESULT", "SECONDS", "REASON"), rows))
+    return 0 if all(r.result != "failed" for r in runs) else 1
+
+
+async def cmd_offboard(session, args) -> int:
+    """Drain the node, stop and remove its agent over ssh, and revoke its certificate."""
+    from autobahn.wamp.exception import ApplicationError
+
+    out = sys.stderr if args.json else sys.stdout
+    _check_node_id(args.node, "node")
+    run = Run(args.host or args.node, out, node_id=args.node)
+    layout = Layout(args.prefix, args.config_dir, None, args.unit_dir).for_node(args.node)
+
+    async def drain():
+        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
+        if nodes.get(args.node, {}).get("state") != "ready":
+            return "not connected; nothing to drain", None
+        try:
+            answer = await session.call(uris.CP_DRAIN, args.node)
+        except ApplicationError as e:
+            raise Refusal(f"drain: {e.args[0] if e.args else e.error}") from None
+        return f"cordoned, {len(answer.get('stopped', []))} shard(s) stopped", None
+
+    async def remove():
+        if args.unreachable:
+            return "skipped (--unreachable): whatever is on the node stays there", None
+        answer = await _in_thread(Ssh(run.target, args.ssh_config, args.python).run, "remove", layout.request())
+        run.changed.extend(answer["changed"])
+        return (f"removed {', '.join(answer['changed'])}" if answer["changed"] else "no agent was installed"), None
+
+    async def revoke():
+        if args.ca_dir is not None:
+            from llmgw.pki import revoke as revoke_here
+
+            try:
+                done = revoke_here(args.ca_dir, args.node)
+            except LlmgwError as e:
+                raise Refusal(str(e)) from None
+            return (f"serial {done.revocation.serial:x} in {done.path}; copy it to the server and run "
+                    "`llmgw ctl reload`"), None
+        try:
+            answer = await session.call(uris.CP_REVOKE_NODE, args.node)
+        except ApplicationError as e:
+            raise Refusal(e.args[0] if e.args else e.error) from None
+        what = "was already revoked" if answer["already"] else "revoked"
+        return f"serial {answer['serial']} {what}; {answer.get('hub') or 'the hub refuses it from now on'}", None
+
+    try:
+        for name, work in (("drain", drain), ("remove", remove), ("revoke", revoke)):
+            await run.step(name, work)
+        run.result = "offboarded"
+    except (Refusal, StepFailed) as e:
+        run.result, run.reason = "failed", str(e)
+    if args.json:
+        json.dump(run.summary(), sys.stdout, indent=2)
+        print()
+    return 0 if run.result == "offboarded" else 1
+
+
+# -- the command line --
+
+def _pair(flag: str):
+    def parse(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        if not sep or not key or not value:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: write it as KEY=VALUE")
+        return key, value
+
+    return parse
+
+
+def _parallel(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--parallel {text!r} is not a whole number") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--parallel {n}: use 1 to 64")
+    return n
+
+
+def _where(command) -> None:
+    # {node} in a path is the node's id: nodes that share a filesystem, or one machine in a test.
+    command.add_argument("--prefix", default=UNIT_PREFIX, help=f"the venv llmgw is installed in (default {UNIT_PREFIX})")
+    command.add_argument("--config-dir", default=UNIT_CONFIG_DIR,
+                         help=f"agent.yaml, the certificates and the key (default {UNIT_CONFIG_DIR})")
+    command.add_argument("--unit-dir", default="/etc/systemd/system", help="where the unit goes (default /etc/systemd/system)")
+    command.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE (default: ssh's own, ~/.ssh/config)")
+    command.add_argument("--python", metavar="PATH", help="the node's Python (default: the first 3.11+ of "
+                         + ", ".join(PYTHONS) + " on its PATH)")
+    command.add_argument("--ca-dir", metavar="DIR", help="sign or revoke with the CA in DIR, on this machine, "
+                         "instead of the server's (pki.ca_dir)")
+    command.add_argument("--json", action="store_true", help="print the outcome as JSON (steps go to stderr)")
+
+
+def add_parsers(sub, run) -> None:
+    """``ctl onboard`` and ``ctl offboard``; *run* wraps a command with its session to the hub."""
+    onboard = sub.add_parser("onboard", help="install and start the agent on hosts over ssh, and wait until each registers")
+    onboard.add_argument("hosts", nargs="+", metavar="[USER@]HOST", help="as you would give them to ssh")
+    onboard.add_argument("--name", action="append", default=[],
+                         help="the node's id (default: its short host name), one DNS label; once per host, in order")
+    onboard.add_argument("--replace", action="store_true",
+                         help="take a name the fleet already has (its old certificate is revoked)")
+    onboard.add_argument("--label", action="append", default=[], type=_pair("--label"), metavar="KEY=VALUE")
+    onboard.add_argument("--fabric", action="append", default=[], type=_pair("--fabric"), metavar="ADAPTER=FABRIC")
+    onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR")
+    onboard.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR})")
+    onboard.add_argument("--user", default=UNIT_USER, help=f"the user the agent runs as (default {UNIT_USER})")
+    onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
+    onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
+                         "installing from the node's package index")
+    onboard.add_argument("--unit", metavar="FILE", help=f"the agent's unit (default: contrib/{UNIT_NAME} of llmgw's source)")
+    onboard.add_argument("--parallel", type=_parallel, default=1, metavar="N", help="onboard N hosts at a time (default 1)")
+    onboard.add_argument("--wait", type=float, default=REGISTER_TIMEOUT_S, metavar="SECONDS",
+                         help=f"how long to wait for the node to register (default {REGISTER_TIMEOUT_S:.0f})")
+    _where(onboard)
+    onboard.set_defaults(func=run(cmd_onboard))
+
+    offboard = sub.add_parser("offboard", help="drain a node, remove its agent over ssh and revoke its certificate")
+    offboard.add_argument("node", metavar="NODE")
+    offboard.add_argument("--host", metavar="[USER@]HOST", help="how ssh reaches it (default: NODE)")
+    offboard.add_argument("--unreachable", action="store_true", help="the machine is gone: drain and revoke only")
+    _where(offboard)
+    offboard.set_defaults(func=run(cmd_offboard))

@@ -1,0 +1,178 @@
+"""`ssh [USER@]HOST` for onboarding: nodeside's steps run on a node, their answers held to what nodeside says.
+
+The system's OpenSSH client does the connecting (``BatchMode=yes``: an
+unknown host key is a refusal, never a question).  Each run pipes
+:mod:`llmgw.ctl.nodeside` to the node's Python with one request; what comes
+back is bounded, checked against :data:`ANSWERS`, and its text escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import attrs
+
+from llmgw.errors import LlmgwError
+
+SSH_CONNECT_TIMEOUT_S = 10
+# One ssh command: the install step's pip is the longest.
+SSH_STEP_TIMEOUT_S = 1200
+# A node's answer is one JSON line of a few KB; its stderr is shown by its end.
+MAX_ANSWER_BYTES = 1 << 20
+MAX_STDERR_BYTES = 64 << 10
+NODESIDE = Path(__file__).with_name("nodeside.py")
+REFUSED = 3  # nodeside's exit status for a refusal
+# Read by the node's Python from stdin: nodeside's length, nodeside, then the request.
+_BOOT = ('import sys; n = int(sys.stdin.buffer.readline()); '
+         'exec(compile(sys.stdin.buffer.read(n), "llmgw-nodeside", "exec"))')
+PYTHONS = ("python3", "python3.13", "python3.12", "python3.11")
+# What each of nodeside's answers holds; anything else is refused, not trusted.
+_MAYBE_STR = (str, type(None))
+ANSWERS = {
+    "check": {"hostname": str, "python": str, "installed": _MAYBE_STR, "certificate": _MAYBE_STR, "has_key": bool},
+    "install": {"changed": list}, "csr": {"request": str, "changed": list}, "write": {"changed": list},
+    "start": {"changed": list}, "remove": {"changed": list},
+}
+
+
+class Refusal(LlmgwError):
+    """One sentence: what is missing or wrong, and what to do; the node is as it was before the step."""
+
+
+@attrs.frozen
+class StepFailed(LlmgwError):
+    """A command on the node failed: the command, its exit status and its stderr."""
+
+    command: str
+    status: int
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"`{self.command}` exited with status {self.status}: {self.stderr.strip()[-2000:] or '(no stderr)'}"
+
+
+@attrs.frozen
+class Ssh:
+    """`ssh [USER@]HOST` as the operator would type it, with onboarding's few options."""
+
+    target: str
+    config: str | None = None
+    python: str | None = None
+
+    def argv(self, remote: str) -> list[str]:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}"]
+        if self.config is not None:
+            argv += ["-F", self.config]
+        return [*argv, "--", self.target, remote]
+
+    def run(self, op: str, request: dict, python: str | None = None, payload: list[Path] = ()) -> dict:
+        """Run nodeside's *op* on the node (under *python*, else the first suitable one) and return its answer."""
+        remote = _with_python(python) if python else _find_python(self.python)
+        shown = f"ssh {self.target} (llmgw nodeside {op})"
+        data = NODESIDE.read_bytes()
+        stdin = b"%d\n" % len(data) + data + json.dumps({**request, "op": op}).encode() + b"\n"
+        stdin += b"".join(path.read_bytes() for path in payload)
+        try:
+            status, stdout, stderr_bytes = _bounded_run(self.argv(remote), stdin, SSH_STEP_TIMEOUT_S)
+        except FileNotFoundError:
+            raise Refusal("there is no ssh on this machine's PATH; install the OpenSSH client") from None
+        except subprocess.TimeoutExpired:
+            raise StepFailed(shown, -1, f"no answer in {SSH_STEP_TIMEOUT_S} s") from None
+        stderr = printable_text(stderr_bytes.decode(errors="replace"))
+        if stdout is None:
+            raise StepFailed(shown, status, f"it wrote more than {MAX_ANSWER_BYTES} bytes, which is no answer of "
+                             f"llmgw's; stopped. {stderr}")
+        if status == 255:
+            raise Refusal(_ssh_trouble(self.target, stderr))
+        if status == REFUSED:
+            raise Refusal(stderr.strip())
+        if status != 0:
+            raise StepFailed(shown, status, stderr)
+        try:
+            answer = json.loads(stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise StepFailed(shown, 0, f"answered no JSON object: {printable_text(stdout[-500:].decode(errors='replace'))!r} {stderr}")
+        for key, kind in ANSWERS[op].items():
+            value = answer.get(key)
+            if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+                raise StepFailed(shown, 0, f"answered {key}={printable_text(repr(value))[:200]}, which is not "
+                                 f"what llmgw's nodeside answers; is something else answering on the node?")
+        return answer
+
+
+def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, bytes | None, bytes]:
+    """Run *argv* with *stdin*; its status, its stdout (None past MAX_ANSWER_BYTES: it is killed) and its stderr's end."""
+    import threading
+
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err, over = bytearray(), bytearray(), []
+
+    def feed():
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def pump(stream, buf: bytearray, cap: int, tail: bool):
+        for chunk in iter(lambda: stream.read(65536), b""):
+            buf += chunk
+            if len(buf) > cap:
+                if tail:
+                    del buf[:len(buf) - cap]
+                else:
+                    over.append(True)
+                    proc.kill()
+                    del buf[cap:]
+
+    threads = [threading.Thread(target=feed, daemon=True),
+               threading.Thread(target=pump, args=(proc.stdout, out, MAX_ANSWER_BYTES, False), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, MAX_STDERR_BYTES, True), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        status = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for thread in threads:
+            thread.join(timeout=10)
+    return status, (None if over else bytes(out)), bytes(err)
+
+
+def printable_text(text: str) -> str:
+    """*text* from a node with its control characters shown escaped (newlines and tabs kept), for a terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+def _with_python(python: str) -> str:
+    return f"{shlex.quote(python)} -c {shlex.quote(_BOOT)}"
+
+
+def _find_python(python: str | None) -> str:
+    """A shell line that runs nodeside under the first Python >= 3.11 on the node's PATH, or says what it found."""
+    candidates = " ".join(shlex.quote(p) for p in ([python] if python else PYTHONS))
+    return (
+        f'found=""; for p in {candidates}; do if command -v "$p" >/dev/null 2>&1; then '
+        f"if \"$p\" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then "
+        f'exec "$p" -c {shlex.quote(_BOOT)}; fi; found="$found $p is $("$p" --version 2>&1);"; fi; done; '
+        f'echo "there is no Python 3.11 or newer on $(hostname) (PATH $PATH):${{found:- no {candidates} at all}} '
+        f'install one with its venv module, or name it with --python" >&2; exit {REFUSED}'
+    )
+
+
+def _ssh_trouble(target: str, stderr: str) -> str:
+    text = stderr.strip()
+    if "Host key verification failed" in text or "No host key is known" in text or "REMOTE HOST IDENTIFICATION HAS CHANGED" in text:
+        return (f"{target}'s host key is not one known_hosts holds for it, so ssh would not connect; check the "
+                f"key's fingerprint with the machine's owner and add it (ssh {target} once, answering yes), "
+                "then run onboarding again; onboarding never turns host-key checking off")
+    last = text.splitlines()[-1] if text else "ssh exited with status 255"
+    return f"cannot reach {target} over ssh: {last}; check that `ssh {target}` works from here"

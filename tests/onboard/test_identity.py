@@ -1,0 +1,125 @@
+"""The control plane's signing and revoking for onboarding (llmgw.control.identity), called as the hub would."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from autobahn.wamp.exception import ApplicationError
+from autobahn.wamp.request import Registration
+from autobahn.wamp.types import CallDetails
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from twisted.logger import globalLogPublisher
+
+from llmgw import __version__, pki
+from llmgw.control.identity import Identity
+from llmgw.link import authz, uris
+
+
+def details(authid: str = "alice", role: str = uris.ROLE_OPERATOR) -> CallDetails:
+    return CallDetails(Registration(None, 1, uris.CP_SIGN_NODE, None), caller=1, caller_authid=authid, caller_authrole=role)
+
+
+def request(cn: str, key=None) -> str:
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    csr = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])).sign(key, hashes.SHA256())
+    return csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.fixture
+def ca(tmp_path, pki):
+    shutil.copytree(pki, tmp_path / "ca")
+    return tmp_path / "ca"
+
+
+@pytest.fixture
+def identity(ca):
+    reread = []
+    made = Identity(lambda: str(ca), lambda: reread.append(1) or "revocation list reread",
+                    lambda: str(ca / "crl.pem"), lambda: str(ca / "ca.crt"))
+    made.reread = reread
+    return made
+
+
+@pytest.fixture
+def logged():
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    yield lambda: " ".join(e.get("log_format", "").format(**e) for e in events if "operator" in e)
+    globalLogPublisher.removeObserver(events.append)
+
+
+def test_only_operators_may_sign_and_nodes_cannot_even_call_it(identity):
+    with pytest.raises(ApplicationError, match="node07 is not an operator; only operators onboard nodes"):
+        identity.sign_node("node07", request("node07"), details=details("node07", uris.ROLE_NODE))
+    for uri in (uris.CP_SIGN_NODE, uris.CP_REVOKE_NODE, uris.CP_ONBOARDING):
+        assert authz.refusal(uris.ROLE_NODE, "node07", authz.CALL, uri) is not None
+        assert authz.refusal(uris.ROLE_ROUTER, "r1", authz.CALL, uri) is not None
+        assert authz.refusal(uris.ROLE_OPERATOR, "alice", authz.CALL, uri) is None
+
+
+def test_sign_answers_the_certificate_for_the_nodes_key_and_logs_the_operator(identity, ca, logged):
+    key = ec.generate_private_key(ec.SECP256R1())
+    answer = identity.sign_node("edge1", request("edge1", key), details=details("alice"))
+    cert = x509.load_pem_x509_certificate(answer["certificate"].encode())
+    assert pki.identity_of(cert).name == "edge1" and pki.identity_of(cert).role == "node"
+    assert cert.public_key().public_numbers() == key.public_key().public_numbers()
+    assert answer["ca"] == (ca / "ca.crt").read_text()
+    assert "PRIVATE KEY" not in str(answer)
+    assert "alice had node edge1's certificate signed" in logged()
+    # The same key again renews; another key is another machine, and takes --replace.
+    renewed = identity.sign_node("edge1", request("edge1", key), details=details())
+    assert renewed["serial"] != answer["serial"] and identity.reread == []
+    with pytest.raises(ApplicationError, match="edge1 already has a certificate .* takes --replace"):
+        identity.sign_node("edge1", request("edge1"), details=details())
+    identity.sign_node("edge1", request("edge1"), True, details=details("bob"))
+    assert "bob replaced node edge1: revoked serial" in logged()
+    assert identity.reread == [1]
+    assert int(renewed["serial"], 16) in pki.read_revocations(ca / "crl.pem", x509.load_pem_x509_certificate(
+        (ca / "ca.crt").read_bytes())).entries
+
+
+def test_sign_refuses_a_request_for_another_name_a_dotted_id_and_no_ca(identity, ca):
+    with pytest.raises(ApplicationError, match="the certificate request is for 'edge2', not 'edge1'"):
+        identity.sign_node("edge1", request("edge2"), details=details())
+    with pytest.raises(ApplicationError, match="is not a single DNS label"):
+        identity.sign_node("edge1.example.org", request("edge1.example.org"), details=details())
+    with pytest.raises(ApplicationError, match="at most 16384 bytes"):
+        identity.sign_node("edge1", "x" * 20000, details=details())
+    none = Identity(lambda: None, lambda: None, lambda: None, lambda: str(ca / "ca.crt"))
+    assert none.onboarding(details=details()) == {"version": __version__, "signs": False,
+                                                  "ca": (ca / "ca.crt").read_text()}
+    with pytest.raises(ApplicationError, match=r"keeps no CA \(pki.ca_dir is not set in server.yaml\); sign "
+                                               r"edge1's request there with `llmgw pki sign"):
+        none.sign_node("edge1", request("edge1"), details=details())
+
+
+def test_revoke_lists_the_nodes_certificate_and_has_the_hub_read_it(identity, ca, logged):
+    identity.sign_node("edge1", request("edge1"), details=details())
+    answer = identity.revoke_node("edge1", details=details("alice"))
+    assert answer["already"] is False and answer["hub"] == "revocation list reread"
+    assert "alice revoked node edge1's certificate" in logged()
+    assert identity.revoke_node("edge1", details=details())["already"] is True
+    with pytest.raises(ApplicationError, match="has no certificate edge9.crt to revoke"):
+        identity.revoke_node("edge9", details=details())
+    elsewhere = Identity(lambda: str(ca), lambda: None, lambda: "/srv/other/crl.pem", lambda: str(ca / "ca.crt"))
+    assert "the hub reads /srv/other/crl.pem, not" in elsewhere.revoke_node("edge1", details=details())["hub"]
+
+
+def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
+    from llmgw.config.server import load_server_config
+    from llmgw.errors import ConfigError
+
+    base = f'listen: {{link: "ssl:7443"}}\ntls: {{ca: {pki}/ca.crt, cert: {pki}/llmgw-server.crt, key: {pki}/llmgw-server.key}}\n'
+    path = tmp_path / "server.yaml"
+    path.write_text(base)
+    assert load_server_config(path).pki.ca_dir is None
+    path.write_text(base + f"pki: {{ca_dir: {pki}}}\n")
+    assert load_server_config(path).pki.ca_dir == str(pki)
+    path.write_text(base + "pki: {ca_dir: pki}\n")
+    with pytest.raises(ConfigError, match=r"pki.ca_dir: 'pki' is not an absolute path; start it with /"):
+        load_server_config(path)
