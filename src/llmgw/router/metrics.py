@@ -24,12 +24,14 @@ docs/metrics.rst for every family.
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import Any, Callable
 
 import twisted
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.registry import Collector
 
 from llmgw import __version__
+from llmgw.router import errors
 
 PREFIX = "llmgw_router_"
 
@@ -40,20 +42,58 @@ MAX_MODELS = 500
 
 PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
 
-# From a cached embedding (milliseconds) to a long generation (minutes).
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# The router answers its own errors, /v1/models and a cached engine's reply
+# in well under a millisecond: buckets start at 0.1 ms, so those percentiles
+# are measured rather than interpolated below a 5 ms bucket.  Out to a long
+# generation (minutes).
+SUB_MS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025)
+DURATION_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                                     20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Time to first token is dominated by prefill and queueing: finer below a
 # second, where interactive users notice, and out to a minute for a long
 # prompt behind a full batch.
-TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
-                1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
-QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                      10.0, 30.0, 60.0, 120.0)
+TTFT_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
+                                 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+QUEUE_WAIT_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                                       10.0, 30.0, 60.0, 120.0)
 # A one-line prompt to a long context's worth of JSON.
 BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 ENDPOINT_STATES = ("healthy", "unhealthy")
+
+# The router's refusals before an engine, by class: what
+# llmgw_router_admission_rejections_total's ``reason`` says.
+REJECTIONS = {
+    errors.QueueFull: "queue_full",
+    errors.QueueTimeout: "queue_timeout",
+    errors.NoReadyEndpoint: "no_endpoint",
+    errors.UnknownModel: "unknown_model",
+    errors.RateLimited: "rate_limited",
+    errors.Unauthorized: "unauthorized",
+    errors.Forbidden: "forbidden",
+    errors.BodyTooLarge: "body_too_large",
+    errors.InvalidRequest: "bad_request",
+}
+
+
+def rejection_reason(error: Exception) -> str | None:
+    """``error``'s reason as an admission rejection, or None when it is not one (an engine's failure, a 408)."""
+    return REJECTIONS.get(error.__class__)
+
+
+class _Refresh(Collector):
+    """Registered before the families: calls the router's ``refresh`` as a scrape begins, on the reactor's thread."""
+
+    def __init__(self):
+        self.refresh: Callable[[], None] | None = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        if self.refresh is not None:
+            self.refresh()
+        return []
 
 
 class _Children:
@@ -86,6 +126,9 @@ class RouterMetrics:
         self._known: frozenset[str] | None = None
         self._statuses: dict[int, tuple[str, str]] = {}
         self._health: dict[tuple[str, str], bool] = {}
+        # First in the registry, so what it refreshes is current before the families are read.
+        self._refresh = _Refresh()
+        registry.register(self._refresh)
 
         def counter(name, doc, labels):
             return _Children(Counter(PREFIX + name, doc, labels, registry=registry))
@@ -171,6 +214,10 @@ class RouterMetrics:
         self._key_tokens = counter("key_tokens_total",
                                    "Tokens per API key, by the key's configured name and kind (prompt, completion).",
                                    ["key", "kind"])
+
+    def refresh_with(self, refresh: Callable[[], None] | None) -> None:
+        """Call ``refresh`` at the start of every scrape: the router reports its endpoints and pool then."""
+        self._refresh.refresh = refresh
 
     # -- label hygiene --
 
@@ -312,6 +359,9 @@ class RouterMetrics:
 
 class NullMetrics:
     """``RouterMetrics``'s methods, doing nothing: for a router run without metrics."""
+
+    def refresh_with(self, refresh: Callable[[], None] | None) -> None:
+        pass
 
     def set_models(self, names) -> None:
         pass
