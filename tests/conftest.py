@@ -74,8 +74,20 @@ def sshd() -> str:
     return engines.system_tool("sshd", "openssh-server", "/usr/sbin/sshd")
 
 
+@pytest.fixture(scope="session")
+def prometheus() -> str:
+    """Debian's Prometheus server, run by the metrics tests against a real llmgw; skips where absent."""
+    return engines.system_tool("prometheus", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus' promtool (Debian's prometheus package), to check contrib's files; skips where absent."""
+    return engines.system_tool("promtool", "prometheus")
+
+
 #: Markers of tests that need a real engine or tool CI installs; skipping one there fails.
-REAL = ("llama_server", "vllm", "ray", "browser", "sshd")
+REAL = ("llama_server", "vllm", "ray", "browser", "sshd", "prometheus")
 
 
 @pytest.hookimpl(hookwrapper=True)
