@@ -129,3 +129,29 @@ def test_the_servers_certificates_expiry_is_read_from_their_files_and_a_renewal_
         pytest.approx(in_ten_days + 290 * 86400, abs=3600)
     (ca / "llmgw-server.crt").write_bytes(b"not a certificate at all")
     assert value(registry, "llmgw_certificate_expiry_timestamp_seconds", certificate="server") is None
+
+
+def test_progress_beyond_a_nodes_download_cap_is_counted_refused_and_not_shown(fleet, registry):
+    from llmgw.control.fleet import TooManyDownloads
+
+    fleet.configure(fleet.news, downloads_per_node=2)
+    refused = 0
+    for i in range(5):
+        try:
+            fleet.download("cpu07", Progress(source=f"hf://org/m{i}", file_name="f", bytes_done=i))
+        except TooManyDownloads:
+            refused += 1
+    assert refused == 3
+    assert value(registry, "llmgw_node_progress_refused_total", node="cpu07") == 3
+    assert value(registry, "llmgw_downloads_active", node="cpu07", kind="download") == 2
+
+
+def test_a_shard_a_node_was_never_given_is_counted_refused(fleet, registry):
+    from llmgw.control.claims import ClaimRefused
+    from llmgw.records import ShardSpec, ShardStatus
+
+    assert value(registry, "llmgw_node_claims_refused_total", node="cpu07", reason="not placed") is None
+    spec = ShardSpec(shard_id="qwen/0/0", replica_id="qwen/0", model="qwen", engine="vllm")
+    with pytest.raises(ClaimRefused):
+        fleet.shard_status("cpu07", ShardStatus(spec=spec, state="ready", since=0.0))
+    assert value(registry, "llmgw_node_claims_refused_total", node="cpu07", reason="not placed") == 1
