@@ -1,7 +1,7 @@
 """Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`, and the real engines.
 
 Under ``CI=true`` a test marked for a real engine or tool (``REAL``:
-``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``) that skips fails
+``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``, ``prometheus``) that skips fails
 instead: CI installs them (``make engines``, Debian's packages in .ci/run),
 so a skip there means the suite did not test what it claims to.
 """
