@@ -180,3 +180,60 @@ def test_every_series_contrib_reads_is_a_documented_family_or_a_recorded_rule() 
     assert unknown == set()
     # Every recorded rule is used by the dashboard.
     assert recorded - {name for _, e in dashboard_queries() for name in SERIES.findall(e)} == set()
+
+
+# Series a scrape would have, and the alerts contrib's rules must raise from them (and must not).
+ALERT_CASES = """
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - {series: 'llmgw_node_state{node="n1",state="lost"}', values: '1x20'}
+      - {series: 'llmgw_node_state{node="n2",state="lost"}', values: '0x20'}
+      - {series: 'llmgw_replicas{model="slow",state="failed"}', values: '1x20'}
+      - {series: 'llmgw_replicas{model="echo",state="ready"}', values: '2x20'}
+      - {series: 'llmgw_router_endpoint_healthy{endpoint="echo/0",model="echo"}', values: '1x20'}
+      - {series: 'llmgw_router_endpoint_healthy{endpoint="echo/1",model="echo"}', values: '0x20'}
+      - {series: 'llmgw_shards{model="slow",state="failed"}', values: '0 1 0 1 0 1 0 1 0 1 0 1 0 1 0 1 0 1 0 1'}
+      - {series: 'llmgw_shards{model="echo",state="failed"}', values: '0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0'}
+      - {series: 'llmgw_router_admission_rejections_total{model="echo",reason="queue_full"}', values: '0+10x20'}
+      - {series: 'llmgw_router_admission_rejections_total{model="slow",reason="unauthorized"}', values: '0+10x20'}
+      - {series: 'llmgw_filesystem_free_bytes{node="n1",mountpoint="/srv",fstype="ext4",shared="false"}', values: '5x20'}
+      - {series: 'llmgw_filesystem_size_bytes{node="n1",mountpoint="/srv",fstype="ext4",shared="false"}', values: '100x20'}
+      - {series: 'llmgw_gpu_memory_used_bytes{node="n1",gpu="0",uuid="GPU-a",name="RTX 4090"}', values: '97x20'}
+      - {series: 'llmgw_gpu_memory_total_bytes{node="n1",gpu="0",uuid="GPU-a",name="RTX 4090"}', values: '100x20'}
+      - {series: 'llmgw_certificate_expiry_timestamp_seconds{certificate="server"}', values: '864000x20'}
+      - {series: 'llmgw_certificate_expiry_timestamp_seconds{certificate="ca"}', values: '315360000x20'}
+      - {series: 'llmgw_node_certificate_expiry_timestamp_seconds{node="n1"}', values: '1209000x20'}
+      - {series: 'llmgw_node_certificate_expiry_timestamp_seconds{node="n2"}', values: '9999999x20'}
+    alert_rule_test:
+      - {eval_time: 16m, alertname: LlmgwNodeLost, exp_alerts: [{exp_labels: {severity: critical, node: n1, state: lost}}]}
+      - {eval_time: 16m, alertname: LlmgwNoHealthyEndpoint, exp_alerts: [{exp_labels: {severity: critical, model: slow}}]}
+      - {eval_time: 19m, alertname: LlmgwReplicaFailingRepeatedly,
+         exp_alerts: [{exp_labels: {severity: warning, model: slow}}]}
+      - {eval_time: 16m, alertname: LlmgwQueueRejecting, exp_alerts: [{exp_labels: {severity: warning, model: echo}}]}
+      - {eval_time: 16m, alertname: LlmgwDiskNearlyFull,
+         exp_alerts: [{exp_labels: {severity: warning, node: n1, mountpoint: /srv, fstype: ext4, shared: "false"}}]}
+      - {eval_time: 16m, alertname: LlmgwGpuMemoryNearlyFull,
+         exp_alerts: [{exp_labels: {severity: warning, node: n1, gpu: "0", uuid: GPU-a, name: RTX 4090}}]}
+      - {eval_time: 16m, alertname: LlmgwCertificateExpiringSoon,
+         exp_alerts: [{exp_labels: {severity: warning, certificate: server}}, {exp_labels: {severity: warning, node: n1}}]}
+"""
+
+
+@pytest.mark.prometheus
+def test_each_alert_fires_on_the_series_it_is_for_and_not_on_their_neighbours(promtool: str, tmp_path: Path) -> None:
+    """promtool's rule unit tests, against alerts.yml's expressions and `for:` (annotations left out)."""
+    import yaml
+
+    alerts = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    for group in alerts["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations")
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(alerts))
+    cases = yaml.safe_load(ALERT_CASES)
+    cases["rule_files"] = [str(tmp_path / "alerts.yml")]
+    (tmp_path / "cases.yml").write_text(yaml.safe_dump(cases))
+    done = subprocess.run([promtool, "test", "rules", str(tmp_path / "cases.yml")], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
