@@ -46,8 +46,8 @@ ELSEWHERE = {
     "llmgw_node_claims_refused_total": ("tests/metrics/test_new_families.py", '"llmgw_node_claims_refused_total"'),
     "llmgw_node_progress_refused_total": ("tests/metrics/test_new_families.py", '"llmgw_node_progress_refused_total"'),
     "llmgw_download_failures_total": ("tests/metrics/test_new_families.py", '"llmgw_download_failures_total"'),
-    # Staged by tests/integration/test_one_session_per_node.py, which reads ctl's warning, not this figure.
-    "llmgw_link_duplicate_sessions_refused_total": ("src/llmgw/link/metrics.py", "llmgw_link_duplicate_sessions"),
+    "llmgw_link_duplicate_sessions_refused_total": ("tests/metrics/test_link_families.py",
+                                                    '"llmgw_link_duplicate_sessions_refused_total"'),
 }
 
 
