@@ -1,7 +1,7 @@
 """Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`, and the real engines.
 
 Under ``CI=true`` a test marked for a real engine or tool (``REAL``:
-``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``) that skips fails
+``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``, ``prometheus``) that skips fails
 instead: CI installs them (``make engines``, Debian's packages in .ci/run),
 so a skip there means the suite did not test what it claims to.
 """
@@ -74,8 +74,20 @@ def sshd() -> str:
     return engines.system_tool("sshd", "openssh-server", "/usr/sbin/sshd")
 
 
+@pytest.fixture(scope="session")
+def prometheus() -> str:
+    """Debian's Prometheus server, run by the metrics tests against a real llmgw; skips where absent."""
+    return engines.system_tool("prometheus", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus' promtool (Debian's prometheus package), to check contrib's files; skips where absent."""
+    return engines.system_tool("promtool", "prometheus")
+
+
 #: Markers of tests that need a real engine or tool CI installs; skipping one there fails.
-REAL = ("llama_server", "vllm", "ray", "browser", "sshd")
+REAL = ("llama_server", "vllm", "ray", "browser", "sshd", "prometheus")
 
 
 @pytest.hookimpl(hookwrapper=True)

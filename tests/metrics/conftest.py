@@ -8,6 +8,7 @@ from twisted.internet.task import Clock
 from llmgw.control.fleet import Fleet
 from llmgw.records import CPU, GPU, EngineInfo, Filesystem, Heartbeat, Inventory, ShardSpec, ShardStatus
 from llmgw.states import EngineState
+from tests.support.cluster import cluster  # noqa: F401 - a fixture, for the real-scrape tests
 
 GIB = 1024**3
 

@@ -126,6 +126,25 @@ class RecordingMetrics:
         self.client_timeouts: list[str] = []
         self.connections = 0
         self.refused = 0
+        self.in_flight: dict[str, int] = {}
+        self.relayed: list[tuple] = []
+        self.bodies: list[tuple] = []
+        self.rejected: list[tuple] = []
+
+    def request_started(self, model):
+        self.in_flight[model] = self.in_flight.get(model, 0) + 1
+
+    def request_finished(self, model):
+        self.in_flight[model] -= 1
+
+    def bytes_relayed(self, model, direction, n):
+        self.relayed.append((model, direction, n))
+
+    def request_body(self, path, n):
+        self.bodies.append((path, n))
+
+    def admission_rejected(self, model, reason):
+        self.rejected.append((model, reason))
 
     def request_done(self, model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens):
         self.done.append((model, path, status, seconds, ttft_seconds, prompt_tokens, completion_tokens))

@@ -20,19 +20,28 @@ empty string, which Prometheus treats as the label being absent.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llmgw.control.fleet import Fleet
+from llmgw.control.weights import held_by_fabric
+from llmgw.records import Progress
 from llmgw.states import SHARD_ALIVE, EngineState, NodeState, ShardState
-from llmgw.views import ReplicaView
+from llmgw.views import ProgressEvent, ReplicaView
 
 NODE_STATES = tuple(NodeState)
 # Every state a shard the fleet keeps can be in (a stopped one is forgotten).
 SHARD_STATES = tuple(s for s in ShardState if s in SHARD_ALIVE or s == ShardState.FAILED)
 ENGINE_STATES = tuple(EngineState)
+# A progress report's kind: an engine package a node installs with pip reports as
+# ``pip:SPEC``; weights and llama.cpp's release assets are downloads.
+INSTALL, DOWNLOAD = "install", "download"
+
+
+def progress_kind(progress: Progress) -> str:
+    return INSTALL if progress.source.startswith("pip:") else DOWNLOAD
 
 
 def _label(value) -> str:
@@ -61,6 +70,23 @@ class FleetCollector(Collector):
         # Names only, so registering checks them for clashes without reading the fleet.
         return iter(_Families().all(self._replicas is not None))
 
+    def _downloads(self, f: _Families) -> None:
+        """Downloads and installs in progress: the fleet keeps each one's latest report.
+
+        A report's figures passed the wire's range checks (0 to an EiB); one
+        that has done more than its own total contradicts itself, and only
+        its bytes done are counted, not a size it has already overrun.
+        """
+        active: dict[tuple[str, str], list[Progress]] = {}
+        for (node_id, _), progress in sorted(self._fleet.progress.items()):
+            active.setdefault((node_id, progress_kind(progress)), []).append(progress)
+        for (node_id, kind), reports in active.items():
+            f.downloads_active.add_metric([node_id, kind], len(reports))
+            f.download_bytes.add_metric([node_id, kind], sum(p.bytes_done for p in reports))
+            sized = [p.bytes_total for p in reports if p.bytes_total is not None and p.bytes_done <= p.bytes_total]
+            if sized:
+                f.download_size.add_metric([node_id, kind], sum(sized))
+
     def collect(self) -> Iterator[Metric]:
         now = self._clock.seconds()
         f = _Families()
@@ -72,6 +98,8 @@ class FleetCollector(Collector):
             f.node_state.add_metric([node_id, node.state], 1)
             f.node_cordoned.add_metric([node_id], 1 if node.cordoned else 0)
             f.node_seen_age.add_metric([node_id], max(0.0, now - node.last_seen))
+            if node.certificate_not_after is not None:
+                f.cert_expiry.add_metric([node_id], node.certificate_not_after)
             cpu = inv.cpu
             f.node_info.add_metric([node_id], {
                 "hostname": _label(inv.hostname), "os": _label(inv.os), "kernel": _label(inv.kernel),
@@ -128,6 +156,7 @@ class FleetCollector(Collector):
             f.claims_refused.add_metric([node_id, why.value], n)
         for node_id, n in sorted(self._fleet.progress_refused.items()):
             f.progress_refused.add_metric([node_id], n)
+        self._downloads(f)
 
         if self._replicas is not None:
             replicas: dict[tuple[str, str], int] = {}
@@ -192,10 +221,94 @@ class _Families:
             labels=node)
         self.replicas = GaugeMetricFamily("llmgw_replicas", "Replicas by model and state, as the reconciler sees them.",
                                           labels=["model", "state"])
+        self.cert_expiry = GaugeMetricFamily(
+            "llmgw_node_certificate_expiry_timestamp_seconds",
+            "When the certificate a node's session proved itself with expires (Unix time).", labels=node)
+        kind = ["node", "kind"]
+        self.downloads_active = GaugeMetricFamily(
+            "llmgw_downloads_active", "Downloads (weights, engine assets) and pip installs a node shows in progress.",
+            labels=kind)
+        self.download_bytes = GaugeMetricFamily(
+            "llmgw_download_bytes", "Bytes the downloads and installs in progress on a node have fetched so far.",
+            labels=kind)
+        self.download_size = GaugeMetricFamily(
+            "llmgw_download_size_bytes", "Total size of the downloads in progress on a node that know their size.",
+            labels=kind)
 
     def all(self, with_replicas: bool) -> list[Metric]:
         families = [self.nodes, self.node_state, self.node_cordoned, self.node_seen_age, self.node_info,
                     self.node_cpus, self.mem_total, self.mem_available, self.node_gpus, self.gpu_mem_total,
                     self.gpu_mem_used, self.gpu_util, self.fs_total, self.fs_free, self.engine_info, self.engine_state,
-                    self.shards, self.claims_refused, self.progress_refused]
+                    self.shards, self.claims_refused, self.progress_refused, self.cert_expiry, self.downloads_active,
+                    self.download_bytes, self.download_size]
         return families + [self.replicas] if with_replicas else families
+
+
+class WeightsCollector(Collector):
+    """Per catalog model, how many nodes of each fabric hold its weights (``ctl status``'s column).
+
+    ``sources`` gives each model's weights source now (the catalog, so a
+    reload is seen).  A model no node holds reads 0 on fabric ``-``: the
+    nodes that listed their weights were counted and none has it.  A model
+    without a source (an engine that fetches for itself) is left out.
+    """
+
+    def __init__(self, fleet: Fleet, sources: Callable[[], Mapping[str, str | None]]):
+        self._fleet = fleet
+        self._sources = sources
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("llmgw_weights_held_nodes",
+                                 "Nodes holding a model's weights, by fabric (-: nodes on no fabric).",
+                                 labels=["model", "fabric"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for model, source in sorted(self._sources().items()):
+            if source is None:
+                continue
+            counts = held_by_fabric(self._fleet, source) or {"-": 0}
+            for fabric, n in sorted(counts.items()):
+                family.add_metric([model, fabric], n)
+        return iter([family] if family.samples else [])
+
+
+class DownloadFailures(Collector):
+    """Downloads and installs that nodes reported ending in an error, counted from the fleet's progress events.
+
+    ``observe`` is one of the control session's ``event_listeners``.  A
+    node the fleet forgot takes its count with it, so the family is never
+    larger than the fleet.
+    """
+
+    def __init__(self, fleet: Fleet):
+        self._fleet = fleet
+        self._failures: dict[tuple[str, str], int] = {}
+
+    def observe(self, kind: str, ident: str, event) -> None:
+        if kind != "progress" or not isinstance(event, ProgressEvent):
+            return
+        progress = event.progress
+        if progress.final and progress.error is not None and event.node_id in self._fleet.nodes:
+            key = (event.node_id, progress_kind(progress))
+            self._failures[key] = self._failures.get(key, 0) + 1
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily("llmgw_download_failures", "Downloads and installs a node reported ending in an error.",
+                                   labels=["node", "kind"])
+
+    def collect(self) -> Iterator[Metric]:
+        for key in [k for k in self._failures if k[0] not in self._fleet.nodes]:
+            del self._failures[key]
+        family = self._family()
+        for (node_id, kind), n in sorted(self._failures.items()):
+            family.add_metric([node_id, kind], n)
+        return iter([family] if family.samples else [])

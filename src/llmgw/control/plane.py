@@ -52,6 +52,8 @@ class ControlSession(ApplicationSession):
         # configuration (the server's own router).
         self.table_listeners: list = []
         self.reload_listeners: list[Listener] = []
+        # In-process consumers of every fleet event, (kind, id, event), published or not: the download figures.
+        self.event_listeners: list = []
         # Each session's address as the hub saw it connect (its on_join meta
         # event), so a node's engines are held to the address it really has.
         self._peers: dict[int, str] = {}
@@ -110,6 +112,8 @@ class ControlSession(ApplicationSession):
         log.info("control plane attached to the hub")
 
     def _emit(self, kind: str, ident: str, event) -> None:
+        for listener in self.event_listeners:
+            listener(kind, ident, event)
         if self.is_attached():
             self.publish(uris.EVENT_PREFIX + kind, ident, to_wire(event))
 

@@ -1,15 +1,20 @@
-"""The hub's figures on the server's admin listener: what each link limit refused, and the listeners' budgets."""
+"""The hub's figures on the server's admin listener: what each link limit refused, the listeners' budgets, and
+when the server's own certificates expire."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 
+from cryptography import x509
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 # Every limit Hub.refusals counts, so each series exists (at 0) before its first refusal.
 LIMITS = ("hello_timeout", "duplicate_node", "subscriptions", "message_depth", "invalid_uri",
           "not_authorized", "protocol_violation")
+# A certificate chain file is a few kB; one far larger is not one.
+MAX_CERTIFICATE_BYTES = 1 << 20
 
 
 class LinkCollector(Collector):
@@ -46,3 +51,51 @@ class LinkCollector(Collector):
             limit.add_metric([name], budget.limit)
             refused.add_metric([name], budget.refused)
         yield from (held, limit, refused)
+
+
+class CertificateCollector(Collector):
+    """When the server's own certificates expire, read from their files at each scrape.
+
+    ``paths`` names each certificate (``server``, ``ca``) and its PEM file.
+    The file is parsed again only when its size or modification time
+    changes, so a certificate renewed in place is seen at the next scrape.
+    A file that cannot be read or parsed leaves its series out: absent, and
+    the log of the next reload says why.
+    """
+
+    def __init__(self, paths: Mapping[str, str | os.PathLike]):
+        self._paths = dict(paths)
+        self._seen: dict[str, tuple[tuple[int, int], float]] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("llmgw_certificate_expiry_timestamp_seconds",
+                                 "When the server's own certificate expires (Unix time), by certificate (server, ca).",
+                                 labels=["certificate"])
+
+    def _not_after(self, name: str, path) -> float | None:
+        try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            seen = self._seen.get(name)
+            if seen is not None and seen[0] == stamp:
+                return seen[1]
+            with open(path, "rb") as f:
+                cert = x509.load_pem_x509_certificate(f.read(MAX_CERTIFICATE_BYTES))
+        except (OSError, ValueError):
+            self._seen.pop(name, None)
+            return None
+        not_after = cert.not_valid_after_utc.timestamp()
+        self._seen[name] = (stamp, not_after)
+        return not_after
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for name, path in sorted(self._paths.items()):
+            not_after = self._not_after(name, path)
+            if not_after is not None:
+                family.add_metric([name], not_after)
+        return iter([family] if family.samples else [])

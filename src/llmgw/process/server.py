@@ -25,14 +25,14 @@ from llmgw.admin.source import ControlSource
 from llmgw.admin.web import admin_listener
 from llmgw.config.server import ServerConfig, load_server_config
 from llmgw.control.catalog import Catalog
-from llmgw.control.collector import FleetCollector
+from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCollector
 from llmgw.control.fleet import Fleet
 from llmgw.control.identity import Identity
 from llmgw.control.plane import ControlSession
 from llmgw.control.reload import Listener, revocation_listener
 from llmgw.link import uris
 from llmgw.link.hub import Hub
-from llmgw.link.metrics import LinkCollector
+from llmgw.link.metrics import CertificateCollector, LinkCollector
 from llmgw.link.tls import server_options
 from llmgw.process.common import (
     ConnectionBudget,
@@ -77,6 +77,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         top.must_listen("listen.api", router, listeners["api"])
         reload_listeners.append(router_listener(router, config.listen.api))
     registry.register(LinkCollector(hub, listeners))
+    registry.register(CertificateCollector({"server": config.tls.cert, "ca": config.tls.ca}))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.identity = Identity(
         lambda: catalog.config.pki.ca_dir,
@@ -184,6 +185,11 @@ class ControlPlane(service.Service):
         fleet = self.session.fleet
         self._hub.duplicate_listeners.append(lambda record: fleet.duplicate_refused(record.node_id, record.sentence))
         self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
+        failures = DownloadFailures(fleet)
+        self.session.event_listeners.append(failures.observe)
+        self.registry.register(failures)
+        self.registry.register(WeightsCollector(fleet, lambda: {
+            name: model.source for name, model in self.catalog.config.models.items()}))
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
         self.session.reload_listeners.extend(self.reload_listeners)

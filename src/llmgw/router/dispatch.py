@@ -152,7 +152,13 @@ class Lease:
 
     def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
         """Charge the tokens the engine reported to the key's tokens per minute (unknown counts are not charged)."""
-        self._dispatcher._keys.charge_tokens(self._attempt.key, (prompt_tokens or 0) + (completion_tokens or 0))
+        dispatcher, key = self._dispatcher, self._attempt.key
+        dispatcher._keys.charge_tokens(key, (prompt_tokens or 0) + (completion_tokens or 0))
+        count = dispatcher._key_tokens
+        if key is not None and count is not None:
+            for kind, n in (("prompt", prompt_tokens), ("completion", completion_tokens)):
+                if n is not None:
+                    count(key.name, kind, n)
 
     def retry(self) -> defer.Deferred[Lease] | None:
         """A lease on an endpoint this request has not tried yet, or ``None`` if there is none.
@@ -183,6 +189,8 @@ class Dispatcher:
         # Queue figures go to metrics that can take them (RouterMetrics does).
         self._queue_depth = getattr(metrics, "queue_depth", None)
         self._queue_wait = getattr(metrics, "queue_wait", None)
+        self._key_request = getattr(metrics, "key_request", None)
+        self._key_tokens = getattr(metrics, "key_tokens", None)
         self._policy_options = {"prefix_chars": prefix_chars, "load_factor": load_factor, "vnodes": vnodes}
         self._table: dict[str, Endpoint] = {}
         self._by_model: dict[str, list[Endpoint]] = {}
@@ -297,6 +305,8 @@ class Dispatcher:
             if self._config.keys:
                 keys = self._keys
                 key = keys.authenticate(request.api_key)
+                if self._key_request is not None:
+                    self._key_request(key.name, model)
                 keys.check_model(key, model)
                 keys.charge_request(key)
             self._serving(model)

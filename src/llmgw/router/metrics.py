@@ -24,12 +24,14 @@ docs/metrics.rst for every family.
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import Any, Callable
 
 import twisted
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.registry import Collector
 
 from llmgw import __version__
+from llmgw.router import errors
 
 PREFIX = "llmgw_router_"
 
@@ -40,20 +42,88 @@ MAX_MODELS = 500
 
 PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
 
-# From a cached embedding (milliseconds) to a long generation (minutes).
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# The router answers its own errors, /v1/models and a cached engine's reply
+# in well under a millisecond: buckets start at 0.1 ms, so those percentiles
+# are measured rather than interpolated below a 5 ms bucket.  Out to a long
+# generation (minutes).
+SUB_MS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025)
+DURATION_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                                     20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Time to first token is dominated by prefill and queueing: finer below a
 # second, where interactive users notice, and out to a minute for a long
 # prompt behind a full batch.
-TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
-                1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
-QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                      10.0, 30.0, 60.0, 120.0)
+TTFT_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
+                                 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+QUEUE_WAIT_BUCKETS = SUB_MS_BUCKETS + (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                                       10.0, 30.0, 60.0, 120.0)
 # A one-line prompt to a long context's worth of JSON.
 BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 ENDPOINT_STATES = ("healthy", "unhealthy")
+
+# The router's refusals before an engine, by class: what
+# llmgw_router_admission_rejections_total's ``reason`` says.
+REJECTIONS = {
+    errors.QueueFull: "queue_full",
+    errors.QueueTimeout: "queue_timeout",
+    errors.NoReadyEndpoint: "no_endpoint",
+    errors.UnknownModel: "unknown_model",
+    errors.RateLimited: "rate_limited",
+    errors.Unauthorized: "unauthorized",
+    errors.Forbidden: "forbidden",
+    errors.BodyTooLarge: "body_too_large",
+    errors.InvalidRequest: "bad_request",
+}
+
+
+def rejection_reason(error: Exception) -> str | None:
+    """``error``'s reason as an admission rejection, or None when it is not one (an engine's failure, a 408)."""
+    return REJECTIONS.get(error.__class__)
+
+
+class _Refresh(Collector):
+    """Registered before the families: as a scrape begins, adds what was tallied and calls the router's ``refresh``.
+
+    A scrape runs on the reactor's thread (the admin listener is
+    twisted.web in the same reactor), as every recording method does.
+    """
+
+    def __init__(self, flush: Callable[[], None]):
+        self.flush = flush
+        self.refresh: Callable[[], None] | None = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        self.flush()
+        if self.refresh is not None:
+            self.refresh()
+        return []
+
+
+class _Tally:
+    """A counter's increments summed in a plain dict between scrapes, added to its children as a scrape begins.
+
+    For figures recorded several times per request: a dict update costs a
+    small fraction of prometheus_client's locked ``inc``, and the counter is
+    as exact at the scrape.
+    """
+
+    __slots__ = ("children", "pending")
+
+    def __init__(self, children: _Children):
+        self.children = children
+        self.pending: dict[tuple, float] = {}
+
+    def add(self, values: tuple, n: float) -> None:
+        pending = self.pending
+        pending[values] = pending.get(values, 0) + n
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        for values, n in pending.items():
+            self.children(*values).inc(n)
 
 
 class _Children:
@@ -86,6 +156,11 @@ class RouterMetrics:
         self._known: frozenset[str] | None = None
         self._statuses: dict[int, tuple[str, str]] = {}
         self._health: dict[tuple[str, str], bool] = {}
+        # First in the registry, so what it refreshes is current before the families are read.
+        self._refresh = _Refresh(self._flush)
+        registry.register(self._refresh)
+        # Requests in flight per model label, set on the gauge as a scrape begins.
+        self._live: dict[str, int] = {}
 
         def counter(name, doc, labels):
             return _Children(Counter(PREFIX + name, doc, labels, registry=registry))
@@ -171,6 +246,18 @@ class RouterMetrics:
         self._key_tokens = counter("key_tokens_total",
                                    "Tokens per API key, by the key's configured name and kind (prompt, completion).",
                                    ["key", "kind"])
+        self._tallies = (_Tally(self._bytes), _Tally(self._key_requests), _Tally(self._key_tokens))
+        self._bytes_tally, self._key_requests_tally, self._key_tokens_tally = self._tallies
+
+    def _flush(self) -> None:
+        for tally in self._tallies:
+            tally.flush()
+        for model, n in self._live.items():
+            self._in_flight(model).set(n)
+
+    def refresh_with(self, refresh: Callable[[], None] | None) -> None:
+        """Call ``refresh`` at the start of every scrape: the router reports its endpoints and pool then."""
+        self._refresh.refresh = refresh
 
     # -- label hygiene --
 
@@ -214,16 +301,18 @@ class RouterMetrics:
             self._tokens(model, "completion").inc(completion_tokens)
 
     def request_started(self, model: str) -> None:
-        self._in_flight(self._model(model)).inc()
+        live, model = self._live, self._model(model)
+        live[model] = live.get(model, 0) + 1
 
     def request_finished(self, model: str) -> None:
-        self._in_flight(self._model(model)).dec()
+        live, model = self._live, self._model(model)
+        live[model] = live.get(model, 0) - 1
 
     def request_body(self, path: str, n: int) -> None:
         self._body(path if path in PATHS else OTHER).observe(n)
 
     def bytes_relayed(self, model: str, direction: str, n: int) -> None:
-        self._bytes(self._model(model), direction).inc(n)
+        self._bytes_tally.add((self._model(model), direction), n)
 
     def client_gone(self, model: str) -> None:
         self._client_gone(self._model(model)).inc()
@@ -304,14 +393,17 @@ class RouterMetrics:
     # -- keys --
 
     def key_request(self, key_name: str, model: str) -> None:
-        self._key_requests(key_name, self._model(model)).inc()
+        self._key_requests_tally.add((key_name, self._model(model)), 1)
 
     def key_tokens(self, key_name: str, kind: str, n: int) -> None:
-        self._key_tokens(key_name, kind).inc(n)
+        self._key_tokens_tally.add((key_name, kind), n)
 
 
 class NullMetrics:
     """``RouterMetrics``'s methods, doing nothing: for a router run without metrics."""
+
+    def refresh_with(self, refresh: Callable[[], None] | None) -> None:
+        pass
 
     def set_models(self, names) -> None:
         pass

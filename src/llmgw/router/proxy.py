@@ -114,6 +114,21 @@ class Metrics(Protocol):
     def client_gone(self, model: str) -> None:
         """A client left before its response was complete."""
 
+    def request_started(self, model: str) -> None:
+        """A request to relay arrived (it may queue); ``request_finished`` follows exactly once."""
+
+    def request_finished(self, model: str) -> None:
+        """A request counted by ``request_started`` is over for its client."""
+
+    def bytes_relayed(self, model: str, direction: str, n: int) -> None:
+        """Body bytes relayed for one request: ``request`` (to engines) or ``response`` (to the client)."""
+
+    def request_body(self, path: str, n: int) -> None:
+        """A request body of *n* bytes was read."""
+
+    def admission_rejected(self, model: str, reason: str) -> None:
+        """A request was refused before any engine saw it (``metrics.REJECTIONS`` names the reasons)."""
+
     def upstream_error(self, model: str, endpoint_id: str, kind: str) -> None:
         """An engine failed a request; ``kind``: refused, timeout, failed (connecting), reset, malformed, unavailable (502/503)."""
 
@@ -137,7 +152,7 @@ class Exchange:
         "router", "factory", "info", "started", "payload", "close_after", "version11",
         "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
-        "timer_kind",
+        "timer_kind", "sent", "relayed",
     )
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
@@ -172,6 +187,9 @@ class Exchange:
         self.client_left = False
         # Which of the engine's two deadlines runs (the connection keeps the time).
         self.timer_kind = _FIRST_BYTE
+        # Body bytes sent to engines (each attempt's) and relayed to the client.
+        self.sent = 0
+        self.relayed = 0
 
     # Admission ----------------------------------------------------------------
 
@@ -252,6 +270,7 @@ class Exchange:
         if b":" in host:
             host = b"[" + host + b"]"
         conn.send(self, b"%bHost: %b:%d\r\n\r\n%b" % (head, host, endpoint.port, body))
+        self.sent += len(body)
         self._arm(self.factory.first_byte_timeout_s, _FIRST_BYTE)
 
     def upstream_data(self, data: bytes) -> None:
@@ -305,6 +324,8 @@ class Exchange:
         else:
             piece = data[start:end]
         if piece:
+            # A passthrough's first piece carries the engine's head too.
+            self.relayed += len(piece) - start if self.passthrough else len(piece)
             if self.ttft is None and self.info.stream and (end == NEED_MORE and len(data) > start or end > start):
                 self.ttft = self.factory.clock.seconds() - self.started
             write_now(transport, piece)
@@ -426,6 +447,15 @@ class Exchange:
             lease.release("upstream_failed")
         self.router.exchange_broken(self)
 
+    def ended(self) -> None:
+        """The client is done with this exchange, however it ended: out of the in-flight count, its bytes counted."""
+        metrics, model = self.factory.metrics, self.info.model
+        metrics.request_finished(model)
+        if self.sent:
+            metrics.bytes_relayed(model, "request", self.sent)
+        if self.relayed:
+            metrics.bytes_relayed(model, "response", self.relayed)
+
     def client_gone(self) -> None:
         """The client's connection closed before its response was complete."""
         if self.finished or self.client_left:
@@ -511,6 +541,7 @@ class Exchange:
             return
         log.warn("{message}: the stream ends with an error event", message=message)
         write_now(self.router.transport, final)
+        self.relayed += len(final)
         factory.metrics.request_done(model, self.info.path, self.status, factory.clock.seconds() - self.started,
                                      self.ttft, None, None)
         self.router.exchange_done(self, self.close_after)

@@ -34,7 +34,7 @@ from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, r
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
 from llmgw.router.dispatch import RequestInfo
-from llmgw.router.metrics import NullMetrics
+from llmgw.router.metrics import NullMetrics, rejection_reason
 from llmgw.router.proxy import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S, MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
@@ -110,6 +110,7 @@ class RouterProtocol(Protocol):
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.client_gone()
+            exchange.ended()
 
     # IPushProducer, for this connection's own transport
 
@@ -286,9 +287,11 @@ class RouterProtocol(Protocol):
         if self._head_only:
             method = "GET"
         if path in PROXIED and method == "POST":
+            factory.metrics.request_body(path, len(request.body))
             info = self._read(request, path, started, close)
             if info is not None:
                 exchange = self.exchange = Exchange(self, request, info, started)
+                factory.metrics.request_started(info.model)
                 exchange.start()
         elif path == "/v1/models" and method == "GET":
             created = factory.created
@@ -312,21 +315,21 @@ class RouterProtocol(Protocol):
         try:
             body = json.loads(request.body, parse_constant=_no_constant)
         except (ValueError, RecursionError) as e:
-            self._error(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
+            self._reject(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
             return None
         if body.__class__ is not dict:
-            self._error(errors.InvalidRequest("the request body must be a JSON object"), close, "", path, started)
+            self._reject(errors.InvalidRequest("the request body must be a JSON object"), close, "", path, started)
             return None
         model = body.get("model")
         if model.__class__ is not str or not model:
-            self._error(errors.InvalidRequest('the request names no model: add "model": "NAME" (GET /v1/models lists them)',
+            self._reject(errors.InvalidRequest('the request names no model: add "model": "NAME" (GET /v1/models lists them)',
                                               param="model"), close, "", path, started)
             return None
         stream = body.get("stream")
         if stream is None:
             stream = False
         elif stream.__class__ is not bool:
-            self._error(errors.InvalidRequest('"stream" must be true or false', param="stream"), close, model, path, started)
+            self._reject(errors.InvalidRequest('"stream" must be true or false', param="stream"), close, model, path, started)
             return None
         auth = request.headers.get("authorization")
         api_key = None
@@ -341,7 +344,11 @@ class RouterProtocol(Protocol):
                  errors.RequestTimeout(bad.message) if bad.status == 408 else errors.InvalidRequest(bad.message))
         body = errors.error_body(error.type, bad.message, None, error.code)
         self.transport.write(response_bytes(bad.status, body, self.factory.date(), connection=_CLOSE))
-        self.factory.metrics.request_done("", "", bad.status, 0.0, None, None, None)
+        metrics = self.factory.metrics
+        metrics.request_done("", "", bad.status, 0.0, None, None, None)
+        reason = rejection_reason(error)
+        if reason is not None:
+            metrics.admission_rejected("", reason)
         self._close(write_only=True)
         self._linger = self.factory.clock.callLater(LINGER_S, self.transport.loseConnection)
         self._watch()
@@ -361,17 +368,25 @@ class RouterProtocol(Protocol):
         extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
         self._answer(error.status, errors.render(error), close, model, path, started, extra)
 
+    def _reject(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
+        """``_error``, counted as an admission rejection when it is one (an engine's failure is not)."""
+        reason = rejection_reason(error)
+        if reason is not None:
+            self.factory.metrics.admission_rejected(model, reason)
+        self._error(error, close, model, path, started)
+
     def answer_error(self, exchange: Exchange, error: errors.RouterError) -> None:
         """The answer to ``exchange`` is ``error`` (nothing of another answer has been sent)."""
         exchange.finished = True
         info = exchange.info
-        self._error(error, exchange.close_after, info.model, info.path, exchange.started)
+        self._reject(error, exchange.close_after, info.model, info.path, exchange.started)
         self.exchange_done(exchange, exchange.close_after)
 
     def exchange_done(self, exchange: Exchange, close: bool) -> None:
         """The response to ``exchange`` went out in full: on to the next request."""
         if self.exchange is exchange:
             self.exchange = None
+            exchange.ended()
         if close:
             self._close_after = True
         if not self.lost and not self._serving:
@@ -381,6 +396,7 @@ class RouterProtocol(Protocol):
         """The response to ``exchange`` cannot be completed: close, so the client sees it cut short."""
         if self.exchange is exchange:
             self.exchange = None
+            exchange.ended()
         self._close_after = True
         if not self.lost:
             self._close()

@@ -93,6 +93,10 @@ class Router(service.MultiService):
                                 between_bytes_timeout_s=config.engines.between_bytes_timeout_s,
                                 clients=config.clients, max_connections=max_connections(config))
         self._factory = factory
+        # (endpoint, model) pairs the last scrape reported, so one gone from the table loses its series.
+        self._reported: set[tuple[str, str]] = set()
+        if metrics is not None:
+            metrics.refresh_with(self._report_endpoints)
         internet.StreamServerEndpointService(
             endpoints.serverFromString(reactor, listen_api), factory
         ).setServiceParent(self)
@@ -157,6 +161,23 @@ class Router(service.MultiService):
         except ValueError as e:
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
         self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
+
+    def _report_endpoints(self) -> None:
+        """As a scrape begins: each endpoint's health, load and pooled connections, read from the table itself.
+
+        Read when asked rather than pushed on every request: the figures are
+        exact at the scrape and cost the request path nothing.
+        """
+        metrics, pool = self.metrics, self._factory.pool
+        reported = set()
+        for e in self.dispatcher.endpoints():
+            reported.add((e.id, e.model))
+            metrics.endpoint_state(e.id, e.model, e.healthy, e.inflight, e.engine_running, e.engine_waiting, e.kv_usage)
+            idle = pool.idle(e.host, e.port)
+            metrics.pool_connections(e.id, idle, max(0, pool.open(e.host, e.port) - idle))
+        for ident, model in sorted(self._reported - reported):
+            metrics.endpoint_removed(ident, model)
+        self._reported = reported
 
     def _parse_metrics(self, page: bytes) -> defer.Deferred:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), parse_engine_metrics, page)

@@ -63,6 +63,8 @@ class UpstreamConnection(Protocol):
         self.paused = False
         self.pauses = 0
         self.lost = False
+        # Counted in the pool's open connections (from connectionMade to connectionLost).
+        self.counted = False
         self._made = made
         # When the exchange's wait on the engine ends (inf: stopped), and the
         # one call that checks it: moving a deadline later costs no timer.
@@ -72,6 +74,8 @@ class UpstreamConnection(Protocol):
     def connectionMade(self) -> None:
         self.transport.setTcpNoDelay(True)
         self.transport.bufferSize = RELAY_BUFFER_BYTES
+        self.pool.made(self.key)
+        self.counted = True
         made, self._made = self._made, None
         if made is not None:
             made.callback(self)
@@ -87,6 +91,8 @@ class UpstreamConnection(Protocol):
 
     def connectionLost(self, reason=None) -> None:
         self.lost = True
+        if self.counted:
+            self.pool.closed(self.key)
         timer, self._timer = self._timer, None
         if timer is not None and timer.active():
             timer.cancel()
@@ -195,10 +201,26 @@ class UpstreamPool:
         self._closed = False
         # Connections opened over the pool's life: what a test of reuse counts.
         self.opened = 0
+        # Connections open now, idle or carrying a request, by (host, port).
+        self._open: dict[tuple[str, int], int] = {}
 
     def idle(self, host: str, port: int) -> int:
         """How many connections to (host, port) are idle now."""
         return len(self._idle.get((host, port), ()))
+
+    def open(self, host: str, port: int) -> int:
+        """How many connections to (host, port) are open now, idle ones included."""
+        return self._open.get((host, port), 0)
+
+    def made(self, key: tuple[str, int]) -> None:
+        self._open[key] = self._open.get(key, 0) + 1
+
+    def closed(self, key: tuple[str, int]) -> None:
+        n = self._open.get(key, 0) - 1
+        if n > 0:
+            self._open[key] = n
+        else:
+            self._open.pop(key, None)
 
     def take(self, host: str, port: int) -> UpstreamConnection | None:
         """The most recently used idle connection to (host, port), or None."""
