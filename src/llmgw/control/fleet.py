@@ -267,9 +267,9 @@ class Fleet:
             grant = self.claims.check(node_id, status, self.address(node_id))
         except ClaimRefused as e:
             held = self.claims.grants.get((node_id, shard_id))
-            if e.why == Why.ENDPOINT and held is not None:
-                failed = attrs.evolve(status, state=ShardState.FAILED, endpoint=None,
-                                      reason=f"the control plane refused its endpoint: {e}")
+            if e.why in (Why.ENDPOINT, Why.RENDEZVOUS) and held is not None:
+                failed = attrs.evolve(status, state=ShardState.FAILED, endpoint=None, rendezvous=None,
+                                      reason=f"the control plane refused its {e.why.value}: {e}")
                 self._update_shard(node_id, shard_id, failed, held.order)
             raise
         self._update_shard(node_id, shard_id, status, grant.order)
