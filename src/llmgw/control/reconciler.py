@@ -198,8 +198,9 @@ class Reconciler:
         if early:
             # A copy from before (its node was lost, and is back): this start
             # has not started that rank, and will start it once, itself.
-            self._stop_all(early, now, f"its replica is starting again, and rank "
-                                       f"{', '.join(str(s.status.spec.rank) for s in early)} is not started yet", undoing=False)
+            ranks_words = ", ".join(str(s.status.spec.rank) for s in early)
+            self._stop_all(early, now, f"its replica is starting again, and rank {ranks_words} is not started yet",
+                           undoing=False)
             live = [s for s in live if s not in early]
             by_rank = {rank: s for rank, s in by_rank.items() if rank in expected}
         if set(by_rank) != expected:
@@ -367,7 +368,7 @@ class Reconciler:
             if shard.status.state == ShardState.FAILED:
                 self.fleet.forget_shard(shard.node_id, shard.id)
         ranks = len(chosen.ranks)
-        specs = [
+        placed = [
             (
                 rank.node_id,
                 ShardSpec(
@@ -390,28 +391,26 @@ class Reconciler:
             )
             for index, rank in enumerate(chosen.ranks)
         ]
-        first, then = specs, None
+        specs = placed
         if ranks > 1:
             # Every rank is placed and held for; rank 0 alone starts now.
-            first = specs[:1]
-            slot.nodes = tuple(node_id for node_id, _ in specs)
-            slot.startup = Startup(leader_node=specs[0][0], workers=specs[1:],
-                                   timeout_s=specs[0][1].start_timeout_s, placed_at=now)
-            then = (entry.model.name, attrs.evolve(chosen, ranks=chosen.ranks[1:]))
-        for node_id, spec in first:
+            specs = placed[:1]
+            slot.nodes = tuple(node_id for node_id, _ in placed)
+            slot.startup = Startup(leader_node=placed[0][0], workers=placed[1:],
+                                   held=(entry.model.name, attrs.evolve(chosen, ranks=chosen.ranks[1:])),
+                                   timeout_s=placed[0][1].start_timeout_s, placed_at=now)
+            log.info("replica {id}: {rest} start once rank 0 reports its rendezvous", id=replica_id,
+                     rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in placed[1:]))
+        for node_id, spec in specs:
             self.fleet.place(node_id, spec)
         slot.launching = True
         slot.explain(None)
         slot.started_at = now
         self._inflight[replica_id] = (entry.model.name, chosen)
         self._snapshots = chosen.apply_to(self._snapshots, entry.model.name)
-        if ranks > 1:
-            log.info("starting rank 0 of replica {id} on {leader}; {rest} start once it reports its rendezvous",
-                     id=replica_id, leader=specs[0][0],
-                     rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in specs[1:]))
-        else:
-            log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
-        self._run_starts(replica_id, slot, first, then)
+        log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
+        d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
+        d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
     def _place(self, request: placement.PlacementRequest, nodes: list[placement.NodeSnapshot],
                holds: frozenset[str], slot: Slot) -> placement.Placement | placement.Unplaceable:
@@ -433,16 +432,10 @@ class Reconciler:
         log.info("replica {id}: rank 0 on {leader} reports its rendezvous {at}; starting {rest}", id=replica_id,
                  leader=startup.leader_node, at=rendezvous,
                  rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in specs))
-        self._run_starts(replica_id, slot, specs, None)
-
-    def _run_starts(self, replica_id: str, slot: Slot, specs: list[tuple[str, ShardSpec]],
-                    then: tuple[str, placement.Placement] | None) -> None:
-        d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs, then))
+        d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
-    async def _launch_all(self, replica_id: str, slot: Slot, specs: list[tuple[str, ShardSpec]],
-                          then: tuple[str, placement.Placement] | None = None) -> None:
-        """Start *specs*; once they have, what is still held for the replica is *then* (None: nothing)."""
+    async def _launch_all(self, replica_id: str, slot: Slot, specs: list[tuple[str, ShardSpec]]) -> None:
         started = False
         try:
             results = await defer.DeferredList(
@@ -465,8 +458,9 @@ class Reconciler:
                         defer.ensureDeferred(self._stop(node_id, spec.shard_id)).addErrback(lambda f: None)
         finally:
             slot.launching = False
-            if started and then is not None and self.slots.get(replica_id) is slot and slot.startup is not None:
-                self._inflight[replica_id] = then
+            startup = slot.startup
+            if started and startup is not None and not startup.workers_started and self.slots.get(replica_id) is slot:
+                self._inflight[replica_id] = startup.held  # rank 0 runs; the others stay held for
             else:
                 self._inflight.pop(replica_id, None)
 
@@ -550,7 +544,7 @@ class Reconciler:
 
     def _shard_views(self, slot: Slot, shards: list[ReportedShard], usable: list[ReportedShard],
                      now: float) -> list[ShardView]:
-        """Each rank: where it runs, how long it has been in its state, and what it waits for; then those not started."""
+        """Each rank: where it runs, how long it has been in its state, what it waits for; then those not started."""
         by_rank = {s.status.spec.rank: s for s in usable if s.status.state in SHARD_ALIVE}
         views = [
             ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,

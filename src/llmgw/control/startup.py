@@ -21,6 +21,7 @@ from __future__ import annotations
 import attrs
 
 from llmgw.control.fleet import ReportedShard
+from llmgw.control.placement import Placement
 from llmgw.records import ShardSpec
 from llmgw.states import ShardState
 
@@ -32,6 +33,8 @@ class Startup:
     leader_node: str
     # Ranks 1..N-1, placed and held for, started once rank 0 reports its rendezvous.
     workers: list[tuple[str, ShardSpec]]
+    # What placement must count for them meanwhile: (model, their placement).
+    held: tuple[str, Placement]
     timeout_s: float
     placed_at: float
     # When each wait began: rank 0 placed (or first seen past fetching), and
