@@ -253,7 +253,7 @@ class Fleet:
 
         A stopped shard is forgotten (a stop of one it does not hold changes
         nothing).  A shard the control plane placed that reports an endpoint
-        off its node is kept as failed, in those words, so the reconciler
+        (or a rendezvous) off its node is kept as failed, in those words, so the reconciler
         stops it and places it again; the report is refused all the same.
         """
         if node_id not in self.nodes:
