@@ -7,13 +7,21 @@ of a replica on its own node, lowest node id first.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import attrs
 import pytest
+import pytest_twisted
+from autobahn.wamp.exception import ApplicationError
+from twisted.internet import defer, reactor
 
 from llmgw.control.claims import ClaimRefused, Why
 from llmgw.control.reconciler import RESTOP_AFTER_S
+from llmgw.link import uris
+from llmgw.wire import from_wire, to_wire
 from llmgw.records import IBAdapter, IBPort, ShardSpec, ShardStatus
 from llmgw.states import NodeState
+from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
 from tests.control.test_reconciler import World, entry, inventory
 
 FABRIC = [IBAdapter("mlx5_0", ports=[IBPort(port=1, state="ACTIVE", rate_gbps=200.0)], fabric="ib0")]
@@ -428,3 +436,63 @@ def test_scaling_down_a_replica_waiting_for_its_rendezvous_never_starts_its_othe
     assert world.started() == [("node01", "big/0/0")]
     assert world.reconciler.snapshots()[1].gpus_in_use == frozenset()
     assert world.reconciler._inflight == {}
+
+
+# -- through the hub, as two agents would see it --
+
+
+@pytest_twisted.ensureDeferred
+async def test_through_the_hub_rank_1_is_asked_to_start_only_after_rank_0_reports_its_rendezvous(plane, clock):
+    control, attach = plane, plane.attach
+    control.catalog = SimpleNamespace(entries={"big": multi(2, launcher="native")})
+    control.engine_plan = lambda: None  # no engines to install: the catalog here is models alone
+    # The control plane has taken a start's answer once it publishes the shard as starting.
+    asked: list[ShardSpec] = []
+    answered: dict[str, defer.Deferred] = {}
+    operator = await attach("ops", uris.ROLE_OPERATOR)
+
+    def on_shard(ident, event):
+        if event["change"] == "status" and event["shard"]["state"] == "starting" and ident in answered:
+            answered.pop(ident).callback(None)
+
+    await operator.subscribe(on_shard, uris.EVENT_SHARD)
+
+    async def started(shard_id):
+        answered[shard_id] = defer.Deferred()
+        control.reconciler.tick()
+        await answered[shard_id].addTimeout(5, reactor)
+        return asked[-1]
+
+    nodes = {}
+    for node_id in ("node01", "node02"):
+        nodes[node_id] = await attach(node_id, uris.ROLE_NODE)
+
+        def start(payload):
+            asked.append(from_wire(ShardSpec, payload))
+            return to_wire(ShardStatus(asked[-1], "starting", pid=4242))
+
+        await nodes[node_id].register(start, uris.node_uri(node_id, uris.NODE_START_SHARD))
+        await nodes[node_id].call(uris.AGENT_REGISTER,
+                                  to_wire(attrs.evolve(inventory(node_id, engines=("vllm",)), infiniband=FABRIC)))
+    leader = await started("big/0/0")
+    assert (leader.rank, leader.leader, leader.launcher) == (0, None, "native")
+    # A rendezvous off node01's address is refused over the link, and starts nothing.
+    with pytest.raises(ApplicationError) as refused:
+        await nodes["node01"].call(uris.AGENT_SHARD_STATUS,
+                                   to_wire(ShardStatus(leader, "starting", pid=4242, rendezvous="10.0.0.2:29500")))
+    assert refused.value.error == uris.ERROR_REFUSED
+    assert "10.0.0.2:29500 is not on node01's own address 10.0.0.1" in refused.value.args[0]
+    control.reconciler.tick()
+    assert asked == [leader]
+    # After the backoff, a fresh start, rank 0 alone again; then its rendezvous on its own address.
+    clock.advance(1)
+    leader = await started("big/0/0")
+    control.reconciler.tick()
+    assert [s.rank for s in asked] == [0, 0]
+    await nodes["node01"].call(uris.AGENT_SHARD_STATUS,
+                               to_wire(ShardStatus(leader, "starting", pid=4242, rendezvous="10.0.0.1:29500")))
+    worker = await started("big/0/1")
+    assert (worker.shard_id, worker.rank, worker.leader, worker.launcher) == ("big/0/1", 1, "10.0.0.1:29500", "native")
+    assert [s.rank for s in asked] == [0, 0, 1]
+    for session in (*nodes.values(), operator):
+        session.leave()
