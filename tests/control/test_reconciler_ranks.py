@@ -296,6 +296,26 @@ def test_a_lost_nodes_rank_back_before_the_new_start_reached_it_is_stopped_and_s
     assert world.view("big/0")["state"] == "starting"
 
 
+def test_rank_0s_node_lost_before_its_rendezvous_is_placed_again_and_its_copy_refused_when_it_returns(world):
+    world.serve(multi(2))
+    for n in ("node01", "node02", "node03"):
+        node(world, n)
+    world.reconciler.tick()
+    old = world.shard("big/0/0").status
+    world.silence("node01", 120)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "big/0/0"), ("node02", "big/0/0")]
+    world.sessions["node01"] += 1
+    refused = world.fleet.register("node01", world.sessions["node01"],
+                                   attrs.evolve(inventory("node01", engines=("vllm",), shards=[old]),
+                                                infiniband=FABRIC))
+    assert "node02 already serves it" in refused["big/0/0"]
+    rendezvous(world)
+    world.reconciler.tick()
+    assert world.started()[2:] == [("node03", "big/0/1")]
+    assert world.starts[-1][1].leader == "10.0.0.2:29500"
+
+
 def test_a_node_refusing_a_workers_start_stops_rank_0_too(world):
     world.serve(multi(2))
     node(world, "node01")

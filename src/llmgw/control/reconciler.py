@@ -362,12 +362,14 @@ class Reconciler:
             if not slot.failed or slot.retry_at is None or now >= slot.retry_at:
                 slot.explain(reason)
             return
+        ranks = len(chosen.ranks)
         # A failed attempt's shards are done with: their grants end, and a copy
         # on another node can no longer count as a failed rank of this one.
+        # So are a multi-node replica's ranks on lost nodes: should one come
+        # back, its copy is a new claim on a slot this start holds.
         for shard in self.fleet.replicas().get(replica_id, []):
-            if shard.status.state == ShardState.FAILED:
+            if shard.status.state == ShardState.FAILED or (ranks > 1 and not self.fleet.usable(shard.node_id)):
                 self.fleet.forget_shard(shard.node_id, shard.id)
-        ranks = len(chosen.ranks)
         placed = [
             (
                 rank.node_id,
