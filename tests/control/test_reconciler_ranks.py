@@ -516,3 +516,4 @@ async def test_through_the_hub_rank_1_is_asked_to_start_only_after_rank_0_report
     assert [s.rank for s in asked] == [0, 0, 1]
     for session in (*nodes.values(), operator):
         session.leave()
+

@@ -365,10 +365,14 @@ class Reconciler:
         ranks = len(chosen.ranks)
         # A failed attempt's shards are done with: their grants end, and a copy
         # on another node can no longer count as a failed rank of this one.
-        # So are a multi-node replica's ranks on lost nodes: should one come
-        # back, its copy is a new claim on a slot this start holds.
+        # (A single rank started again on its node stays shown as failed, its
+        # last lines with it, until the node answers the new start.)  So are
+        # a multi-node replica's ranks on lost nodes: should one come back,
+        # its copy is a new claim on a slot this start holds.
+        again = chosen.ranks[0].node_id if ranks == 1 else None
         for shard in self.fleet.replicas().get(replica_id, []):
-            if shard.status.state == ShardState.FAILED or (ranks > 1 and not self.fleet.usable(shard.node_id)):
+            failed = shard.status.state == ShardState.FAILED and shard.node_id != again
+            if failed or (ranks > 1 and not self.fleet.usable(shard.node_id)):
                 self.fleet.forget_shard(shard.node_id, shard.id)
         placed = [
             (
