@@ -270,6 +270,22 @@ def test_the_backoff_starts_again_from_1_s_once_the_replica_has_been_ready(world
     assert len(world.starts) == starts + 1
 
 
+def test_a_single_rank_replica_that_failed_and_is_started_on_another_node_is_not_stopped_for_the_old_failure(world):
+    world.serve(entry())
+    world.node("node01")
+    world.node("node02")
+    world.reconciler.tick()
+    world.report("echo/0/0", "failed", reason="exited with code 1")
+    world.reconciler.tick()
+    world.fleet.set_cordoned("node01", True)
+    world.clock.advance(1)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "echo/0/0"), ("node02", "echo/0/0")]
+    world.reconciler.tick()
+    assert world.stops == []
+    assert world.view("echo/0")["state"] == "starting"
+
+
 def test_a_failed_replica_shows_the_nodes_reason_and_when_it_is_tried_again(world):
     world.serve(entry())
     world.node("node01")
