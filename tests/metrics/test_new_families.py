@@ -104,7 +104,7 @@ def test_weights_held_per_fabric_and_a_model_nobody_holds(clock):
     fleet.register("a2", 2, holding("a2", "ib-a"))
     fleet.register("e1", 3, holding("e1", None))
     registry = CollectorRegistry()
-    sources = {"qwen": "/srv/models/qwen.gguf", "gemma": "/srv/models/gemma.gguf", "remote": None}
+    sources = {"qwen": ("/srv/models/qwen.gguf", ()), "gemma": ("/srv/models/gemma.gguf", ()), "remote": (None, ())}
     registry.register(WeightsCollector(fleet, lambda: sources))
     assert value(registry, "llmgw_weights_held_nodes", model="qwen", fabric="ib-a") == 2
     assert value(registry, "llmgw_weights_held_nodes", model="qwen", fabric="-") == 1

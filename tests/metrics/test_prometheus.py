@@ -205,9 +205,16 @@ def start_cluster(cluster, weights) -> None:
     def ready():
         views = json.loads(cluster.ctl("replicas", "--json").stdout)
         counts = {m: sum(1 for v in views if v["model"] == m and v["state"] == "ready") for m in ("echo", "slow")}
-        return counts == {"echo": 2, "slow": 1}
+        if counts != {"echo": 2, "slow": 1}:
+            return False
+        # The router's table follows the control plane's a moment later.
+        healthy = {labels: v for (n, labels), v in samples(scrape(cluster)).items()
+                   if n == "llmgw_router_endpoint_healthy"}
+        return (sum(v for labels, v in healthy.items() if ("model", "echo") in labels) == 2
+                and sum(v for labels, v in healthy.items() if ("model", "slow") in labels) == 1)
 
-    wait_for(ready, 90, "echo's two replicas and slow's one to be ready", interval=0.3, detail=cluster.logs)
+    wait_for(ready, 90, "echo's two replicas and slow's one to be ready, in the router too", interval=0.3,
+             detail=cluster.logs)
     wait_for(lambda: weights.reached, 30, "the download of `fetched` to reach its stop", detail=cluster.logs)
 
 

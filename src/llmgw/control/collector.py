@@ -20,7 +20,7 @@ empty string, which Prometheus treats as the label being absent.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -247,13 +247,13 @@ class _Families:
 class WeightsCollector(Collector):
     """Per catalog model, how many nodes of each fabric hold its weights (``ctl status``'s column).
 
-    ``sources`` gives each model's weights source now (the catalog, so a
-    reload is seen).  A model no node holds reads 0 on fabric ``-``: the
+    ``sources`` gives each model's weights source and its ``files:``
+    patterns now (the catalog, so a reload is seen).  A model no node holds reads 0 on fabric ``-``: the
     nodes that listed their weights were counted and none has it.  A model
     without a source (an engine that fetches for itself) is left out.
     """
 
-    def __init__(self, fleet: Fleet, sources: Callable[[], Mapping[str, str | None]]):
+    def __init__(self, fleet: Fleet, sources: Callable[[], Mapping[str, tuple[str | None, Sequence[str]]]]):
         self._fleet = fleet
         self._sources = sources
 
@@ -268,10 +268,10 @@ class WeightsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        for model, source in sorted(self._sources().items()):
+        for model, (source, files) in sorted(self._sources().items()):
             if source is None:
                 continue
-            counts = held_by_fabric(self._fleet, source) or {"-": 0}
+            counts = held_by_fabric(self._fleet, source, files) or {"-": 0}
             for fabric, n in sorted(counts.items()):
                 family.add_metric([model, fabric], n)
         return iter([family] if family.samples else [])

@@ -360,7 +360,7 @@ class Reconciler:
         if self._snapshots is None:
             self._snapshots = self.snapshots()
         # Holding the weights is a preference and lifts the disk check; it is never a filter.
-        holds = weights.holders(self.fleet, entry.model.source)
+        holds = weights.holders(self.fleet, entry.model.source, entry.model.files)
         nodes = [attrs.evolve(n, holds_weights=n.id in holds) for n in self._snapshots]
         chosen = self._place(request, nodes, holds, slot)
         if isinstance(chosen, placement.Unplaceable):
@@ -393,6 +393,7 @@ class Reconciler:
                     fingerprint=entry.fingerprint,
                     source=entry.model.source,
                     sha256=entry.model.sha256,
+                    files=list(entry.model.files),
                     args=list(entry.profile.args),
                     gpus=list(rank.gpus),
                     rank=index,
@@ -595,7 +596,7 @@ class Reconciler:
                 stale=sum(1 for v in mine if v.stale),
                 # Nodes holding the weights, per fabric ("-": on none); a shared filer
                 # counts on every node mounting it.
-                weights_by_fabric=weights.held_by_fabric(self.fleet, entry.model.source),
+                weights_by_fabric=weights.held_by_fabric(self.fleet, entry.model.source, entry.model.files),
             ))
         return out
 

@@ -189,7 +189,7 @@ class ControlPlane(service.Service):
         self.session.event_listeners.append(failures.observe)
         self.registry.register(failures)
         self.registry.register(WeightsCollector(fleet, lambda: {
-            name: model.source for name, model in self.catalog.config.models.items()}))
+            name: (model.source, model.files) for name, model in self.catalog.config.models.items()}))
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
         self.session.reload_listeners.extend(self.reload_listeners)
