@@ -8,9 +8,11 @@ they were asked to do.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
+import tempfile
 
 import pytest
 
@@ -165,12 +167,13 @@ def test_rank_0_starts_the_ray_head_then_serves_one_pipeline_stage_per_node():
     assert len(p.argv) == 3
     script = p.argv[2].splitlines()
     assert script[0] == ("/opt/vllm/bin/ray start --head --node-ip-address=10.0.0.5 --port=6379 "
-                         "--disable-usage-stats --block &")
+                         f"--temp-dir {temp_dir(multi(0), 6379)} --include-dashboard=false --disable-usage-stats --block &")
     assert "until /opt/vllm/bin/ray health-check --address=10.0.0.5:6379 >/dev/null 2>&1; do" in script
     assert (
-        "/opt/vllm/bin/vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen "
-        "--tensor-parallel-size 4 --pipeline-parallel-size 2 --distributed-executor-backend ray "
-        "--max-model-len 32768 &"
+        # vLLM joins this head, whatever other cluster the machine runs.
+        "RAY_ADDRESS=10.0.0.5:6379 /opt/vllm/bin/vllm serve /cache/qwen --host 10.0.0.5 --port 8200 "
+        "--served-model-name qwen --tensor-parallel-size 4 --pipeline-parallel-size 2 "
+        "--distributed-executor-backend ray --max-model-len 32768 &"
     ) in script
     assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     assert p.health == HealthProbe("/health")
@@ -184,10 +187,24 @@ def test_workers_join_the_head_and_serve_no_http():
     p = plan(multi(1))
     # A worker serves no HTTP: its port is its raylet's, how the head names it.
     assert p.argv == ["/opt/vllm/bin/ray", "start", "--address", "10.0.0.1:6379", "--node-ip-address", "10.0.0.5",
-                      "--node-manager-port", "8200", "--block"]
+                      "--node-manager-port", "8200", "--temp-dir", temp_dir(multi(1), 8200),
+                      "--include-dashboard=false", "--block"]
     assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     assert p.health is None
     assert p.joined.node_manager_port == 8200 and p.joined.head == "10.0.0.1:6379"
+
+
+def temp_dir(spec, port):
+    """Where a Ray node of *spec* on *port* keeps its sockets and logs."""
+    digest = hashlib.sha256(f"{spec.shard_id}:{port}".encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}")
+
+
+def test_each_ray_node_has_a_temp_dir_of_its_own_so_two_share_a_machine():
+    dirs = {temp_dir(multi(1), 8200), temp_dir(multi(1), 8201), temp_dir(multi(1, replica=1), 8200)}
+    assert len(dirs) == 3 and all(d.startswith(tempfile.gettempdir() + "/llmgw-ray-") for d in dirs)
+    # Ray's socket paths must stay under 108 bytes.
+    assert all(len(d) < 40 for d in dirs)
 
 
 def test_the_ray_port_comes_from_the_leader_address_when_it_has_one():
@@ -249,7 +266,8 @@ def test_rank_0_serves_once_the_head_answers_and_stops_the_head_when_vllm_ends(s
     assert done.returncode == 3
     wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
     assert lines(log) == [
-        "ray start --head --node-ip-address=10.0.0.5 --port=6379 --disable-usage-stats --block",
+        f"ray start --head --node-ip-address=10.0.0.5 --port=6379 --temp-dir {temp_dir(multi(0), 6379)} "
+        "--include-dashboard=false --disable-usage-stats --block",
         "vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
         "--pipeline-parallel-size 2 --distributed-executor-backend ray",
         "ray stopped",

@@ -6,12 +6,13 @@ test waits on is held by a gate file until the test has looked.
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
 import pytest_twisted
 
-from llmgw.agent.procs import free_port
+from llmgw.agent.procs import free_port, rendezvous_port
 from llmgw.engines.base import CompletionProbe, Connected, HealthProbe, LaunchPlan
 from tests.support.wait import until
 
@@ -79,3 +80,23 @@ async def test_a_worker_that_never_joins_fails_at_its_start_timeout_saying_what_
     assert failed.reason == ("did not become healthy within 1 s; it was waiting to join rank 0 at "
                              f"127.0.0.1:{nobody}: no connection to it yet")
     assert harness.engines() == []
+
+
+def test_rank_0s_port_is_the_engines_default_while_free_even_in_time_wait():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        other = rendezvous_port("127.0.0.1", port)
+        assert other != port
+    finally:
+        listener.close()
+    # Rank 0 of the replica's last run closed first: its port sits in TIME_WAIT.
+    listener = socket.create_server(("127.0.0.1", port))
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()
+    listener.close()
+    client.recv(1)
+    client.close()
+    assert rendezvous_port("127.0.0.1", port) == port
+    assert rendezvous_port("127.0.0.1", None) > 0

@@ -57,8 +57,7 @@ class HttpProbe:
         """True when *host*:*port* accepts a TCP connection within the deadline; the connection is closed at once."""
         endpoint = endpoints.TCP6ClientEndpoint if ":" in host else endpoints.TCP4ClientEndpoint
         try:
-            d = endpoint(self._reactor, host, port, timeout=self._timeout_s).connect(
-                protocol.Factory.forProtocol(protocol.Protocol))
+            d = endpoint(self._reactor, host, port, timeout=self._timeout_s).connect(_Knock())
             d.addTimeout(self._timeout_s, self._clock)
             connected = await d
         except (Exception, defer.CancelledError):
@@ -121,6 +120,13 @@ class Joins:
 
 def _body(body: bytes) -> FileBodyProducer:
     return FileBodyProducer(io.BytesIO(body))
+
+
+class _Knock(protocol.Factory):
+    """Connects and nothing more, without a log line per attempt: it knocks every health interval."""
+
+    noisy = False
+    protocol = protocol.Protocol
 
 
 class _Discard(protocol.Protocol):

@@ -78,10 +78,14 @@ def rendezvous_port(host: str, default: int | None) -> int:
 
     The default keeps ranks whose leader names no port (an older control
     plane) finding rank 0; a second replica led from this node gets another.
+    A port left in TIME_WAIT by the replica's previous rank 0 counts as free
+    (SO_REUSEADDR, as the engines' own servers bind it): a replica started
+    again at once keeps its port.
     """
     if default is not None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, default))
                 return default

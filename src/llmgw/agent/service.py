@@ -204,6 +204,9 @@ class Agent:
             weights_dirs=list(self.config.weights_dirs),
             labels=dict(self.config.labels),
             fabrics=dict(self.config.fabrics),
+            # A recorded /sys tree for demos and tests of multi-node replicas on
+            # a machine without InfiniBand, as $LLMGW_FAKE_NVML is for GPUs.
+            sysfs_root=os.environ.get("LLMGW_FAKE_SYSFS") or "/sys",
             agent_version=__version__,
             protocol=PROTOCOL_VERSION,
         )

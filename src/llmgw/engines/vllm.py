@@ -22,8 +22,10 @@ launchers (the profile's ``launcher:``):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
+import tempfile
 from typing import Sequence
 
 from twisted.logger import Logger
@@ -230,13 +232,15 @@ def _ray_plan(spec: ShardSpec, vllm: str, env: dict[str, str], host: str, port: 
         # A worker serves no HTTP: its port is its raylet's, which is how the
         # head's list of nodes names it.
         argv = [ray, "start", "--address", host_port(leader, ray_port), "--node-ip-address", host,
-                "--node-manager-port", str(port), "--block"]
+                "--node-manager-port", str(port), *_ray_node(spec, port), "--block"]
         return LaunchPlan(argv=argv, env=env, health=None,
                           joined=RayNodes(ray_nodes_argv(vllm, leader, ray_port), host_port(leader, ray_port), spec.ranks,
                                            node_manager_port=port))
     ray_port = rendezvous_port or RAY_PORT
     serve = [*serve(spec, vllm, host, port, model_path), "--distributed-executor-backend", "ray", *spec.args]
-    return LaunchPlan(argv=["/bin/sh", "-c", _head_script(ray, host, ray_port, serve)], env=env,
+    head = [ray, "start", "--head", f"--node-ip-address={host}", f"--port={ray_port}", *_ray_node(spec, ray_port),
+            "--disable-usage-stats", "--block"]
+    return LaunchPlan(argv=["/bin/sh", "-c", _head_script(ray, head, host_port(host, ray_port), serve)], env=env,
                       health=HealthProbe("/health"), rendezvous_port=ray_port,
                       joined=RayNodes(ray_nodes_argv(vllm, host, ray_port), host_port(host, ray_port), spec.ranks))
 
@@ -263,7 +267,19 @@ def ray_nodes_argv(python: str, host: str, port: int) -> list[str]:
     return [python, "-c", RAY_NODES, host_port(host, port), str(RAY_NODES_TIMEOUT_S)]
 
 
-def _head_script(ray: str, host: str, ray_port: int, serve: list[str]) -> str:
+def _ray_node(spec: ShardSpec, port: int) -> list[str]:
+    """What keeps two Ray nodes apart on one machine: a temp dir of their own, and no dashboard.
+
+    Ray's default temp dir (/tmp/ray) holds the sockets of the node started
+    last, so a second node on the same machine would take over the first's;
+    the dashboard listens on fixed ports.  The directory is under /tmp, not the
+    state directory, because Ray's socket paths must stay under 108 bytes.
+    """
+    digest = hashlib.sha256(f"{spec.shard_id}:{port}".encode()).hexdigest()[:12]
+    return ["--temp-dir", os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}"), "--include-dashboard=false"]
+
+
+def _head_script(ray: str, head: list[str], address: str, serve: list[str]) -> str:
     """Rank 0 as one shell command: the Ray head, then ``vllm serve`` once it answers.
 
     The head runs with --block under this shell rather than daemonised, and
@@ -273,14 +289,15 @@ def _head_script(ray: str, host: str, ray_port: int, serve: list[str]) -> str:
     """
     ray_q = shlex.quote(ray)
     return "\n".join([
-        f"{ray_q} start --head --node-ip-address={shlex.quote(host)} --port={ray_port} --disable-usage-stats --block &",
+        f"{shlex.join(head)} &",
         "head=$! serve=",
         "trap 'kill -TERM $head $serve 2>/dev/null' TERM INT HUP",
-        f"until {ray_q} health-check --address={shlex.quote(host_port(host, ray_port))} >/dev/null 2>&1; do",
+        f"until {ray_q} health-check --address={shlex.quote(address)} >/dev/null 2>&1; do",
         "  kill -0 $head 2>/dev/null || { echo 'llmgw: the Ray head exited before it was ready' >&2; exit 1; }",
         "  sleep 1",
         "done",
-        f"{shlex.join(serve)} &",
+        # vLLM joins this head, not whichever cluster this machine started last.
+        f"RAY_ADDRESS={shlex.quote(address)} {shlex.join(serve)} &",
         "serve=$!",
         "wait $serve; status=$?",
         # A trapped signal ends wait early, while vllm is still shutting down.
