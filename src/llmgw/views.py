@@ -108,6 +108,12 @@ class ShardView:
     # Seconds in its present state (a starting rank: how long it has waited,
     # and ``reason`` says for what); None: unknown.
     age_s: float | None = None
+    # What a rank not yet ready waits for, in the control plane's words
+    # ("waiting for rank 0's rendezvous on node01"); None: nothing, or not said.
+    waiting: str | None = None
+    # False: a rank placed and held for, not yet asked to start (it waits for
+    # rank 0's rendezvous); None: an older server that did not say.
+    started: bool | None = None
 
 
 @attrs.frozen

@@ -14,7 +14,9 @@ import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
-from llmgw.control.claims import ClaimRefused, ModelSlots, Why, endpoint_refusal, host_of, peer_host
+from llmgw.control.claims import (
+    ClaimRefused, ModelSlots, Why, endpoint_refusal, host_of, peer_host, rendezvous_refusal,
+)
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardSpec, ShardStatus
 from llmgw.states import NodeState
@@ -146,6 +148,77 @@ def test_an_endpoint_on_the_nodes_own_address_is_accepted(endpoint, address):
 def test_a_node_with_no_known_address_has_its_endpoints_refused():
     assert endpoint_refusal("http://10.0.0.1:40001", "node01", None) == \
         "node01 has no known address to check http://10.0.0.1:40001 against"
+
+
+# -- rank 0's rendezvous, where the other ranks of its replica are sent --
+
+LEADER = spec("big/0/0", ranks=2, model="big", replica_id="big/0")
+
+
+@pytest.mark.parametrize("rendezvous, words", [
+    ("10.0.0.3:29500", "10.0.0.3:29500 is not on node01's own address 10.0.0.1"),
+    ("169.254.169.254:6379", "is not on node01's own address 10.0.0.1"),
+    ("10.0.0.1", "HOST:PORT"),
+    ("10.0.0.1:", "HOST:PORT"),
+    (":29500", "HOST:PORT"),
+    ("10.0.0.1:29500/x", "HOST:PORT"),
+    ("user@10.0.0.1:29500", "HOST:PORT"),
+    ("fd00::1:29500", "[V6]:PORT"),
+    ("[10.0.0.1]:29500", "HOST:PORT"),
+    ("10.0.0.1:+2950", "HOST:PORT"),
+    ("10.0.0.1:\u0662\u0669\u0665\u0660\u0660", "HOST:PORT"),
+    ("10.0.0.1:0029500", "HOST:PORT"),
+    ("10.0.0.1:22", "does not name a port from 1024 to 65535"),
+    ("10.0.0.1:70000", "does not name a port from 1024 to 65535"),
+])
+def test_a_rendezvous_off_rank_0s_node_or_of_another_shape_is_refused(rendezvous, words):
+    assert words in rendezvous_refusal(rendezvous, LEADER, "node01", "10.0.0.1")
+
+
+@pytest.mark.parametrize("rendezvous, address", [
+    ("10.0.0.1:29500", "10.0.0.1"),
+    ("[fd00::1]:6379", "fd00::1"),
+    ("127.0.0.1:29500", "::ffff:127.0.0.1"),
+    ("node01.lab:29500", "NODE01.lab"),
+])
+def test_a_rendezvous_on_rank_0s_own_address_is_accepted(rendezvous, address):
+    assert rendezvous_refusal(rendezvous, LEADER, "node01", address) is None
+
+
+def test_only_rank_0_reports_a_rendezvous():
+    worker = spec("big/0/1", ranks=2, model="big", replica_id="big/0")
+    assert rendezvous_refusal("10.0.0.1:29500", worker, "node01", "10.0.0.1") == (
+        "only rank 0 of a replica reports a rendezvous, and this is rank 1")
+
+
+def test_a_placed_rank_0_whose_rendezvous_is_off_its_node_is_kept_failed_counted_and_logged_once(served):
+    big = attrs.evolve(entry("big"), profile=attrs.evolve(entry().profile, ranks=2))
+    served.serve(entry(), big)
+    placed = spec("big/0/0", ranks=2, model="big", replica_id="big/0")
+    served.fleet.place("node01", placed)
+    claim = ShardStatus(placed, "starting", pid=7, rendezvous="10.0.0.9:29500")
+    with capturedLogs() as events:
+        for _ in range(3):
+            assert refusal(served, "node01", claim).why == Why.RENDEZVOUS
+    kept = served.shard("big/0/0").status
+    assert (kept.state, kept.rendezvous) == ("failed", None)
+    assert kept.reason.startswith("the control plane refused its rendezvous: node01 may not report big/0/0: "
+                                  "10.0.0.9:29500 is not on node01's own address 10.0.0.1")
+    assert served.fleet.claims.refused[("node01", Why.RENDEZVOUS)] == 3
+    assert len([e for e in events if "refused:" in formatEvent(e)]) == 1
+
+
+def test_a_node_registering_with_a_rank_0_whose_rendezvous_is_off_its_node_has_it_refused():
+    world = World()
+    world.serve(attrs.evolve(entry("big"), profile=attrs.evolve(entry().profile, ranks=2)))
+    offered = ShardStatus(spec("big/0/0", ranks=2, model="big", replica_id="big/0"), "ready", pid=7,
+                          rendezvous="10.0.0.9:29500")
+    world.sessions["node01"] = 1
+    refused = world.fleet.register("node01", 1, attrs.evolve(Inventory(node_id="node01", address="10.0.0.1"),
+                                                             shards=[offered]),
+                                   catalog={"big": ModelSlots(replicas=1, ranks=2)})
+    assert "10.0.0.9:29500 is not on node01's own address" in refused["big/0/0"]
+    assert world.fleet.shards == {}
 
 
 def test_a_placed_shard_ready_at_another_hosts_endpoint_is_kept_failed_and_stopped(served):

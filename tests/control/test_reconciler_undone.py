@@ -130,14 +130,19 @@ def test_a_replica_whose_rank_keeps_failing_keeps_the_failure_backoff_and_is_nev
         world.fleet.register(node, 1, attrs.evolve(inventory(node), infiniband=fabric))
     starts = []
     with capturedLogs() as events:
-        for _ in range(20):
+        for _ in range(24):
             before = len(world.starts)
             world.reconciler.tick()
-            if len(world.starts) > before:
-                starts.append(world.clock.seconds())
-                # Rank 1 fails as soon as it starts; rank 0 is stopped with it, a moment after its start.
-                world.report("echo/0/1", "failed", reason="exited with code 1")
+            for _, spec in world.starts[before:]:
+                if spec.rank == 0:
+                    # Rank 0's rendezvous opens at once: rank 1 is started the next tick.
+                    starts.append(world.clock.seconds())
+                    world.report("echo/0/0", "starting", rendezvous="10.0.0.1:29500")
+                else:
+                    # Rank 1 fails as soon as it starts; rank 0 is stopped with it, a moment after its start.
+                    world.report("echo/0/1", "failed", reason="exited with code 1")
             world.clock.advance(0.5)
     assert len(world.starts) // 2 == len(starts)
-    assert [b - a for a, b in zip(starts, starts[1:])] == [1.5, 2.5, 4.5]  # 1, 2, 4 s, each counted from the tick that saw the failure
+    # 1, 2, 4 s, each counted from the tick that saw the failure, a tick after rank 1 started, a tick after rank 0.
+    assert [b - a for a, b in zip(starts, starts[1:])] == [2.0, 3.0, 5.0]
     assert holding_lines(events) == []

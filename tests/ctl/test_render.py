@@ -142,6 +142,58 @@ def test_a_failed_replica_shows_its_engines_last_lines_under_its_reason():
     assert lines[15:] == ["    exited with code 1"]
 
 
+MULTI = {"model": "big", "replica": "big/0", "state": "starting", "nodes": ["node01"], "age_s": 12, "shards": [
+    {"shard": "big/0/0", "node": "node01", "state": "starting", "rank": 0, "age_s": 12, "started": True,
+     "waiting": "waiting for its rendezvous to accept connections"},
+    {"shard": "big/0/1", "node": "node02", "rank": 1, "age_s": 12, "started": False,
+     "waiting": "waiting for rank 0's rendezvous on node01"},
+    {"shard": "big/0/2", "node": "node03", "rank": 2, "age_s": 130, "started": True, "state": "ready"},
+]}
+
+
+def test_each_rank_of_a_multi_node_replica_has_a_line_with_its_node_state_age_and_what_it_waits_for():
+    table = render.replicas_table(from_wire(list[ReplicaView], [MULTI]))
+    assert table.splitlines()[2:] == [
+        "    rank 0 node01 starting 12s: waiting for its rendezvous to accept connections",
+        "    rank 1 node02 not started 12s: waiting for rank 0's rendezvous on node01",
+        "    rank 2 node03 ready 2m",
+    ]
+
+
+def test_a_failed_rank_says_its_nodes_words_and_an_older_servers_ranks_show_dashes():
+    failed = {**MULTI, "state": "failed", "reason": "node02: killed by signal 9 (next try in 1 s)", "shards": [
+        {"shard": "big/0/0", "node": "node01", "state": "ready", "rank": 0},
+        {"shard": "big/0/1", "node": "node02", "state": "failed", "rank": 1, "reason": "killed by signal 9"},
+    ]}
+    # An older server sends neither rank nor age nor what a rank waits for.
+    older = {**MULTI, "replica": "big/1", "shards": [{"shard": "big/1/0", "node": "node04", "state": "starting"},
+                                                   {"shard": "big/1/1", "node": "node05", "state": "starting"}]}
+    lines = render.replicas_table(from_wire(list[ReplicaView], [failed, older])).splitlines()
+    assert lines[2:5] == ["    node02: killed by signal 9 (next try in 1 s)",
+                          "    rank 0 node01 ready -", "    rank 1 node02 failed -: killed by signal 9"]
+    assert lines[6:] == ["    rank - node04 starting -", "    rank - node05 starting -"]
+
+
+def test_a_single_rank_replica_gets_no_rank_lines():
+    one = {**MULTI, "shards": [{**MULTI["shards"][0], "waiting": "waiting for its health probe"}]}
+    assert len(render.replicas_table(from_wire(list[ReplicaView], [one])).splitlines()) == 2
+
+
+def test_ctl_replicas_json_carries_each_ranks_node_state_age_and_wait(capsys):
+    import argparse
+    import json
+
+    from llmgw.ctl.main import _print
+
+    _print(argparse.Namespace(json=True), from_wire(list[ReplicaView], [MULTI]), render.replicas_table)
+    (printed,) = json.loads(capsys.readouterr().out)
+    assert [(s["rank"], s["node"], s["state"], s["age_s"], s["started"], s["waiting"]) for s in printed["shards"]] == [
+        (0, "node01", "starting", 12, True, "waiting for its rendezvous to accept connections"),
+        (1, "node02", None, 12, False, "waiting for rank 0's rendezvous on node01"),
+        (2, "node03", "ready", 130, True, None),
+    ]
+
+
 def test_status_counts_ready_against_desired():
     text = render.status_text(from_wire(FleetStatus, {
         "models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,

@@ -45,6 +45,7 @@ class Why(enum.Enum):
     SLOT_HELD = "slot held"
     NOT_IN_CATALOG = "not in catalog"
     ENDPOINT = "endpoint"
+    RENDEZVOUS = "rendezvous"
 
 
 class ClaimRefused(Exception):
@@ -133,12 +134,40 @@ def endpoint_refusal(endpoint: str, node_id: str, address: str | None) -> str | 
     if (parts.scheme != "http" or not parts.hostname or parts.username is not None or parts.password is not None
             or parts.path or parts.query or parts.fragment or "#" in endpoint or "?" in endpoint):
         return shape
+    return _off_node(endpoint, parts.hostname, port, node_id, address, "a node's engines listen on its own address")
+
+
+def rendezvous_refusal(rendezvous: str, spec: ShardSpec, node_id: str, address: str | None) -> str | None:
+    """Why the other ranks of *spec*'s replica must not be sent to *rendezvous*; None when they may.
+
+    Rank 0 reports ``HOST:PORT`` (``[V6]:PORT``) where the other ranks join
+    it, and they are started with it as their leader: HOST must be rank 0's
+    node's own address, or any node could send a replica's ranks to any host.
+    """
+    if spec.rank != 0:
+        return f"only rank 0 of a replica reports a rendezvous, and this is rank {spec.rank}"
+    shape = f"a rendezvous is HOST:PORT ([V6]:PORT for IPv6) on its node's own address, not {rendezvous!r}"
+    host, _, port = rendezvous.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if ":" not in host:
+            return shape
+    elif ":" in host:
+        return shape
+    if not host or not (port.isascii() and port.isdigit()) or len(port) > 5 or any(c in host for c in "/@[] "):
+        return shape
+    return _off_node(rendezvous, host, int(port), node_id, address,
+                     "the other ranks of its replica are sent there, and it must be rank 0's own node")
+
+
+def _off_node(what: str, host: str, port: int | None, node_id: str, address: str | None, why: str) -> str | None:
+    """Why *what* (at *host*:*port*) is not a port a node's engine may be on; None when it is."""
     if port is None or not MIN_ENGINE_PORT <= port <= 65535:
-        return f"{endpoint} does not name a port from {MIN_ENGINE_PORT} to 65535, which is where agents put engines"
+        return f"{what} does not name a port from {MIN_ENGINE_PORT} to 65535, which is where agents put engines"
     if address is None:
-        return f"{node_id} has no known address to check {endpoint} against"
-    if host_of(parts.hostname) != host_of(address):
-        return f"{endpoint} is not on {node_id}'s own address {address}: a node's engines listen on its own address"
+        return f"{node_id} has no known address to check {what} against"
+    if host_of(host) != host_of(address):
+        return f"{what} is not on {node_id}'s own address {address}: {why}"
     return None
 
 
@@ -195,6 +224,10 @@ class Claims:
             bad = endpoint_refusal(status.endpoint, node_id, address)
             if bad is not None:
                 raise self._refuse(node_id, shard_id, Why.ENDPOINT, bad)
+        if status.rendezvous is not None:
+            bad = rendezvous_refusal(status.rendezvous, spec, node_id, address)
+            if bad is not None:
+                raise self._refuse(node_id, shard_id, Why.RENDEZVOUS, bad)
         if grant is None:
             grant = Grant(node_id, spec, next(self._order), adopted=True)
             self.grants[(node_id, shard_id)] = grant

@@ -253,7 +253,7 @@ class Fleet:
 
         A stopped shard is forgotten (a stop of one it does not hold changes
         nothing).  A shard the control plane placed that reports an endpoint
-        off its node is kept as failed, in those words, so the reconciler
+        (or a rendezvous) off its node is kept as failed, in those words, so the reconciler
         stops it and places it again; the report is refused all the same.
         """
         if node_id not in self.nodes:
@@ -267,9 +267,9 @@ class Fleet:
             grant = self.claims.check(node_id, status, self.address(node_id))
         except ClaimRefused as e:
             held = self.claims.grants.get((node_id, shard_id))
-            if e.why == Why.ENDPOINT and held is not None:
-                failed = attrs.evolve(status, state=ShardState.FAILED, endpoint=None,
-                                      reason=f"the control plane refused its endpoint: {e}")
+            if e.why in (Why.ENDPOINT, Why.RENDEZVOUS) and held is not None:
+                failed = attrs.evolve(status, state=ShardState.FAILED, endpoint=None, rendezvous=None,
+                                      reason=f"the control plane refused its {e.why.value}: {e}")
                 self._update_shard(node_id, shard_id, failed, held.order)
             raise
         self._update_shard(node_id, shard_id, status, grant.order)

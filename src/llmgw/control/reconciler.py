@@ -11,6 +11,11 @@ Each ``tick``:
 - a replica with a failed shard is stopped whole and retried after a backoff
   (1 s, doubling to 5 min; reset once it is ready) — this is also how a
   crashed engine is restarted;
+- a multi-node replica is started in order (``llmgw.control.startup``):
+  every rank placed, rank 0 started, the others once rank 0 reports its
+  rendezvous; one that loses a rank (failed, stopped, or on a lost node)
+  is failed whole, every other rank stopped, and placed again after the
+  backoff, on the same nodes when they can still take it;
 - shards on a ``lost`` node count as gone and their slot is placed again
   (an ``unreachable`` node's engines are left alone: its agent may be
   restarting while they keep serving);
@@ -34,6 +39,7 @@ from twisted.logger import Logger
 from llmgw.control import placement, weights
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet, ReportedShard
+from llmgw.control.startup import Startup, not_started_words, waiting_for
 from llmgw.records import ShardSpec
 from llmgw.states import SHARD_ALIVE, ReplicaState, ShardState
 from llmgw.views import ModelStatus, ReplicaView, ShardView
@@ -65,6 +71,12 @@ class Slot:
     undone_at: float | None = None
     held_until: float | None = None  # no start before this, while it keeps being undone
     held_reason: str | None = None
+    # A multi-node replica: its ordered start while one is under way, the
+    # nodes of its last placement (rank order), and whether it is failing
+    # whole (its other ranks being stopped; cleared once none is left).
+    startup: Startup | None = None
+    nodes: tuple[str, ...] = ()
+    broken: bool = False
 
     def explain(self, reason: str | None, *, failed: bool = False) -> None:
         self.reason, self.failed = reason, failed
@@ -115,6 +127,12 @@ class Reconciler:
             for index in range(entry.model.replicas):
                 shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
                 self._converge_slot(f"{name}/{index}", entry, shards, now)
+        for slot_id, slot in self.slots.items():
+            model, index = _split(slot_id)
+            wanted = model in catalog and index is not None and index < catalog[model].model.replicas
+            if not wanted and not slot.launching:
+                # Scaled down or gone: the ranks it was holding room for are not started.
+                self._drop_startup(slot_id, slot)
         for slot_id in [s for s in self.slots if _split(s)[0] not in catalog]:
             del self.slots[slot_id]
 
@@ -133,19 +151,22 @@ class Reconciler:
         if failed and live:
             # One failed rank makes the whole replica useless: stop the rest.
             # The failure's own backoff holds the slot; this stop is not a start undone.
+            slot.broken = True
+            self._drop_startup(replica_id, slot)
             self._stop_all(live, now, "another rank of its replica failed", undoing=False)
             return
-        ranks = entry.profile.ranks
+        if live and max(s.status.spec.ranks for s in live) > 1:
+            self._converge_ranks(replica_id, slot, shards, live, now)
+            return
         if live:
-            if len({s.status.spec.rank for s in live}) < ranks and all(
-                s.status.state not in (ShardState.FETCHING, ShardState.STARTING) for s in live
-            ):
-                self._stop_all(live, now, "its replica lost a rank")
-            elif all(s.status.state == ShardState.READY for s in live):
+            if all(s.status.state == ShardState.READY for s in live):
                 slot.failures, slot.retry_at = 0, None
                 slot.explain(None)
                 self._steady(replica_id, slot, now)
             return
+        # Nothing of the replica is left: whatever was failing it is over.
+        slot.broken = False
+        self._drop_startup(replica_id, slot)
         if slot.retry_at is not None and now < slot.retry_at:
             return
         if slot.held_until is not None and now < slot.held_until:
@@ -155,6 +176,74 @@ class Reconciler:
             slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)")
             return
         self._launch(replica_id, entry, slot, now)
+
+    def _converge_ranks(self, replica_id: str, slot: Slot, shards: list[ReportedShard],
+                        live: list[ReportedShard], now: float) -> None:
+        """A multi-node replica: start its other ranks once rank 0 is ready for them, or fail it whole.
+
+        Whole is rank 0 alone while the others wait for its rendezvous, and
+        every rank after that.  A replica that is not whole — a rank failed
+        (above), stopped, on a lost node, or reported before it was started —
+        is failed: every rank it has left is stopped (vLLM's headless ranks
+        outlive their rank 0), and the slot is placed again after the backoff.
+        """
+        if slot.broken:
+            self._stop_all(live, now, "its replica failed", undoing=False)
+            return
+        ranks = max(s.status.spec.ranks for s in live)
+        by_rank = {s.status.spec.rank: s for s in live}
+        startup = slot.startup
+        expected = {0} if startup is not None and not startup.workers_started else set(range(ranks))
+        early = [s for rank, s in by_rank.items() if rank not in expected]
+        if early:
+            # A copy from before (its node was lost, and is back): this start
+            # has not started that rank, and will start it once, itself.
+            ranks_words = ", ".join(str(s.status.spec.rank) for s in early)
+            self._stop_all(early, now, f"its replica is starting again, and rank {ranks_words} is not started yet",
+                           undoing=False)
+            live = [s for s in live if s not in early]
+            by_rank = {rank: s for rank, s in by_rank.items() if rank in expected}
+        if set(by_rank) != expected:
+            if startup is None and now < self._settled_at:
+                # A restarted control plane: the other ranks' nodes may not have registered yet.
+                slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report its other ranks "
+                             "(fleet.settle_s)")
+                return
+            why = _not_whole(shards, by_rank, expected, self.fleet.usable)
+            # The ranks on lost nodes go with it: should such a node come back
+            # with its rank still running, that copy is a new claim, refused
+            # while the replica's new start holds the rank, stopped before it.
+            for shard in shards:
+                if not self.fleet.usable(shard.node_id):
+                    self.fleet.forget_shard(shard.node_id, shard.id)
+            self._break(replica_id, slot, live, why, now)
+            return
+        overdue = startup.overdue(by_rank, now) if startup is not None else None
+        if overdue is not None:
+            self._break(replica_id, slot, live, overdue, now)
+            return
+        if startup is not None and not startup.workers_started:
+            rendezvous = by_rank[0].status.rendezvous
+            if rendezvous is not None:
+                self._start_workers(replica_id, slot, startup, rendezvous, now)
+            return
+        if all(s.status.state == ShardState.READY for s in live):
+            slot.failures, slot.retry_at = 0, None
+            slot.explain(None)
+            slot.startup = None
+            self._steady(replica_id, slot, now)
+
+    def _break(self, replica_id: str, slot: Slot, live: list[ReportedShard], why: str, now: float) -> None:
+        slot.broken = True
+        self._drop_startup(replica_id, slot)
+        self._failed(slot, replica_id, why, now)
+        self._stop_all(live, now, f"its replica failed: {why}", undoing=False)
+
+    def _drop_startup(self, replica_id: str, slot: Slot) -> None:
+        """The slot starts nothing more: the ranks it held room for are let go."""
+        if slot.startup is not None:
+            slot.startup = None
+            self._inflight.pop(replica_id, None)
 
     def _one_per_rank(self, shards: list[ReportedShard], now: float) -> list[ReportedShard]:
         """Keep one live shard per rank; stop the rest.
@@ -265,7 +354,7 @@ class Reconciler:
         # Holding the weights is a preference and lifts the disk check; it is never a filter.
         holds = weights.holders(self.fleet, entry.model.source)
         nodes = [attrs.evolve(n, holds_weights=n.id in holds) for n in self._snapshots]
-        chosen = placement.place(request, nodes, holds)
+        chosen = self._place(request, nodes, holds, slot)
         if isinstance(chosen, placement.Unplaceable):
             reason = chosen.summary()
             if slot.reason != reason and not slot.failed:
@@ -273,8 +362,15 @@ class Reconciler:
             if not slot.failed or slot.retry_at is None or now >= slot.retry_at:
                 slot.explain(reason)
             return
-        leader = self.fleet.nodes[chosen.ranks[0].node_id].inventory.address
-        specs = [
+        ranks = len(chosen.ranks)
+        # A failed attempt's shards are done with: their grants end, and a copy
+        # on another node can no longer count as a failed rank of this one.
+        # So are a multi-node replica's ranks on lost nodes: should one come
+        # back, its copy is a new claim on a slot this start holds.
+        for shard in self.fleet.replicas().get(replica_id, []):
+            if shard.status.state == ShardState.FAILED or (ranks > 1 and not self.fleet.usable(shard.node_id)):
+                self.fleet.forget_shard(shard.node_id, shard.id)
+        placed = [
             (
                 rank.node_id,
                 ShardSpec(
@@ -288,13 +384,25 @@ class Reconciler:
                     args=list(entry.profile.args),
                     gpus=list(rank.gpus),
                     rank=index,
-                    ranks=len(chosen.ranks),
-                    leader=leader if len(chosen.ranks) > 1 else None,
+                    ranks=ranks,
+                    # Ranks > 0 are given rank 0's rendezvous when they start.
+                    leader=None,
+                    launcher=entry.profile.launcher if ranks > 1 else None,
                     engine_version=entry.engine_version,
                 ),
             )
             for index, rank in enumerate(chosen.ranks)
         ]
+        specs = placed
+        if ranks > 1:
+            # Every rank is placed and held for; rank 0 alone starts now.
+            specs = placed[:1]
+            slot.nodes = tuple(node_id for node_id, _ in placed)
+            slot.startup = Startup(leader_node=placed[0][0], workers=placed[1:],
+                                   held=(entry.model.name, attrs.evolve(chosen, ranks=chosen.ranks[1:])),
+                                   timeout_s=placed[0][1].start_timeout_s, placed_at=now)
+            log.info("replica {id}: {rest} start once rank 0 reports its rendezvous", id=replica_id,
+                     rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in placed[1:]))
         for node_id, spec in specs:
             self.fleet.place(node_id, spec)
         slot.launching = True
@@ -306,7 +414,31 @@ class Reconciler:
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
+    def _place(self, request: placement.PlacementRequest, nodes: list[placement.NodeSnapshot],
+               holds: frozenset[str], slot: Slot) -> placement.Placement | placement.Unplaceable:
+        """Where the replica goes: a multi-node one back on its last nodes when they can all still take it."""
+        if request.ranks > 1 and slot.nodes:
+            again = placement.place(request, [n for n in nodes if n.id in slot.nodes], holds)
+            if isinstance(again, placement.Placement):
+                order = {node_id: index for index, node_id in enumerate(slot.nodes)}
+                return attrs.evolve(again, ranks=sorted(again.ranks, key=lambda r: order[r.node_id]))
+        return placement.place(request, nodes, holds)
+
+    def _start_workers(self, replica_id: str, slot: Slot, startup: Startup, rendezvous: str, now: float) -> None:
+        """Rank 0 reported where the others meet it: start them, once, with it as their leader."""
+        specs = [(node_id, attrs.evolve(spec, leader=rendezvous)) for node_id, spec in startup.workers]
+        startup.workers_starting(now)
+        for node_id, spec in specs:
+            self.fleet.place(node_id, spec)
+        slot.launching = True
+        log.info("replica {id}: rank 0 on {leader} reports its rendezvous {at}; starting {rest}", id=replica_id,
+                 leader=startup.leader_node, at=rendezvous,
+                 rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in specs))
+        d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
+        d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
+
     async def _launch_all(self, replica_id: str, slot: Slot, specs: list[tuple[str, ShardSpec]]) -> None:
+        started = False
         try:
             results = await defer.DeferredList(
                 [defer.ensureDeferred(self._start(node_id, spec)) for node_id, spec in specs],
@@ -315,8 +447,12 @@ class Reconciler:
             refusals = [
                 f"{node_id}: {_words(result)}" for (ok, result), (node_id, _) in zip(results, specs) if not ok
             ]
+            started = not refusals
             if refusals:
                 self._failed(slot, replica_id, "; ".join(refusals), self._clock.seconds())
+                # The ranks already running go too: the next tick stops them.
+                slot.broken = True
+                slot.startup = None
                 for (ok, _), (node_id, spec) in zip(results, specs):
                     if not ok:
                         self.fleet.unplace(node_id, spec.shard_id)
@@ -324,7 +460,11 @@ class Reconciler:
                         defer.ensureDeferred(self._stop(node_id, spec.shard_id)).addErrback(lambda f: None)
         finally:
             slot.launching = False
-            self._inflight.pop(replica_id, None)
+            startup = slot.startup
+            if started and startup is not None and not startup.workers_started and self.slots.get(replica_id) is slot:
+                self._inflight[replica_id] = startup.held  # rank 0 runs; the others stay held for
+            else:
+                self._inflight.pop(replica_id, None)
 
     # -- what ctl shows --
 
@@ -351,8 +491,13 @@ class Reconciler:
         shards = sorted(shards, key=lambda s: s.status.spec.rank)
         usable = [s for s in shards if self.fleet.usable(s.node_id)]
         waiting = slot.retry_at is not None and slot.retry_at > now
-        if usable:
+        if usable and slot.broken:
+            state = ReplicaState.FAILED  # its other ranks are being stopped
+        elif usable:
             state = _replica_state([s.status.state for s in usable])
+            if state == ReplicaState.READY and len({s.status.spec.rank for s in usable}) < max(
+                    s.status.spec.ranks for s in usable):
+                state = ReplicaState.STARTING  # ready only once every rank is
         elif slot.launching:
             state = ReplicaState.STARTING
         else:
@@ -396,10 +541,30 @@ class Reconciler:
             fingerprint=entry.fingerprint if entry is not None else None,
             reason=reason,
             progress=progress,
-            shards=[ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,
-                              endpoint=s.status.endpoint, reason=s.status.reason,
-                              output_tail=s.status.output_tail) for s in shards],
+            shards=self._shard_views(slot, shards, usable, now),
         )
+
+    def _shard_views(self, slot: Slot, shards: list[ReportedShard], usable: list[ReportedShard],
+                     now: float) -> list[ShardView]:
+        """Each rank: where it runs, how long it has been in its state, what it waits for; then those not started."""
+        by_rank = {s.status.spec.rank: s for s in usable if s.status.state in SHARD_ALIVE}
+        views = [
+            ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,
+                      endpoint=s.status.endpoint, reason=s.status.reason, output_tail=s.status.output_tail,
+                      rank=s.status.spec.rank,
+                      age_s=None if s.status.since is None else round(max(0.0, now - s.status.since), 1),
+                      waiting=waiting_for(s, by_rank, s.status.spec.ranks) if by_rank.get(s.status.spec.rank) is s
+                      else None,
+                      started=True)
+            for s in shards
+        ]
+        startup = slot.startup
+        if startup is not None and not startup.workers_started:
+            views += [ShardView(shard=spec.shard_id, node=node_id, rank=spec.rank,
+                                age_s=round(now - startup.placed_at, 1), waiting=not_started_words(startup.leader_node),
+                                started=False)
+                      for node_id, spec in startup.workers]
+        return views
 
     def status(self) -> list[ModelStatus]:
         """Per model: desired against ready."""
@@ -442,6 +607,17 @@ def downloading(progress) -> str:
     size = f"{done:.0f}/{progress.bytes_total / 1e6:.0f} MB" if progress.bytes_total else f"{done:.0f} MB so far"
     rate = f", {progress.rate_bps / 1e6:.0f} MB/s" if progress.rate_bps else ""
     return f"downloading {progress.file_name} {size}{rate}"
+
+
+def _not_whole(shards: list[ReportedShard], by_rank: dict[int, ReportedShard], expected: set[int],
+               usable: Callable[[str], bool]) -> str:
+    """Which ranks a multi-node replica lacks, and where they were: "rank 1 on node02: node02 is lost"."""
+    words = []
+    for rank in sorted(expected - set(by_rank)):
+        gone = [s for s in shards if s.status.spec.rank == rank and not usable(s.node_id)]
+        words.append(f"rank {rank} on {gone[0].node_id}: {gone[0].node_id} is lost" if gone
+                     else f"rank {rank} is no longer reported by any node")
+    return "; ".join(words)
 
 
 def _split(replica_id: str) -> tuple[str, int | None]:

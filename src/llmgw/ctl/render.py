@@ -196,6 +196,24 @@ def failed_tail(replica: ReplicaView) -> list[str]:
     return out
 
 
+def rank_lines(replica: ReplicaView) -> list[str]:
+    """A line per rank of a multi-node replica, rank 0 first: its node, state, age and what it waits for.
+
+    "rank 1 node02 not started 12s: waiting for rank 0's rendezvous on node01";
+    a single-rank replica gets none, its row says it all.
+    """
+    shards = replica.shards
+    if len(shards) < 2 and not any(s.rank for s in shards):
+        return []
+    out = []
+    for s in sorted(shards, key=lambda s: (s.rank is None, s.rank or 0, s.shard)):
+        state = "not started" if s.started is False else s.state or DASH
+        words = s.waiting or s.reason
+        line = f"rank {DASH if s.rank is None else s.rank} {s.node or DASH} {state} {age(s.age_s)}"
+        out.append(f"{line}: {words}" if words else line)
+    return out
+
+
 def replicas_table(replicas: list[ReplicaView]) -> str:
     """One row per replica; the reason (or a download's progress) on a line under it, and a failed engine's last lines."""
     if not replicas:
@@ -208,6 +226,7 @@ def replicas_table(replicas: list[ReplicaView]) -> str:
             r.model, r.replica, r.state or DASH, ",".join(r.nodes or []) or DASH, r.endpoint or DASH, age(r.age_s), stale,
         ))
         below = [f"    {r.reason}"] if r.reason else []
+        below += [f"    {line}" for line in rank_lines(r)]
         below += [f"      {line}" for line in failed_tail(r)]
         if below:
             notes[len(rows) - 1] = below
