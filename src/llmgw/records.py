@@ -116,6 +116,10 @@ class WeightsReport:
     fingerprint: str | None = field(None, chars=NAME)
     listed: bool = False
     cache_dir: str | None = field(None, chars=PATH, text=Text.FREE)
+    # Model directories among the files (a fetched repository, a folder with a
+    # config.json or a split GGUF's first part), each with the bytes under it:
+    # what a vLLM or SGLang source names.  Empty from an older agent.
+    directories: list[WeightsFile] = field(factory=list, items=100_000)
 
 
 @attrs.frozen
@@ -281,6 +285,8 @@ class ShardSpec:
     fingerprint: str | None = field(None, chars=NAME)
     source: str | None = field(None, chars=PATH, text=Text.FREE)
     sha256: str | None = field(None, chars=NAME)  # of the weights, checked when the node fetches them
+    # The model's files: patterns: which files of a repository source (hf://ORG/REPO) to fetch; []: all.
+    files: list[str] = field(factory=list, chars=PATH, items=256, text=Text.FREE)
     # A profile's arguments, an inline chat template among them.
     args: list[str] = field(factory=list, chars=65536, items=1024, text=Text.FREE)
     gpus: list[int] = field(factory=list, least=0, most=MANY - 1, items=MANY)  # NVML indices given to this shard

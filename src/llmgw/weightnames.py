@@ -13,11 +13,21 @@ A source is one of
   ``@refs%2Fpr%2F1``).  ``FILE`` may name a file in a folder of the repository
   (``hf://ORG/REPO/q4/model.gguf``).
 
+* ``hf://ORG/REPO`` or ``hf://ORG/REPO@REV`` (no file): the whole repository
+  at that revision — every file, or those the model's ``files:`` patterns
+  allow — fetched into one directory, as vLLM and SGLang load a model;
+* ``hf://ORG/REPO/NAME-00001-of-00003.gguf``: the first part of a split GGUF
+  fetches every part, under their own names in one directory, since
+  llama.cpp finds the other parts beside the first by name.
+
 A fetched file is stored under its *cache name*,
 ``llmgw-<first 16 hex digits of sha256(source)>-<safe file name>``.  The
 hash is of the source exactly as the catalog writes it, so the set of files
 llmgw fetched for a catalog is a calculation, not a guess: anything in the
-directory without such a name was put there by somebody else.
+directory without such a name was put there by somebody else.  A
+repository, or the parts of a split GGUF, is a directory under such a name;
+with ``files:`` patterns, ``llmgw-<16 hex>-<8 hex of the patterns>-<name>``,
+since another model may want other files of the same repository.
 
 The control plane and the agent both compute cache names — the control
 plane to tell which node holds a model and which files nobody wants, the
@@ -42,21 +52,49 @@ _CACHE_NAME = re.compile(r"llmgw-[0-9a-f]{16}-[A-Za-z0-9._-]{1,80}")
 _HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HF_REV = re.compile(r"[A-Za-z0-9._%-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# llama.cpp's gguf-split names: the stem, this part's number and the count, five digits each.
+SPLIT_GGUF = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf")
+MAX_SPLIT_PARTS = 1000
 
 
 @attrs.frozen
 class WeightsSource:
-    """A parsed ``source:``.  ``url`` is None for a local path, ``path`` for a URL."""
+    """A parsed ``source:``.  ``url`` is None for a local path and a repository, ``path`` for a URL.
+
+    ``layout`` is what a fetch makes: ``"file"``, or a directory —
+    ``"repository"`` (``hf://ORG/REPO[@REV]``) or ``"parts"`` (a split GGUF's
+    first part, fetched with the others).
+    """
 
     text: str  # as the catalog wrote it; the cache name hashes this
     kind: str  # "path" | "http" | "hf"
     file_name: str  # what a person calls it: "gemma-3-270m-q4_k_m.gguf"
     path: str | None = None
     url: str | None = None
+    layout: str = "file"  # "file" | "repository" | "parts"
+    # hf:// only: "ORG/REPO", the revision as written ("main" when none), the
+    # endpoint, and the file's path in the repository ("" for a repository).
+    repository: str | None = None
+    revision: str | None = None
+    endpoint: str | None = None
+    repo_path: str | None = None
 
     @property
     def fetched(self) -> bool:
         return self.kind != "path"
+
+    @property
+    def directory(self) -> bool:
+        """Whether a fetch of it makes a directory (a repository, or a split GGUF's parts)."""
+        return self.layout != "file"
+
+    def part_names(self) -> list[str]:
+        """The repository paths of every part of a split GGUF, the first one first."""
+        match = SPLIT_GGUF.fullmatch(self.file_name)
+        assert self.layout == "parts" and match is not None and self.repo_path is not None
+        folder = self.repo_path[: len(self.repo_path) - len(self.file_name)]
+        count = int(match.group("count"))
+        return [f"{folder}{match.group('stem')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
 def parse(source: object, *, hf_endpoint: str = HF_ENDPOINT) -> WeightsSource:
@@ -116,9 +154,10 @@ def _parse_http(source: str) -> WeightsSource:
 def _parse_hf(source: str, hf_endpoint: str) -> WeightsSource:
     rest = source[len("hf://"):]
     segments = rest.split("/")
-    if len(segments) < 3 or not all(segments):
+    if len(segments) < 2 or not all(segments):
         raise ValueError(
-            f"source {source!r}: write hf://ORG/REPO/FILE or hf://ORG/REPO@REVISION/FILE "
+            f"source {source!r}: write hf://ORG/REPO for a whole repository, or hf://ORG/REPO/FILE, "
+            "with @REVISION after REPO if not main "
             "(for example hf://unsloth/gemma-3-270m-it-GGUF/gemma-3-270m-it-Q4_K_M.gguf)"
         )
     org, repo, *file_parts = segments
@@ -140,36 +179,68 @@ def _parse_hf(source: str, hf_endpoint: str) -> WeightsSource:
     for part in file_parts:
         if part in (".", "..") or "\\" in part or "?" in part or "#" in part:
             raise ValueError(f"source {source!r}: file path segment {part!r} is not allowed")
+    endpoint = hf_endpoint.rstrip("/")
+    where = dict(repository=f"{org}/{repo}", revision=revision, endpoint=endpoint, repo_path="/".join(file_parts))
+    if not file_parts:
+        return WeightsSource(text=source, kind="hf", file_name=repo, layout="repository", **where)
+    split = SPLIT_GGUF.fullmatch(file_parts[-1])
+    if split is not None:
+        index, count = int(split.group("index")), int(split.group("count"))
+        if not 1 <= count <= MAX_SPLIT_PARTS or not 1 <= index <= count:
+            raise ValueError(f"source {source!r}: part {index} of {count} is not a split GGUF's part "
+                             f"(1 to {MAX_SPLIT_PARTS} parts)")
+        if index != 1:
+            first = f"{split.group('stem')}-00001-of-{count:05d}.gguf"
+            raise ValueError(f"source {source!r}: name the first part, {first}; llmgw fetches every part "
+                             "beside it, where llama.cpp looks for them")
+        return WeightsSource(text=source, kind="hf", file_name=file_parts[-1], layout="parts", **where)
     file_path = "/".join(quote(p, safe="") for p in file_parts)
-    url = f"{hf_endpoint.rstrip('/')}/{org}/{repo}/resolve/{revision}/{file_path}"
-    return WeightsSource(text=source, kind="hf", file_name=file_parts[-1], url=url)
+    url = f"{endpoint}/{org}/{repo}/resolve/{revision}/{file_path}"
+    return WeightsSource(text=source, kind="hf", file_name=file_parts[-1], url=url, **where)
 
 
-def _safe_file_name(source: str) -> str:
+def _safe_file_name(source: str, room: int) -> str:
     try:
         name = parse(source).file_name
     except ValueError:
         name = source.rstrip("/").rsplit("/", 1)[-1]
-    safe = _UNSAFE.sub("_", name)[-80:].lstrip(".")
+    safe = _UNSAFE.sub("_", name)[-room:].lstrip(".")
     if safe.endswith(PARTIAL_SUFFIX):
         # A file that ends in .partial would read as an unfinished download.
         safe = safe[:-len(PARTIAL_SUFFIX)] + "_partial"
     return safe or "weights"
 
 
-def cache_name(source: str) -> str:
+def patterns_key(files: object) -> str:
+    """The ``files:`` patterns as one string, whatever their order; "" for none (every file)."""
+    if not files or isinstance(files, str):
+        return ""
+    return "\n".join(sorted({f for f in files if isinstance(f, str)}))
+
+
+def source_prefix(source: str) -> str:
+    """``llmgw-<sha256(source)[:16]>-``: how every cache name of *source* starts, with any patterns."""
+    return f"llmgw-{hashlib.sha256(source.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}-"
+
+
+def cache_name(source: str, files: object = ()) -> str:
     """``llmgw-<sha256(source)[:16]>-<safe file name>``: the name a fetched *source* is stored under.
 
     Defined for any string, valid or not, so a catalog entry always protects
     the file named after it, whatever this version thinks of its syntax.
+    With *files* (a repository's ``files:`` patterns), 8 hex digits of
+    their digest come before the name.
     """
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"llmgw-{digest}-{_safe_file_name(source)}"
+    patterns = patterns_key(files)
+    if not patterns:
+        return source_prefix(source) + _safe_file_name(source, 80)
+    digest = hashlib.sha256(patterns.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{source_prefix(source)}{digest}-{_safe_file_name(source, 71)}"
 
 
-def partial_name(source: str) -> str:
+def partial_name(source: str, files: object = ()) -> str:
     """The temporary name a download of *source* is written under until it is verified."""
-    return cache_name(source) + PARTIAL_SUFFIX
+    return cache_name(source, files) + PARTIAL_SUFFIX
 
 
 def is_cache_name(name: object) -> bool:

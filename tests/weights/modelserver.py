@@ -32,6 +32,7 @@ class Served:
     hang: bool = False  # never answer at all
     status: int = 200  # anything else: an error page
     body: bytes = b""  # the error page
+    headers: dict = attrs.Factory(dict)  # more response headers (X-Linked-Etag), on a redirect too
 
 
 @attrs.define
@@ -96,6 +97,8 @@ class ModelServer(resource.Resource):
             seen.status = 404
             request.setResponseCode(404)
             return b"no such model\n"
+        for name, value in served.headers.items():
+            request.setHeader(name.encode(), value.encode())
         if served.hang:
             self._channels.append(request)
             return server.NOT_DONE_YET

@@ -175,6 +175,13 @@ def test_unwanted_lists_fetched_files_no_source_names(tmp_path):
     assert unwanted(files, wanted + [dropped, "https://x/y.gguf"]) == []
 
 
+def test_a_wanted_source_protects_its_cache_names_with_any_files_patterns(tmp_path):
+    repo = "hf://org/repo"
+    files = [WeightsFile(str(tmp_path / cache_name(repo, ["*.json"])), 1),
+             WeightsFile(str(tmp_path / cache_name("hf://org/other", ["*.json"])), 2)]
+    assert unwanted(files, [repo]) == [files[1]]
+
+
 def test_a_source_this_version_cannot_parse_still_protects_its_file(tmp_path):
     odd = "hf://org/repo/future syntax"
     files = [WeightsFile(str(tmp_path / cache_name(odd)), 1)]
@@ -224,3 +231,68 @@ def test_no_request_removes_anything_but_a_fetched_file_in_the_cache(linked, ask
         keys = {p if isinstance(p, str) else repr(p) for p in paths}
         assert keys == set(result.removed) | set(result.refused)  # every request is answered
         assert all(why.startswith(f"refused {key}: ") for key, why in result.refused.items())
+
+
+# -- repositories: a directory llmgw fetched, removed whole or not at all --
+
+REPO = cache_name("hf://acme/tiny")
+
+
+def fetched_repository(cache: Path, listed=("config.json", "model.safetensors", "tokenizer/vocab.txt")) -> Path:
+    """A directory as a repository fetch leaves it: the files, and .llmgw-repo.json listing them."""
+    import json
+
+    top = cache / REPO
+    for path in listed:
+        (top / path).parent.mkdir(parents=True, exist_ok=True)
+        (top / path).write_bytes(b"w")
+    (top / ".llmgw-repo.json").write_text(json.dumps({"files": [{"path": p, "size": 1} for p in listed]}))
+    return top
+
+
+def test_a_fetched_repository_is_removed_whole(tmp_path):
+    fetched_repository(tmp_path)
+    assert collect(tmp_path, [str(tmp_path / REPO)]).removed == [str(tmp_path / REPO)]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("stranger, named", [
+    (lambda top: (top / "notes.txt").write_text("mine"), "holds notes.txt, which llmgw did not fetch"),
+    (lambda top: (top / "tokenizer" / "extra").mkdir(), "holds tokenizer/extra, which llmgw did not fetch"),
+    (lambda top: os.symlink("/etc/passwd", top / "passwd"), "holds passwd, which llmgw did not fetch"),
+    (lambda top: (top / ".llmgw-repo.json").unlink(), "a directory without .llmgw-repo.json"),
+    (lambda top: (top / ".llmgw-repo.json").write_text('{"files": [{"path": "../../x"}]}'),
+     "is not a list of the files llmgw fetched"),
+], ids=["an operator's file", "a folder", "a link", "no list", "a list that climbs out"])
+def test_a_repository_with_anything_llmgw_did_not_fetch_is_refused_whole(tmp_path, stranger, named):
+    top = fetched_repository(tmp_path)
+    stranger(top)
+    before = sorted(str(p) for p in top.rglob("*"))
+    result = collect(tmp_path, [str(top)])
+    assert result.removed == [] and named in result.refused[str(top)]
+    assert sorted(str(p) for p in top.rglob("*")) == before
+
+
+def test_a_listed_name_that_is_a_link_loses_the_link_never_its_target(tmp_path):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"somebody's")
+    cache = tmp_path / "cache"
+    top = fetched_repository(cache)
+    (top / "model.safetensors").unlink()
+    os.symlink(outside, top / "model.safetensors")
+    assert collect(cache, [str(top)]).removed == [str(top)]
+    assert outside.read_bytes() == b"somebody's"
+
+
+def test_unwanted_proposes_a_fetched_repository_no_source_names():
+    from types import SimpleNamespace
+
+    from llmgw.control.weights import unwanted_by_node
+    from llmgw.records import Inventory, WeightsReport
+
+    cache = "/w"
+    report = WeightsReport(files=[WeightsFile(f"{cache}/{REPO}/config.json", 1)], listed=True, cache_dir=cache,
+                           directories=[WeightsFile(f"{cache}/{REPO}", 1)])
+    fleet = SimpleNamespace(nodes={"n1": SimpleNamespace(id="n1", inventory=Inventory(node_id="n1", weights=report))})
+    assert unwanted_by_node(fleet, []) == {"n1": [WeightsFile(f"{cache}/{REPO}", 1)]}
+    assert unwanted_by_node(fleet, ["hf://acme/tiny"]) == {"n1": []}

@@ -12,6 +12,7 @@ from llmgw.agent.weights import (
     WeightsReport,
     cache_name,
     fingerprint,
+    model_directories,
     partial_name,
     scan,
 )
@@ -106,6 +107,8 @@ def test_a_watch_reports_the_first_scan_and_then_only_changes(dirs):
 
 @pytest.mark.parametrize("record", [
     WeightsReport(files=[WeightsFile("/w/a.gguf", 3)], fingerprint="ab", listed=True, cache_dir="/w"),
+    WeightsReport(files=[WeightsFile("/w/q/config.json", 3)], fingerprint="ab", listed=True, cache_dir="/w",
+                  directories=[WeightsFile("/w/q", 3)]),
     WeightsReport(),
     Progress(source="hf://o/r/m.gguf", file_name="m.gguf", bytes_done=5, bytes_total=None, rate_bps=None),
     Progress(source="https://h/m", file_name="m", bytes_done=5, bytes_total=9, rate_bps=2.5, final=True,
@@ -120,3 +123,28 @@ def test_a_report_from_an_older_agent_says_nothing_about_what_it_holds():
     # Absent is not zero: a report without the flag is no claim that the node is empty.
     old = from_wire(WeightsReport, {})
     assert old.listed is False and old.fingerprint is None
+
+
+def test_model_directories_are_fetched_repositories_and_folders_a_loader_can_open(tmp_path):
+    cache, filer = tmp_path / "llmgw-weights", tmp_path / "filer"
+    parts = cache / cache_name("hf://o/big/big-00001-of-00002.gguf")  # no config.json, but llmgw fetched it
+    for name, size in (("big-00001-of-00002.gguf", 10), ("big-00002-of-00002.gguf", 20)):
+        (parts / "q4").mkdir(parents=True, exist_ok=True)
+        (parts / "q4" / name).write_bytes(b"g" * size)
+    diffusion = filer / "sd"  # a config.json in a subfolder makes that folder a model too
+    (diffusion / "unet").mkdir(parents=True)
+    (diffusion / "unet" / "config.json").write_text("{}")
+    (diffusion / "model_index.json").write_text("{}")
+    split = filer / "hand-copied"
+    split.mkdir()
+    (split / "x-00001-of-00002.gguf").write_bytes(b"a")
+    (split / "x-00002-of-00002.gguf").write_bytes(b"bb")
+    (filer / "loose.gguf").write_bytes(b"x")
+    staged = cache / partial_name("hf://o/next")
+    staged.mkdir()
+    (staged / "config.json").write_text("{}")
+    found = model_directories(scan([cache, filer]), cache)
+    assert [(d.path, d.size_bytes) for d in found] == [
+        (str(filer / "hand-copied"), 3), (str(diffusion / "unet"), 2), (str(parts), 30), (str(parts / "q4"), 30)]
+    # Without the cache directory, by content only: the fetched one is known by its first part's folder.
+    assert model_directories(scan([cache, filer])) == [found[0], found[1], found[3]]

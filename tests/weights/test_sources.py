@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.agent.weights.sources import local_path_for, request_headers
-from llmgw.weightnames import cache_name, is_cache_name, parse, partial_name
+from llmgw.weightnames import cache_name, is_cache_name, parse, partial_name, source_prefix
 
 GEMMA = "hf://unsloth/gemma-3-270m-it-GGUF/gemma-3-270m-it-Q4_K_M.gguf"
 
@@ -36,6 +36,29 @@ def test_sources_parse(source, kind, url, file_name):
     assert parsed.fetched == (kind != "path")
 
 
+def test_a_repository_and_a_split_gguf_are_fetched_as_directories():
+    repo = parse("hf://Qwen/Qwen3-0.6B@refs%2Fpr%2F1", hf_endpoint="http://127.0.0.1:9999/")
+    assert (repo.layout, repo.directory, repo.url, repo.file_name) == ("repository", True, None, "Qwen3-0.6B")
+    assert (repo.repository, repo.revision, repo.endpoint) == ("Qwen/Qwen3-0.6B", "refs%2Fpr%2F1",
+                                                                "http://127.0.0.1:9999")
+    assert parse("hf://Qwen/Qwen3-0.6B").revision == "main"
+    split = parse("hf://org/big-GGUF/Q4/big-00001-of-00003.gguf")
+    assert (split.layout, split.directory, split.url) == ("parts", True, None)
+    assert split.part_names() == ["Q4/big-00001-of-00003.gguf", "Q4/big-00002-of-00003.gguf",
+                                  "Q4/big-00003-of-00003.gguf"]
+    single = parse("hf://org/repo/m.gguf")
+    assert (single.layout, single.directory, single.repo_path) == ("file", False, "m.gguf")
+
+
+def test_files_patterns_give_a_repository_a_cache_name_of_its_own_in_any_order():
+    plain = cache_name("hf://org/repo")
+    some = cache_name("hf://org/repo", ["*.json", "*.safetensors"])
+    assert plain.startswith(source_prefix("hf://org/repo")) and some.startswith(source_prefix("hf://org/repo"))
+    assert plain != some == cache_name("hf://org/repo", ("*.safetensors", "*.json", "*.json"))
+    assert cache_name("hf://org/repo", ()) == plain
+    assert is_cache_name(some) and is_cache_name(cache_name("hf://org/" + "r" * 90, ["*"]))
+
+
 def test_hf_endpoint_can_be_a_mirror():
     parsed = parse("hf://org/repo/m.gguf", hf_endpoint="http://127.0.0.1:9999/")
     assert parsed.url == "http://127.0.0.1:9999/org/repo/resolve/main/m.gguf"
@@ -55,9 +78,12 @@ def test_hf_endpoint_can_be_a_mirror():
     ("https://host/a b.gguf", "percent-encode"),
     ("https://höst/m.gguf", "percent-encode"),
     ("https://host/m.gguf#frag", "#fragment"),
-    ("hf://org/repo", "write hf://ORG/REPO/FILE"),
-    ("hf://org//m.gguf", "write hf://ORG/REPO/FILE"),
-    ("hf://org/repo/", "write hf://ORG/REPO/FILE"),
+    ("hf://org", "write hf://ORG/REPO for a whole repository, or hf://ORG/REPO/FILE"),
+    ("hf://org//m.gguf", "write hf://ORG/REPO for a whole repository"),
+    ("hf://org/repo/", "write hf://ORG/REPO for a whole repository"),
+    ("hf://org/repo/m-00002-of-00003.gguf", "name the first part, m-00001-of-00003.gguf"),
+    ("hf://org/repo/m-00004-of-00003.gguf", "part 4 of 3 is not a split GGUF's part"),
+    ("hf://org/repo/m-00001-of-01001.gguf", "(1 to 1000 parts)"),
     ("hf://org/repo@/m.gguf", "nothing after @"),
     ("hf://-org/repo/m.gguf", "organisation '-org'"),
     ("hf://org/re po/m.gguf", "repository 're po'"),
@@ -122,6 +148,10 @@ def test_every_source_has_a_cache_name_that_is_one_plain_file_name(source):
 def test_local_path_for(tmp_path):
     assert local_path_for("/srv/models/m.gguf", tmp_path) == Path("/srv/models/m.gguf")
     assert local_path_for(GEMMA, tmp_path) == tmp_path / cache_name(GEMMA)
+    assert local_path_for("hf://org/repo", tmp_path) == tmp_path / cache_name("hf://org/repo")
+    assert local_path_for("hf://org/repo", tmp_path, ["*.json"]) == tmp_path / cache_name("hf://org/repo", ["*.json"])
+    split = "hf://org/repo/q/m-00001-of-00002.gguf"
+    assert local_path_for(split, tmp_path) == tmp_path / cache_name(split) / "q" / "m-00001-of-00002.gguf"
     with pytest.raises(ValueError):
         local_path_for("relative.gguf", tmp_path)
 
@@ -132,3 +162,27 @@ def test_hf_token_is_sent_to_hf_sources_only():
     assert request_headers(parse("https://mirror.lab/m.gguf"), env) == {}
     assert request_headers(parse(GEMMA), {}) == {}
     assert request_headers(parse(GEMMA), {"HF_TOKEN": "  "}) == {}
+
+
+SERVER_YAML = """\
+listen: {link: "ssl:7443", api: "tcp:8080", admin: "tcp:9090"}
+tls: {ca: ca.crt, cert: server.crt, key: server.key}
+profiles:
+  qwen-cpu: {engine: vllm}
+models:
+  qwen: {source: "hf://Qwen/Qwen3-0.6B", profile: qwen-cpu, files: %s}
+"""
+
+
+def test_a_models_files_patterns_are_read_from_server_yaml(tmp_path):
+    from llmgw.config import load_server_config
+    from llmgw.errors import ConfigError
+
+    for name in ("ca.crt", "server.crt", "server.key"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "server.yaml").write_text(SERVER_YAML % '["*.json", "*.safetensors", "tokenizer/"]')
+    config = load_server_config(tmp_path / "server.yaml")
+    assert config.models["qwen"].files == ("*.json", "*.safetensors", "tokenizer/")
+    (tmp_path / "server.yaml").write_text(SERVER_YAML % '["/etc/*"]')
+    with pytest.raises(ConfigError, match=r"models\.qwen\.files\[0\].*not starting with /"):
+        load_server_config(tmp_path / "server.yaml")

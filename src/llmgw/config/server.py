@@ -211,6 +211,8 @@ class Model:
     sha256: str | None = None
     # Room the weights need on a node that fetches them, in GB; None: not stated.
     disk_gb: float | None = None
+    # Glob patterns of the files of a repository source (hf://ORG/REPO) to fetch; (): every file.
+    files: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -404,6 +406,13 @@ ROUTER_FIELDS = {
 ROUTER_SECTION = Section(RouterSettings, ROUTER_FIELDS)
 
 
+def _check_files_pattern(text: str) -> None:
+    """A model's ``files:`` pattern matches paths in a repository: nothing that could not be one."""
+    if not text or len(text) > 1024 or re.search(r"[\x00-\x1f\x7f\\]", text) or text.startswith("/"):
+        raise ValueError("a pattern is a path in the repository, 1 to 1024 characters, not starting with /, "
+                         "without control characters or backslashes (config.json, *.safetensors, tokenizer/)")
+
+
 SCHEMA = Section(
     ServerConfig,
     {
@@ -462,6 +471,8 @@ SCHEMA = Section(
                     "replicas": Int(min=0),
                     "sha256": Nullable(SHA256),
                     "disk_gb": Nullable(Number(min=0)),
+                    "files": ListOf(Str(what="a glob pattern of a repository's files (*.safetensors)",
+                                        check=_check_files_pattern)),
                 },
             )
         ),

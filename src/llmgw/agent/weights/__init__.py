@@ -4,6 +4,8 @@
   (shared with the control plane, so it lives outside this package);
 * :mod:`.sources` — where a source's weights are on this node, what a fetch of it sends;
 * :mod:`.fetch` — :class:`Fetcher`: single-flight, resumable, verified downloads with progress;
+* :mod:`.snapshot` — a repository (``hf://ORG/REPO``) or a split GGUF, fetched into one directory
+  that appears only when every file is there;
 * :mod:`.inventory` — :func:`scan` the weights directories, :func:`fingerprint` the result;
 * :mod:`.collect` — :func:`collect`, the node's own check before any unlink.
 
@@ -17,12 +19,12 @@ from llmgw.weightnames import WeightsSource, cache_name, is_cache_name, parse, p
 from .collect import collect
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
 from .fetch import Fetcher
-from .inventory import InventoryWatch, fingerprint, is_weights_name, scan
+from .inventory import InventoryWatch, fingerprint, is_weights_name, model_directories, scan
 from .records import CollectResult, Progress, WeightsFile, WeightsReport
 from .sources import local_path_for
 
 __all__ = [
     "ChecksumMismatch", "CollectResult", "FetchError", "Fetcher", "InventoryWatch", "Progress",
     "SizeMismatch", "WeightsFile", "WeightsReport", "WeightsSource", "cache_name", "collect", "fingerprint",
-    "is_cache_name", "is_weights_name", "local_path_for", "parse", "partial_name", "scan",
+    "is_cache_name", "is_weights_name", "local_path_for", "model_directories", "parse", "partial_name", "scan",
 ]

@@ -79,6 +79,20 @@ class _Keep(protocol.Protocol):
             self.done.callback(self.body)
 
 
+async def read_json_body(response, clock, timeout_s: float, limit: int, what: str) -> bytes:
+    """A whole body of at most *limit* bytes (a listing), or FetchError naming *what* when longer or late."""
+    reader = _Keep(limit + 1)
+    response.deliverBody(reader)
+    reader.done.addTimeout(timeout_s, clock)
+    try:
+        body = await reader.done
+    except defer.TimeoutError:
+        raise FetchError(f"{what}: not all of it came within {timeout_s:g} s") from None
+    if len(body) > limit:
+        raise FetchError(f"{what} is over {limit} bytes, the most llmgw reads of a listing")
+    return body
+
+
 async def discard(response, clock, timeout_s: float, keep: int = 0) -> bytes:
     """Read (at most *keep* bytes of) a body we do not want, so its connection closes."""
     reader = _Keep(keep)

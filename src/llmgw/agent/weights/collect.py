@@ -18,7 +18,10 @@ A path is removed only when all of these hold:
   gives a file: an operator's file never has one;
 * at the moment of removal, that name in that directory is a regular file —
   not a symbolic link (wherever it points: llmgw fetches only regular files,
-  so a link there was put by somebody else), not a directory.
+  so a link there was put by somebody else) — or a directory llmgw fetched a
+  repository into: one whose ``.llmgw-repo.json`` lists every file in it.  A
+  directory with anything else in it (a file, a link, a folder the list does
+  not account for) is refused whole, naming what llmgw did not fetch.
 
 The check and the unlink use a descriptor of the cache directory and a bare
 file name (``lstat``/``unlink`` with ``dir_fd``), so no path component can be
@@ -28,6 +31,7 @@ is make the unlink remove a link instead of a file — never a link's target.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -36,6 +40,7 @@ from twisted.logger import Logger
 from llmgw.weightnames import is_cache_name
 
 from .records import CollectResult
+from .snapshot import MANIFEST, why_not_path
 
 log = Logger()
 
@@ -125,7 +130,7 @@ def _remove(dir_fd: int, name: str) -> str | None:
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link; llmgw fetches only regular files and never removes through a link"
     if stat.S_ISDIR(st.st_mode):
-        return "a directory; llmgw fetches only files"
+        return _remove_repository(dir_fd, name)
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
     try:
@@ -135,3 +140,97 @@ def _remove(dir_fd: int, name: str) -> str | None:
     except OSError as e:
         return f"could not be removed ({e.strerror})"
     return None
+
+
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def _remove_repository(dir_fd: int, name: str) -> str | None:
+    """Remove the repository llmgw fetched into the directory *name*, if everything in it is what it fetched."""
+    try:
+        top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+        return f"cannot be opened ({e.strerror})"
+    try:
+        listed = _manifest(top)
+        if isinstance(listed, str):
+            return listed
+        files, folders = _contents(top, "")
+        stranger = sorted((files - listed - {MANIFEST}) | (folders - _folders_of(listed)))
+        if stranger:
+            return (f"holds {stranger[0]}, which llmgw did not fetch ({len(stranger)} such); "
+                    "llmgw removed nothing of it: remove the directory by hand")
+        for path in sorted(files, key=lambda p: (-p.count("/"), p)):
+            _at(top, path, os.unlink)
+        for path in sorted(folders, key=lambda p: (-p.count("/"), p)):
+            _at(top, path, os.rmdir)
+    except OSError as e:
+        return f"could not be removed whole ({e.strerror})"
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError as e:
+        return f"could not be removed ({e.strerror})"
+    return None
+
+
+def _manifest(top: int) -> set[str] | str:
+    """The files the directory's .llmgw-repo.json lists, or why there is no such list to trust."""
+    try:
+        fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+    except FileNotFoundError:
+        return f"a directory without {MANIFEST}, so not one llmgw fetched a repository into"
+    except OSError as e:
+        return f"its {MANIFEST} cannot be read ({e.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        entries = json.loads(data)["files"] if len(data) <= MAX_MANIFEST_BYTES else None
+        paths = {e["path"] for e in entries}
+    except (ValueError, KeyError, TypeError):
+        paths = None
+    if paths is None or any(why_not_path(p) is not None for p in paths):
+        return f"its {MANIFEST} is not a list of the files llmgw fetched; remove the directory by hand"
+    return paths
+
+
+def _contents(fd: int, prefix: str) -> tuple[set[str], set[str]]:
+    """Every file (anything but a folder: links too) and folder under *fd*, as paths from the top."""
+    files: set[str] = set()
+    folders: set[str] = set()
+    with os.scandir(fd) as entries:
+        found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in found:
+        path = prefix + name
+        if not is_dir:
+            files.add(path)
+            continue
+        folders.add(path)
+        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            more_files, more_folders = _contents(sub, path + "/")
+        finally:
+            os.close(sub)
+        files |= more_files
+        folders |= more_folders
+    return files, folders
+
+
+def _folders_of(paths: set[str]) -> set[str]:
+    return {"/".join(p.split("/")[:i]) for p in paths for i in range(1, p.count("/") + 1)}
+
+
+def _at(top: int, path: str, act) -> None:
+    """*act* (unlink or rmdir) on *path* under *top*, through descriptors that never follow a link."""
+    *folders, name = path.split("/")
+    fds = []
+    try:
+        here = top
+        for folder in folders:
+            here = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+            fds.append(here)
+        act(name, dir_fd=here)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)

@@ -7,6 +7,10 @@ only once a download is complete and verified: the bytes go to
 ``<cache name>.partial`` first, and are renamed only when the size matches
 what the server said and the sha256 matches what the catalog said.
 
+A repository (``hf://ORG/REPO[@REV]``) or a split GGUF is fetched the same
+way file by file into one directory, renamed into place whole: see
+:mod:`.snapshot`.
+
 One download per source, however many shards ask: the second caller waits on
 the first one's download.  A download that is cut off keeps its ``.partial``,
 and the next fetch continues it with a Range request; a ``.partial`` whose
@@ -32,7 +36,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH
 
 from llmgw.webclient import connection_pool
-from llmgw.weightnames import HF_ENDPOINT, WeightsSource, cache_name, parse, partial_name
+from llmgw.weightnames import HF_ENDPOINT, WeightsSource, cache_name, parse, partial_name, patterns_key
 
 from .body import Writer, describe, discard
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
@@ -55,8 +59,10 @@ class Fetcher:
     when it ends.  *environ* supplies ``HF_TOKEN`` and ``HF_ENDPOINT``
     (a mirror of huggingface.co); it defaults to the process environment.
     *max_bytes* refuses a file larger than that, whether the server says so
-    up front or keeps sending; *check* names what to check when the server
-    has no such file (the engine installer fetches release archives too).
+    up front or keeps sending (a repository: all its files together);
+    *check* names what to check when the server has no such file (the
+    engine installer fetches release archives too).  *max_listing_bytes*
+    and *max_files* bound what llmgw reads of a repository's listing.
     """
 
     def __init__(self, reactor, weights_dir: str | os.PathLike, clock=None,
@@ -65,7 +71,8 @@ class Fetcher:
                  connect_timeout_s: float = 30.0, idle_timeout_s: float = 60.0,
                  progress_interval_s: float = 1.0, lock_poll_s: float = 5.0,
                  tls_policy=None, redirect_limit: int = 10, max_bytes: int | None = None,
-                 check: str = "the model's source"):
+                 check: str = "the model's source", max_listing_bytes: int = 16 << 20,
+                 max_files: int = 10_000):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         self.weights_dir = Path(weights_dir)
@@ -77,25 +84,30 @@ class Fetcher:
         self._lock_poll_s = lock_poll_s
         self._max_bytes = max_bytes
         self._check = check
+        self.max_listing_bytes = max_listing_bytes
+        self.max_files = max_files
         pool = connection_pool(reactor, persistent=False)
         agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
                       connectTimeout=connect_timeout_s, pool=pool)
         # Hugging Face answers with a redirect to its CDN on another host; the
         # redirect agent drops Authorization when the host changes.
         self._agent = BrowserLikeRedirectAgent(agent, redirectLimit=redirect_limit)
-        self._flights: dict[str, list[defer.Deferred]] = {}
+        # (source, its files: patterns) -> the callers waiting on its one fetch
+        self._flights: dict[tuple[str, str], list[defer.Deferred]] = {}
 
     def in_flight(self) -> frozenset[str]:
         """The sources being fetched now."""
-        return frozenset(self._flights)
+        return frozenset(source for source, _ in self._flights)
 
-    def fetch(self, source: str, sha256: str | None = None, expected_size: int | None = None) -> defer.Deferred:
+    def fetch(self, source: str, sha256: str | None = None, expected_size: int | None = None,
+              files: tuple[str, ...] | list[str] = ()) -> defer.Deferred:
         """A Deferred firing with the local path of *source*'s weights, or failing with a FetchError.
 
         While a fetch of *source* runs, further calls wait for it and its
         checks (the first caller's *sha256* and *expected_size*) apply to all.
         Cancelling one caller's Deferred stops that caller waiting, not the
-        download.
+        download.  *files* are a repository's ``files:`` patterns (none:
+        every file); a fetch with other patterns is another fetch.
         """
         try:
             parsed = parse(source, hf_endpoint=self._hf_endpoint)
@@ -103,19 +115,50 @@ class Fetcher:
             return defer.fail(FetchError(str(e)))
         if sha256 is not None and not _SHA256.fullmatch(sha256):
             return defer.fail(FetchError(f"sha256 {sha256!r} for {source} is not 64 hex digits"))
-        waiters = self._flights.get(source)
+        if parsed.directory and (sha256 is not None or expected_size is not None):
+            return defer.fail(FetchError(
+                f"{source} is {'a repository' if parsed.layout == 'repository' else 'a split GGUF'}: "
+                "its files are checked against the hub's listing; remove the model's sha256"))
+        if files and parsed.layout != "repository":
+            return defer.fail(FetchError(f"{source} is not a repository (hf://ORG/REPO): files: patterns "
+                                         "choose files of a repository only; remove them"))
+        key = (source, patterns_key(files))
+        waiters = self._flights.get(key)
         fresh = waiters is None
         if fresh:
-            waiters = self._flights[source] = []
+            waiters = self._flights[key] = []
         waiter: defer.Deferred = defer.Deferred(lambda d: waiters.remove(d) if d in waiters else None)
         waiters.append(waiter)
         if fresh:
-            flight = defer.Deferred.fromCoroutine(self._fetch(parsed, sha256 and sha256.lower(), expected_size))
-            flight.addBoth(self._landed, source)
+            if parsed.directory:
+                from .snapshot import Snapshot
+
+                flight = defer.Deferred.fromCoroutine(Snapshot(self, parsed, tuple(files)).run())
+            else:
+                flight = defer.Deferred.fromCoroutine(self._fetch(parsed, sha256 and sha256.lower(), expected_size))
+            flight.addBoth(self._landed, key)
         return waiter
 
-    def _landed(self, result, source: str) -> None:
-        for waiter in self._flights.pop(source, []):
+    async def get(self, src: WeightsSource, url: str, offset: int = 0):
+        """The response to a GET of *url* for *src* (from byte *offset*), or FetchError when none came."""
+        headers = Headers({b"User-Agent": [b"llmgw-agent"], b"Accept-Encoding": [b"identity"]})
+        if offset:
+            headers.setRawHeaders(b"Range", [f"bytes={offset}-".encode("ascii")])
+        for name, value in request_headers(src, self._environ).items():
+            headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
+        request = self._agent.request(b"GET", url.encode("ascii"), headers)
+        request.addTimeout(self._idle_timeout_s, self._clock)
+        try:
+            return await request
+        except Exception as e:
+            # Only the timeout cancels a request; the agent reports that wrapped
+            # (ResponseNeverReceived of a CancelledError) or plain.
+            if isinstance(e, defer.TimeoutError) or _cancelled(e):
+                raise FetchError(f"{url}: no answer within {self._idle_timeout_s:g} s") from None
+            raise FetchError(f"{url}: {describe(e)}") from None
+
+    def _landed(self, result, key: tuple[str, str]) -> None:
+        for waiter in self._flights.pop(key, []):
             if isinstance(result, Failure):
                 waiter.errback(result)
             else:
@@ -171,15 +214,56 @@ def _header(response, name: bytes) -> str | None:
     return values[0].decode("latin-1") if values else None
 
 
+def _linked_sha256(response) -> str | None:
+    """The sha256 in ``X-Linked-Etag`` on *response* or a redirect before it, when it is one."""
+    while response is not None:
+        value = _header(response, b"X-Linked-Etag")
+        if value is not None:
+            value = value.strip().removeprefix("W/").strip('"').lower()
+            return value if _SHA256.fullmatch(value) else None
+        response = getattr(response, "previousResponse", None)
+    return None
+
+
+async def refused(fetcher: Fetcher, src: WeightsSource, response, url: str | None = None) -> FetchError:
+    """What an error answer to a request for *src* (at *url*, if not its own) means, and what to do."""
+    body = await discard(response, fetcher._clock, fetcher._idle_timeout_s, keep=2048)
+    said = body.decode("utf-8", "replace").strip().splitlines()[:1]
+    detail = f" ({said[0][:200]})" if said else ""
+    what = f"{url or src.url}: HTTP {response.code} {response.phrase.decode('latin-1')}{detail}"
+    if src.kind == "hf" and response.code in (401, 403):
+        if "Authorization" in request_headers(src, fetcher._environ):
+            return FetchError(f"{what}; the HF_TOKEN sent was refused: check that it may read this repository")
+        return FetchError(f"{what}; this repository needs a token: set HF_TOKEN in the agent's environment")
+    if response.code == 404:
+        kind = _header(response, b"X-Error-Code")
+        if kind == "RevisionNotFound":
+            return FetchError(f"{what}; {src.repository} has no revision {src.revision}: check the source's @REVISION")
+        if kind == "RepoNotFound":
+            return FetchError(f"{what}; there is no repository {src.repository} (or it is private: set HF_TOKEN)")
+        return FetchError(f"{what}; check {fetcher._check}")
+    return FetchError(what)
+
+
 class _Download:
-    """One download of one source into its locked partial file, up to the rename."""
+    """One download of one source into its locked partial file, up to the rename.
+
+    *report*, when given, receives each progress report's figures instead of
+    the fetcher's callback (a repository reports bytes of the whole).
+    """
 
     def __init__(self, fetcher: Fetcher, src: WeightsSource, file, partial: Path, final: Path,
-                 sha256: str | None, expected_size: int | None):
+                 sha256: str | None, expected_size: int | None, report=None):
         self.f, self.src, self.file, self.partial, self.final = fetcher, src, file, partial, final
         self.sha256, self.expected_size = sha256, expected_size
         self.clock, self.idle_timeout_s = fetcher._clock, fetcher._idle_timeout_s
-        self.max_bytes = fetcher._max_bytes
+        # A file of a listing is the size the listing says: more is an error.
+        self.max_bytes = fetcher._max_bytes if expected_size is None else expected_size
+        self.report_to = report
+        # Who gave the sha256, and what to do when the bytes are not those.
+        self.said_by, self.advice = "the catalog", "Check the model's source and sha256 in server.yaml"
+        if report is not None:
+            self.said_by, self.advice = "the hub's listing", "The next fetch downloads it again"
         self.total: int | None = None
         self.done = 0  # bytes in the partial file
         self.received = 0  # bytes received in this download
@@ -233,7 +317,8 @@ class _Download:
                     hasher = hashlib.sha256() if self.sha256 else None
                 self.total = None if response.length is UNKNOWN_LENGTH else response.length
             else:
-                raise await self._refused(response)
+                raise await refused(self.f, self.src, response)
+            hasher = await self._linked(response, offset, hasher)
             if self.total is not None and self.expected_size is not None and self.total != self.expected_size:
                 await discard(response, self.clock, self.idle_timeout_s)
                 raise SizeMismatch(f"{self.src.url} is {self.total} bytes, expected {self.expected_size}; "
@@ -251,6 +336,28 @@ class _Download:
             return await self._finish(hasher)
         raise FetchError(f"{self.src.url} answers Range requests inconsistently; "
                          f"remove {self.partial} and try again")
+
+    async def _linked(self, response, offset: int, hasher):
+        """The hasher, now also for the sha256 the hub sends with an LFS file (``X-Linked-Etag``).
+
+        Hugging Face publishes an LFS file's sha256 with its download (on the
+        redirect to its CDN), so an hf:// file is verified even when nobody
+        gave a sha256; one that contradicts the sha256 given is refused before
+        its bytes are read.
+        """
+        linked = _linked_sha256(response) if self.src.kind == "hf" else None
+        if linked is None:
+            return hasher
+        if self.sha256 is None:
+            self.sha256, self.said_by = linked, "the hub (X-Linked-Etag)"
+            self.advice = "The next fetch downloads it again; if it fails again, the hub or a proxy is at fault"
+            return await self._hash_prefix(offset)
+        if linked != self.sha256:
+            await discard(response, self.clock, self.idle_timeout_s)
+            self.partial.unlink(missing_ok=True)
+            raise ChecksumMismatch(f"{self.src.file_name} from {self.src.url}: the hub says its sha256 is {linked}, "
+                                   f"{self.said_by} says {self.sha256}; nothing was kept. {self.advice}")
+        return hasher
 
     def _restart(self) -> int:
         self.file.seek(0)
@@ -281,21 +388,7 @@ class _Download:
         return threads.deferToThreadPool(reactor, reactor.getThreadPool(), fn)
 
     async def _request(self, offset: int):
-        headers = Headers({b"User-Agent": [b"llmgw-agent"], b"Accept-Encoding": [b"identity"]})
-        if offset:
-            headers.setRawHeaders(b"Range", [f"bytes={offset}-".encode("ascii")])
-        for name, value in request_headers(self.src, self.f._environ).items():
-            headers.setRawHeaders(name.encode("ascii"), [value.encode("latin-1")])
-        request = self.f._agent.request(b"GET", self.src.url.encode("ascii"), headers)
-        request.addTimeout(self.idle_timeout_s, self.clock)
-        try:
-            return await request
-        except Exception as e:
-            # Only the timeout cancels a request; the agent reports that wrapped
-            # (ResponseNeverReceived of a CancelledError) or plain.
-            if isinstance(e, defer.TimeoutError) or _cancelled(e):
-                raise FetchError(f"{self.src.url}: no answer within {self.idle_timeout_s:g} s") from None
-            raise FetchError(f"{self.src.url}: {describe(e)}") from None
+        return await self.f.get(self.src, self.src.url, offset)
 
     def _content_range(self, response) -> tuple[int | None, int | None, int | None]:
         text = _header(response, b"Content-Range") or ""
@@ -305,19 +398,6 @@ class _Download:
         start, end, total = match.groups()
         return (int(start) if start else None, int(end) if end else None,
                 int(total) if total and total != "*" else None)
-
-    async def _refused(self, response) -> FetchError:
-        body = await discard(response, self.clock, self.idle_timeout_s, keep=2048)
-        said = body.decode("utf-8", "replace").strip().splitlines()[:1]
-        detail = f" ({said[0][:200]})" if said else ""
-        what = f"{self.src.url}: HTTP {response.code} {response.phrase.decode('latin-1')}{detail}"
-        if self.src.kind == "hf" and response.code in (401, 403):
-            if "Authorization" in request_headers(self.src, self.f._environ):
-                return FetchError(f"{what}; the HF_TOKEN sent was refused: check that it may read this repository")
-            return FetchError(f"{what}; this repository needs a token: set HF_TOKEN in the agent's environment")
-        if response.code == 404:
-            return FetchError(f"{what}; check {self.f._check}")
-        return FetchError(what)
 
     async def _finish(self, hasher) -> Path:
         self.file.flush()
@@ -331,8 +411,8 @@ class _Download:
         if hasher is not None and hasher.hexdigest() != self.sha256:
             self.partial.unlink(missing_ok=True)
             raise ChecksumMismatch(
-                f"{self.src.file_name} from {self.src.url} has sha256 {hasher.hexdigest()}, the catalog says "
-                f"{self.sha256}; the download was deleted. Check the model's source and sha256 in server.yaml")
+                f"{self.src.file_name} from {self.src.url} has sha256 {hasher.hexdigest()}, {self.said_by} says "
+                f"{self.sha256}; the download was deleted. {self.advice}")
         await self._in_thread(lambda: os.fsync(self.file.fileno()))
         os.replace(self.partial, self.final)
         log.info("fetched {name} into {final} ({size} bytes)", name=self.src.file_name, final=self.final, size=size)
@@ -359,6 +439,9 @@ class _Download:
             elapsed, moved = now - self.last[0], self.received - self.last[1]
             self.last = (now, self.received)
         rate = moved / elapsed if elapsed > 0 else None
+        if self.report_to is not None:
+            self.report_to(self, rate, final, error)
+            return
         if self.f._progress is None:
             return
         report = Progress(source=self.src.text, file_name=self.src.file_name, bytes_done=self.done,

@@ -12,7 +12,13 @@ Symbolic links: a link to a regular file is reported at the link's path with
 its target's size, because that is the file an engine opening the path
 reads (a Hugging Face cache is made of such links).  A link to a directory
 is not followed, so a scan cannot loop or wander off into a whole filer.
-Hidden directories (``.cache``, ``.git``) are not entered either.
+Hidden directories (``.cache``, ``.git``) are not entered either, nor one
+with a temporary name: a repository being fetched is ``<cache name>.partial/``.
+
+vLLM and SGLang load a directory, so the report names the model directories
+among the files too (:func:`model_directories`): a repository llmgw fetched
+(a cache-named directory in the cache directory, which appears only whole), and
+any folder with a ``config.json`` or a split GGUF's first part in it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import stat
 from typing import Iterable
 
 from twisted.logger import Logger
+
+from llmgw.weightnames import SPLIT_GGUF, is_cache_name
 
 from .records import WeightsFile, WeightsReport
 
@@ -65,7 +73,8 @@ def _walk(directory: str, depth: int, max_depth: int):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
-                if depth < max_depth:
+                # A repository still being fetched (<cache name>.partial/) holds nothing yet.
+                if depth < max_depth and is_weights_name(entry.name):
                     yield from _walk(entry.path, depth + 1, max_depth)
                 continue
             st = entry.stat(follow_symlinks=True)  # a link counts as what it points at
@@ -79,6 +88,40 @@ def _walk(directory: str, depth: int, max_depth: int):
             # Not valid UTF-8: no catalog can name it, and the link cannot carry it.
             continue
         yield WeightsFile(path=entry.path, size_bytes=st.st_size)
+
+
+def model_directories(files: Iterable[WeightsFile], cache_dir: str | os.PathLike | None = None) -> list[WeightsFile]:
+    """The model directories *files* show, each with the bytes of the files under it, in path order.
+
+    A directory counts when it is a cache-named directory directly in
+    *cache_dir* (a fetched repository: it exists only once whole), or holds a
+    ``config.json`` (what vLLM and SGLang read first) or the first part of a
+    split GGUF.
+    """
+    files = list(files)
+    cache = None if cache_dir is None else os.path.normpath(os.fspath(cache_dir))
+    found: set[str] = set()
+    for f in files:
+        parent, name = os.path.split(f.path)
+        if name == "config.json" or _first_part(name):
+            found.add(parent)
+        if cache is not None and f.path.startswith(cache + "/"):
+            top = f.path[len(cache) + 1:].split("/", 1)
+            if len(top) == 2 and is_cache_name(top[0]):
+                found.add(f"{cache}/{top[0]}")
+    sizes = dict.fromkeys(found, 0)
+    for f in files:
+        parent = os.path.dirname(f.path)
+        while parent and parent != "/":
+            if parent in sizes:
+                sizes[parent] += f.size_bytes
+            parent = os.path.dirname(parent)
+    return [WeightsFile(path=path, size_bytes=sizes[path]) for path in sorted(sizes)]
+
+
+def _first_part(name: str) -> bool:
+    match = SPLIT_GGUF.fullmatch(name)
+    return match is not None and int(match.group("index")) == 1
 
 
 def fingerprint(files: Iterable[WeightsFile]) -> str:
@@ -112,7 +155,8 @@ class InventoryWatch:
         if current == self._last:
             return None
         self._last = current
-        return WeightsReport(files=list(files), fingerprint=current, listed=True, cache_dir=self._cache_dir)
+        return WeightsReport(files=list(files), fingerprint=current, listed=True, cache_dir=self._cache_dir,
+                             directories=model_directories(files, self._cache_dir))
 
     def reset(self) -> None:
         self._last = None

@@ -60,17 +60,67 @@ def lock_partial(partial: Path):
             if e.errno == errno.ELOOP:
                 raise FetchError(f"{partial} is a symbolic link; llmgw never writes through one, remove it") from None
             raise FetchError(f"cannot write {partial}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        held = _lock(fd, partial)
+        if held is None:
             return None
-        # The holder before us may have renamed or deleted the file we opened:
-        # then ours is not the one at that name any more, and we start over.
-        try:
-            same = os.fstat(fd).st_ino == os.lstat(partial).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
+        if held:
             return os.fdopen(fd, "r+b")
+
+
+def _lock(fd: int, path: Path) -> bool | None:
+    """Lock *fd*, opened at *path*: True when it is ours; None (and *fd* closed) while another
+    process holds it; False (closed too) when *path* is not the file opened any more."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         os.close(fd)
+        return None
+    # The holder before us may have renamed or deleted what we opened: then
+    # ours is not the one at that name any more, and the caller starts over.
+    try:
+        same = os.fstat(fd).st_ino == os.lstat(path).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+    return same
+
+
+def make_directory(path: Path) -> None:
+    """*path* as a directory, made if need be; FetchError when it cannot be."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise FetchError(f"cannot create {path}: {e.strerror}") from None
+
+
+def finished_directory(final: Path) -> bool:
+    """True when a fetched repository sits at *final*; FetchError when something else is in its way."""
+    try:
+        st = os.lstat(final)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        raise FetchError(f"{final} is in the way of a repository's download and is not a directory; remove it")
+    return True
+
+
+def lock_directory(staging: Path) -> int | None:
+    """The staging directory, made if need be, opened and locked: its descriptor, or None while another holds it."""
+    while True:
+        make_directory(staging)
+        try:
+            fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # its holder renamed it into place a moment ago
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise FetchError(f"{staging} is not a directory llmgw made (a link or a file); remove it") from None
+            raise FetchError(f"cannot open {staging}: {e.strerror}") from None
+        held = _lock(fd, staging)
+        if held is None:
+            return None
+        if held:
+            return fd

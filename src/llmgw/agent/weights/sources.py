@@ -12,12 +12,20 @@ from typing import Mapping
 from llmgw.weightnames import WeightsSource, cache_name, parse
 
 
-def local_path_for(source: str, weights_dir: str | Path) -> Path:
-    """Where *source*'s weights are on this node: the path itself, or the cache name in *weights_dir*."""
+def local_path_for(source: str, weights_dir: str | Path, files: tuple[str, ...] | list[str] = ()) -> Path:
+    """Where *source*'s weights are on this node: the path itself, or the cache name in *weights_dir*.
+
+    For a repository that is its directory; for a split GGUF, the first part
+    in its directory (what llama.cpp opens).  *files* are a repository's
+    ``files:`` patterns.
+    """
     parsed = parse(source)
     if parsed.path is not None:
         return Path(parsed.path)
-    return Path(weights_dir) / cache_name(source)
+    fetched = Path(weights_dir) / cache_name(source, files)
+    if parsed.layout == "parts":
+        return fetched / parsed.part_names()[0]
+    return fetched
 
 
 def request_headers(source: WeightsSource, environ: Mapping[str, str]) -> dict[str, str]:
