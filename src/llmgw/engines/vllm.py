@@ -224,7 +224,6 @@ def _ray_plan(spec: ShardSpec, vllm: str, env: dict[str, str], host: str, port: 
               rendezvous_port: int | None, serve) -> LaunchPlan:
     """Ray: the head and vLLM on rank 0, a Ray worker node on every other rank."""
     ray = _ray_beside(vllm)
-    env = {**env, **RAY_ENV}
     if spec.rank > 0:
         leader, ray_port = leader_address(spec.leader, RAY_PORT, engine="vllm")
         # --block keeps the worker in the foreground, so it and the Ray
@@ -245,10 +244,6 @@ def _ray_plan(spec: ShardSpec, vllm: str, env: dict[str, str], host: str, port: 
                       joined=RayNodes(ray_nodes_argv(vllm, host, ray_port), host_port(host, ray_port), spec.ranks))
 
 
-#: Ray otherwise replaces --node-ip-address 127.0.0.1 with the machine's
-#: external address and listens on every interface.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
 # Prints the alive nodes the head at argv[1] knows, as one JSON line.
 RAY_NODES = (
     "import json, sys\n"
@@ -268,7 +263,7 @@ def ray_nodes_argv(python: str, host: str, port: int) -> list[str]:
 
 
 def _ray_node(spec: ShardSpec, port: int) -> list[str]:
-    """What keeps two Ray nodes apart on one machine: a temp dir of their own, and no dashboard.
+    """What keeps two Ray nodes apart on one machine: a temp dir of their own, and the head no dashboard.
 
     Ray's default temp dir (/tmp/ray) holds the sockets of the node started
     last, so a second node on the same machine would take over the first's;
@@ -276,7 +271,9 @@ def _ray_node(spec: ShardSpec, port: int) -> list[str]:
     state directory, because Ray's socket paths must stay under 108 bytes.
     """
     digest = hashlib.sha256(f"{spec.shard_id}:{port}".encode()).hexdigest()[:12]
-    return ["--temp-dir", os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}"), "--include-dashboard=false"]
+    # Only a head may say whether it has a dashboard.
+    dashboard = ["--include-dashboard=false"] if spec.rank == 0 else []
+    return ["--temp-dir", os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}"), *dashboard]
 
 
 def _head_script(ray: str, head: list[str], address: str, serve: list[str]) -> str:
