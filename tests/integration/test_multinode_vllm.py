@@ -132,17 +132,23 @@ models:
 
 
 def test_one_replica_over_two_agents_with_vllms_own_launcher(cluster, vllm_python, hub):
+    cluster.write_server_config()
+    cluster.start_server()
+    env = {"LLMGW_FAKE_SYSFS": str(FAKE_SYSFS), "HF_ENDPOINT": hub.url}
+    for node in ("node01", "node02"):
+        cluster.start_agent(node, extra=agent_extra(vllm_python, fabric=True), env=env)
+    for node in ("node01", "node02"):
+        cluster.wait_node(node, "ready", timeout=60)
+    # The model arrives as an operator adds one: server.yaml, then ctl reload.
     cluster.write_server_config(f"""
 profiles:
   tiny-two: {{engine: vllm, ranks: 2, launcher: native, args: {ARGS}, min_memory_gb: 1}}
 models:
   tiny: {{source: "{SOURCE}", profile: tiny-two, replicas: 1}}
 """)
-    cluster.start_server()
-    env = {"LLMGW_FAKE_SYSFS": str(FAKE_SYSFS), "HF_ENDPOINT": hub.url}
     began = time.monotonic()
-    for node in ("node01", "node02"):
-        cluster.start_agent(node, extra=agent_extra(vllm_python, fabric=True), env=env)
+    reloaded = cluster.ctl("reload")
+    assert reloaded.returncode == 0, reloaded.stderr
     first = wait_ready(cluster, "the two-rank replica to be ready")
     ready_s = time.monotonic() - began
     assert sorted(first["nodes"]) == ["node01", "node02"]
@@ -152,7 +158,7 @@ models:
     ranks = ranks_of(states)
     assert sorted(ranks) == [0, 1] and {node for node, _ in ranks.values()} == {"node01", "node02"}
     agents = [psutil.Process(cluster.agents[n].pid) for n in states]
-    print(f"\nvllm two ranks: ready {ready_s:.1f} s after the agents started; RSS: agents "
+    print(f"\nvllm two ranks: ready {ready_s:.1f} s after ctl reload; RSS: agents "
           f"{rss_mib(agents):.0f} MiB together, " +
           ", ".join(f"rank {r} engine {rss_mib(groups({pid})):.0f} MiB" for r, (_, pid) in sorted(ranks.items())))
     first_run = {p.pid for p in groups({pid for _, pid in ranks.values()})}
@@ -169,4 +175,6 @@ models:
     assert [p.pid for p in groups({pid for _, pid in ranks.values()}) if p.pid in first_run] == []
     second = ranks_of(states)
     cluster.stop()
-    assert groups({pid for _, pid in second.values()}) == []
+    # SIGKILL was sent to every group; the kernel takes a moment to end them.
+    wait_for(lambda: groups({pid for _, pid in second.values()}) == [], 15, "the second run's engines to end",
+             detail=lambda: str(groups({pid for _, pid in second.values()})))
