@@ -115,3 +115,33 @@ async def test_a_fixed_binary_is_seen_at_the_next_probe(make_agent, tmp_path):
     assert await agent.probe_engines() is True
     assert llama(agent)[0].state == EngineState.INSTALLED
     assert await agent.probe_engines() is False
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_sglang_the_agents_own_python_imports_is_never_run(make_agent, tmp_path, monkeypatch):
+    # An sglang importable here, in the agent's interpreter: the node still has none.
+    (tmp_path / "site" / "sglang").mkdir(parents=True)
+    (tmp_path / "site" / "sglang" / "__init__.py").write_text('__version__ = "0.5.2"\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    __import__("sglang")
+    agent = make_agent("")
+    await agent.probe_engines()
+    assert [e for e in agent.engines if e.name == "sglang"] == [EngineInfo(
+        "sglang", state=EngineState.ABSENT, reason="no engine plan from the control plane yet, nor in agent.yaml")]
+    (tmp_path / "qwen").mkdir()
+    spec = ShardSpec(shard_id="qwen/0/0", replica_id="qwen/0", model="qwen", engine="sglang",
+                     source=str(tmp_path / "qwen"))
+    with pytest.raises(ValueError, match="^node01 has no sglang: no engine plan from the control plane yet"):
+        agent.plan(spec, 8100)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_sglang_agent_yaml_names_is_what_runs(make_agent, tmp_path):
+    python = executable(tmp_path / "sglang-env" / "bin" / "python", '#!/bin/sh\necho "0.5.2"\n')
+    agent = make_agent(f"engines:\n  sglang: {{path: {python}}}\n")
+    await agent.probe_engines()
+    assert [(e.path, e.state) for e in agent.engines if e.name == "sglang"] == [(python, EngineState.INSTALLED)]
+    (tmp_path / "qwen").mkdir()
+    spec = ShardSpec(shard_id="qwen/0/0", replica_id="qwen/0", model="qwen", engine="sglang",
+                     source=str(tmp_path / "qwen"))
+    assert agent.plan(spec, 8100).argv[:3] == [python, "-m", "sglang.launch_server"]

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from llmgw.engines import adapter_for
-from llmgw.engines.base import HealthProbe
+from llmgw.engines.base import CompletionProbe, Connected, HealthProbe
 from llmgw.records import EngineInfo
 
 from .helpers import shard
@@ -51,9 +51,12 @@ def test_pipeline_stages_divide_the_tensor_parallel_size():
     assert p.argv[-4:] == ["--tp-size", "2", "--pp-size", "2"]
 
 
-@pytest.mark.parametrize("rank, health", [(0, HealthProbe("/health")), (1, None)])
-def test_every_rank_runs_the_same_command_with_its_own_rank(rank, health):
-    p = plan(shard("sglang", gpus=[0, 1, 2, 3, 4, 5, 6, 7], ranks=2, rank=rank, leader="10.0.0.1"))
+@pytest.mark.parametrize("rank, address", [(0, "10.0.0.5:29000"), (1, "10.0.0.1:29000")])
+def test_every_rank_runs_the_same_command_with_its_own_rank(rank, address):
+    spec = shard("sglang", gpus=[0, 1, 2, 3, 4, 5, 6, 7], ranks=2, rank=rank,
+                 leader=None if rank == 0 else "10.0.0.1:29000")
+    p = SGLANG.plan(spec, binary=PY, host="10.0.0.5", port=8300, model_path="/cache/qwen",
+                    rendezvous_port=29000 if rank == 0 else None)
     assert p.argv == [
         PY, "-m", "sglang.launch_server",
         "--model-path", "/cache/qwen",
@@ -64,10 +67,20 @@ def test_every_rank_runs_the_same_command_with_its_own_rank(rank, health):
         "--tp-size", "16",
         "--nnodes", "2",
         "--node-rank", str(rank),
-        "--dist-init-addr", "10.0.0.1:20000",
+        # Rank 0 is met at its own address, on the port its node chose.
+        "--dist-init-addr", address,
     ]  # fmt: skip
-    # Only rank 0 serves HTTP; the others are ready once they run.
-    assert p.health == health
+    if rank == 0:
+        # Only rank 0 serves HTTP, and is ready once a completion runs through every rank.
+        assert (p.health, p.rendezvous_port, p.joined) == (HealthProbe("/health"), 29000, CompletionProbe("qwen"))
+    else:
+        assert (p.health, p.rendezvous_port, p.joined) == (None, None, Connected("10.0.0.1", 29000))
+
+
+def test_sglang_has_its_own_launcher_only():
+    assert SGLANG.validate([], gpus=1, ranks=2, source="/m", launcher="native") == []
+    assert SGLANG.validate([], gpus=1, ranks=2, source="/m", launcher="ray") == [
+        "sglang has no launcher 'ray': its ranks meet only with launcher: native"]
 
 
 @pytest.mark.parametrize(
@@ -79,9 +92,9 @@ def test_the_rendezvous_address(leader, address):
     assert p.argv[p.argv.index("--dist-init-addr") + 1] == address
 
 
-def test_several_nodes_need_the_leaders_address():
+def test_other_ranks_need_the_leaders_address():
     with pytest.raises(ValueError, match="a multi-node sglang replica needs rank 0's address"):
-        plan(shard("sglang", gpus=[0], ranks=2, rank=0))
+        plan(shard("sglang", gpus=[0], ranks=2, rank=1))
 
 
 @pytest.mark.parametrize(

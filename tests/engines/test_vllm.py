@@ -1,20 +1,24 @@
-"""vLLM: argv for one node and for a Ray cluster of several, and what a profile may say.
+"""vLLM: argv for one node, for several with vLLM's own launcher or Ray, and what a profile may say.
 
-vLLM is not installed here; its argv are checked exactly, and rank 0's shell
+The argv are checked exactly (tests/integration/test_multinode_vllm.py runs
+the native launcher on real vLLM), and Ray's rank 0 shell
 command is run against stand-ins for ``ray`` and ``vllm`` that record what
 they were asked to do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
+import tempfile
 
 import pytest
 
 from llmgw.engines import adapter_for
-from llmgw.engines.base import HealthProbe, ProbeResult
+from llmgw.engines.base import CompletionProbe, Connected, HealthProbe, ProbeResult
+from llmgw.engines.vllm import HEADLESS
 from llmgw.records import EngineInfo
 from tests.support.wait import wait_for
 
@@ -24,8 +28,9 @@ VLLM = adapter_for("vllm")
 BIN = "/opt/vllm/bin/vllm"
 
 
-def plan(spec, binary=BIN, host="10.0.0.5", port=8200, model_path="/cache/qwen"):
-    return VLLM.plan(spec, binary=binary, host=host, port=port, model_path=model_path)
+def plan(spec, binary=BIN, host="10.0.0.5", port=8200, model_path="/cache/qwen", rendezvous_port=None):
+    return VLLM.plan(spec, binary=binary, host=host, port=port, model_path=model_path,
+                     rendezvous_port=rendezvous_port)
 
 
 # -- one node -----------------------------------------------------------------
@@ -91,12 +96,69 @@ def test_a_plan_needs_the_local_model():
         plan(shard("vllm", gpus=[0]), model_path=None)
 
 
+# -- several nodes with vLLM's own launcher (the default) ---------------------
+
+
+def native(rank, **fields):
+    fields.setdefault("leader", None if rank == 0 else "10.0.0.1:29600")
+    return shard("vllm", gpus=[0, 1, 2, 3], ranks=2, rank=rank, **fields)
+
+
+def test_rank_0_serves_and_is_met_at_its_own_master_port():
+    p = plan(native(0, args=["--max-model-len", "256"]), binary="/opt/vllm/bin/python", rendezvous_port=29600)
+    assert p.argv == [
+        "/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/cache/qwen",
+        "--host", "10.0.0.5", "--port", "8200", "--served-model-name", "qwen",
+        "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.5", "--master-port", "29600",
+        "--max-model-len", "256",
+    ]  # fmt: skip
+    assert p.health == HealthProbe("/health")
+    assert p.rendezvous_port == 29600
+    # Health answers before the other ranks joined; a completion needs them all.
+    assert p.joined == CompletionProbe("qwen")
+
+
+def test_without_a_chosen_port_rank_0_uses_vllms_own_master_port():
+    p = plan(native(0))
+    assert p.argv[p.argv.index("--master-port") + 1] == "29501"
+    assert p.rendezvous_port == 29501
+
+
+def test_other_ranks_run_headless_and_join_rank_0s_master_port():
+    p = plan(native(1, args=["--max-model-len", "256"]), binary="/opt/vllm/bin/python")
+    assert p.argv[:3] == ["/opt/vllm/bin/python", "-c", HEADLESS]
+    assert p.argv[3:] == [
+        "--model", "/cache/qwen", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+        "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29600",
+        "--headless", "--max-model-len", "256",
+    ]  # fmt: skip
+    assert p.health is None
+    assert p.joined == Connected("10.0.0.1", 29600)
+    assert p.rendezvous_port is None
+
+
+def test_a_vllm_command_runs_headless_as_vllm_serve():
+    assert plan(native(1), binary="/usr/bin/vllm").argv[:3] == ["/usr/bin/vllm", "serve", "/cache/qwen"]
+
+
+def test_a_leader_without_a_port_means_vllms_own_master_port():
+    p = plan(native(1, leader="10.0.0.1"))
+    assert p.argv[p.argv.index("--master-port") + 1] == "29501"
+
+
+def test_the_headless_script_is_what_vllm_serve_runs():
+    # Compiled here, so a typo fails this test rather than an engine's start.
+    compile(HEADLESS, "HEADLESS", "exec")
+    assert "ServeSubcommand.cmd(" in HEADLESS
+
+
 # -- several nodes over Ray ---------------------------------------------------
 
 
 def multi(rank, **fields):
     fields.setdefault("leader", "10.0.0.1")
-    return shard("vllm", gpus=[0, 1, 2, 3], ranks=2, rank=rank, **fields)
+    return shard("vllm", gpus=[0, 1, 2, 3], ranks=2, rank=rank, launcher="ray", **fields)
 
 
 def test_rank_0_starts_the_ray_head_then_serves_one_pipeline_stage_per_node():
@@ -104,27 +166,49 @@ def test_rank_0_starts_the_ray_head_then_serves_one_pipeline_stage_per_node():
     assert p.argv[:2] == ["/bin/sh", "-c"]
     assert len(p.argv) == 3
     script = p.argv[2].splitlines()
-    assert script[0] == "/opt/vllm/bin/ray start --head --port=6379 --disable-usage-stats --block &"
-    assert "until /opt/vllm/bin/ray health-check --address=127.0.0.1:6379 >/dev/null 2>&1; do" in script
+    assert script[0] == ("/opt/vllm/bin/ray start --head --node-ip-address=10.0.0.5 --port=6379 "
+                         f"--temp-dir {temp_dir(multi(0), 6379)} --include-dashboard=false --disable-usage-stats --block &")
+    assert "until /opt/vllm/bin/ray health-check --address=10.0.0.5:6379 >/dev/null 2>&1; do" in script
     assert (
-        "/opt/vllm/bin/vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen "
-        "--tensor-parallel-size 4 --pipeline-parallel-size 2 --distributed-executor-backend ray "
-        "--max-model-len 32768 &"
+        # vLLM joins this head, whatever other cluster the machine runs.
+        "RAY_ADDRESS=10.0.0.5:6379 /opt/vllm/bin/vllm serve /cache/qwen --host 10.0.0.5 --port 8200 "
+        "--served-model-name qwen --tensor-parallel-size 4 --pipeline-parallel-size 2 "
+        "--distributed-executor-backend ray --max-model-len 32768 &"
     ) in script
     assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert p.health == HealthProbe("/health")
+    assert p.rendezvous_port == 6379
+    # Ready only once the head counts both nodes, asked with vLLM's own Python.
+    assert p.joined.count == 2 and p.joined.head == "10.0.0.5:6379"
+    assert p.joined.argv[:2] == ["/opt/vllm/bin/python", "-c"] and p.joined.argv[3] == "10.0.0.5:6379"
 
 
 def test_workers_join_the_head_and_serve_no_http():
     p = plan(multi(1))
-    assert p.argv == ["/opt/vllm/bin/ray", "start", "--address", "10.0.0.1:6379", "--block"]
+    # A worker serves no HTTP: its port is its raylet's, how the head names it.
+    assert p.argv == ["/opt/vllm/bin/ray", "start", "--address", "10.0.0.1:6379", "--node-ip-address", "10.0.0.5",
+                      "--node-manager-port", "8200", "--temp-dir", temp_dir(multi(1), 8200), "--block"]
     assert p.env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert p.health is None
+    assert p.joined.node_manager_port == 8200 and p.joined.head == "10.0.0.1:6379"
+
+
+def temp_dir(spec, port):
+    """Where a Ray node of *spec* on *port* keeps its sockets and logs."""
+    digest = hashlib.sha256(f"{spec.shard_id}:{port}".encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}")
+
+
+def test_each_ray_node_has_a_temp_dir_of_its_own_so_two_share_a_machine():
+    dirs = {temp_dir(multi(1), 8200), temp_dir(multi(1), 8201), temp_dir(multi(1, replica=1), 8200)}
+    assert len(dirs) == 3 and all(d.startswith(tempfile.gettempdir() + "/llmgw-ray-") for d in dirs)
+    # Ray's socket paths must stay under 108 bytes.
+    assert all(len(d) < 40 for d in dirs)
 
 
 def test_the_ray_port_comes_from_the_leader_address_when_it_has_one():
     assert plan(multi(1, leader="[fd00::1]:6380")).argv[3] == "[fd00::1]:6380"
-    assert "--port=6380" in plan(multi(0, leader="node01:6380")).argv[2]
+    assert "--port=6380" in plan(multi(0), rendezvous_port=6380).argv[2]
 
 
 def test_ray_is_taken_from_vllms_environment_or_path():
@@ -181,7 +265,8 @@ def test_rank_0_serves_once_the_head_answers_and_stops_the_head_when_vllm_ends(s
     assert done.returncode == 3
     wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
     assert lines(log) == [
-        "ray start --head --port=6379 --disable-usage-stats --block",
+        f"ray start --head --node-ip-address=10.0.0.5 --port=6379 --temp-dir {temp_dir(multi(0), 6379)} "
+        "--include-dashboard=false --disable-usage-stats --block",
         "vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
         "--pipeline-parallel-size 2 --distributed-executor-backend ray",
         "ray stopped",
@@ -245,11 +330,17 @@ while :; do sleep 0.05; done
         (["--tensor-parallel-size"], 2, 1, ["vllm --tensor-parallel-size needs a value: a whole number, at least 1"]),
         (["--pipeline-parallel-size", "2"], 4, 2, [
             "vllm profiles with ranks: 2 may not set --pipeline-parallel-size: llmgw runs one pipeline stage "
-            "per node over Ray",
+            "per node and sets how they meet",
         ]),
         (["--distributed-executor-backend", "mp"], 4, 2, [
             "vllm profiles with ranks: 2 may not set --distributed-executor-backend: llmgw runs one pipeline "
-            "stage per node over Ray",
+            "stage per node and sets how they meet",
+        ]),
+        (["--master-port=1234", "--headless"], 4, 2, [
+            "vllm profiles with ranks: 2 may not set --master-port: llmgw runs one pipeline stage "
+            "per node and sets how they meet",
+            "vllm profiles with ranks: 2 may not set --headless: llmgw runs one pipeline stage "
+            "per node and sets how they meet",
         ]),
         (["--gpu-memory-utilization", "0"], 1, 1, [
             "vllm --gpu-memory-utilization must be a fraction of each GPU's memory, more than 0 and at most 1 "
@@ -267,6 +358,13 @@ while :; do sleep 0.05; done
 )
 def test_validation(args, gpus, ranks, problems):
     assert VLLM.validate(args, gpus=gpus, ranks=ranks, source="/m") == problems
+
+
+def test_vllm_has_both_launchers_and_no_other():
+    assert VLLM.validate([], gpus=1, ranks=2, source="/m", launcher="native") == []
+    assert VLLM.validate([], gpus=1, ranks=2, source="/m", launcher="ray") == []
+    assert VLLM.validate([], gpus=1, ranks=2, source="/m", launcher="slurm") == [
+        "vllm has no launcher 'slurm': its ranks meet only with launcher: native or ray"]
 
 
 def test_a_vllm_model_needs_a_source():

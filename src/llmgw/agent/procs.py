@@ -73,6 +73,27 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def rendezvous_port(host: str, default: int | None) -> int:
+    """The port rank 0 of a multi-node replica is met at: the engine's own default while it is free, else any free one.
+
+    The default keeps ranks whose leader names no port (an older control
+    plane) finding rank 0; a second replica led from this node gets another.
+    A port left in TIME_WAIT by the replica's previous rank 0 counts as free
+    (SO_REUSEADDR, as the engines' own servers bind it): a replica started
+    again at once keeps its port.
+    """
+    if default is not None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, default))
+                return default
+            except OSError:
+                pass
+    return free_port(host)
+
+
 @attrs.frozen
 class ProcessIdentity:
     """A process as a pid *and* the moment it began, so a recycled pid is not ours."""
@@ -200,3 +221,27 @@ def describe_exit(exit_code: int | None, sig: int | None) -> str:
     if exit_code is not None:
         return f"exited with code {exit_code}"
     return "exited"
+
+
+def group_connected(pgid: int, host: str, port: int) -> bool:
+    """Some process of group *pgid* holds an established TCP connection to *host*:*port* (blocking).
+
+    How a worker rank is seen to have joined rank 0: torch.distributed's
+    store and Ray's GCS keep their clients connected for as long as they run.
+    """
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            for conn in proc.net_connections("tcp"):
+                # A socket of both families reports an IPv4 peer as ::ffff:a.b.c.d.
+                if conn.status == psutil.CONN_ESTABLISHED and conn.raddr and conn.raddr.port == port \
+                        and conn.raddr.ip.removeprefix("::ffff:") in addresses:
+                    return True
+        except (OSError, psutil.Error):
+            continue
+    return False

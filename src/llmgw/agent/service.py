@@ -24,6 +24,7 @@ from llmgw.agent.discovery.host import route_address
 from llmgw.agent.enginelist import NodeEngines, describe, news
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
+from llmgw.agent.procs import rendezvous_port
 from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
@@ -121,7 +122,8 @@ class Agent:
         from llmgw.engines import adapter_for
 
         adapter = adapter_for(spec.engine)
-        problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source)
+        problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source,
+                                    launcher=spec.launcher)
         if problems:
             raise ValueError("; ".join(problems))
         binary = self.node_engines.binary(spec)
@@ -137,6 +139,9 @@ class Agent:
                 raise ValueError(f"source {spec.source!r}: {e}") from None
             if not os.path.exists(model_path):
                 raise ValueError(f"the model file {model_path} does not exist on {self.node_id}")
+        if spec.ranks > 1 and spec.rank == 0:
+            return adapter.plan(spec, binary=binary, host=self.host, port=port, model_path=model_path,
+                                rendezvous_port=rendezvous_port(self.host, adapter.default_rendezvous(spec)))
         return adapter.plan(spec, binary=binary, host=self.host, port=port, model_path=model_path)
 
     def _installer(self, installer, platform):
@@ -199,6 +204,9 @@ class Agent:
             weights_dirs=list(self.config.weights_dirs),
             labels=dict(self.config.labels),
             fabrics=dict(self.config.fabrics),
+            # A recorded /sys tree for demos and tests of multi-node replicas on
+            # a machine without InfiniBand, as $LLMGW_FAKE_NVML is for GPUs.
+            sysfs_root=os.environ.get("LLMGW_FAKE_SYSFS") or "/sys",
             agent_version=__version__,
             protocol=PROTOCOL_VERSION,
         )

@@ -18,11 +18,12 @@ import attrs
 from twisted.internet import defer, protocol, task
 from twisted.logger import Logger
 
-from llmgw.agent.health import HttpProbe
+from llmgw.agent.health import HttpProbe, Joins
 from llmgw.agent.logtail import LogFollower, append_line
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.procs import ProcessIdentity, describe_exit, group_alive, is_alive, kill_run, signal_group
 from llmgw.agent.statefiles import Record, StateDir
+from llmgw.engines.base import Joined, host_port
 from llmgw.records import ShardSpec, ShardStatus
 from llmgw.states import ShardState
 
@@ -42,6 +43,7 @@ class Context:
     stop_grace_s: float
     kill_wait_s: float
     failure_tail_lines: int
+    joins: Joins | None = None
 
 
 class ShardFetch:
@@ -93,7 +95,8 @@ class ShardRunner:
     """A shard whose engine was launched or adopted: its lifecycle, carried out on a real process group."""
 
     def __init__(self, ctx: Context, record: Record, follower: LogFollower, *,
-                 child: ChildProtocol | None, life: ShardLifecycle | None = None):
+                 child: ChildProtocol | None, life: ShardLifecycle | None = None,
+                 rendezvous_port: int | None = None, joined: Joined | None = None):
         self.ctx = ctx
         self.record = record
         self.spec = record.spec
@@ -103,6 +106,11 @@ class ShardRunner:
         self.life = life if life is not None else ShardLifecycle()
         self.reason: str | None = None
         self.output_tail: list[str] | None = None
+        # Rank 0 of a multi-node replica: the port its other ranks join at,
+        # and HOST:PORT once that port accepts connections.
+        self.rendezvous_port = rendezvous_port
+        self.rendezvous: str | None = None
+        self.joined = joined
         self.since = ctx.clock.seconds()
         self._child = child
         self._leader_gone = False
@@ -111,7 +119,8 @@ class ShardRunner:
         self._waiters: list[defer.Deferred] = []
         self._timers: dict[str, object] = {}
         self._watch = self._loop(self._tick)
-        self._health = self._loop(self._probe) if record.health else None
+        checks = record.health or joined is not None or rendezvous_port is not None
+        self._health = self._loop(self._probe) if checks else None
         self._stop_watch = self._loop(self._check_stopped)
 
     # -- what the supervisor asks -------------------------------------------
@@ -130,6 +139,7 @@ class ShardRunner:
             output_tail=self.output_tail if self.life.state == ShardState.FAILED else None,
             adopted=self.adopted,
             since=self.since,
+            rendezvous=self.rendezvous if self.life.state in (ShardState.STARTING, ShardState.READY) else None,
         )
 
     def begin(self) -> None:
@@ -197,9 +207,40 @@ class ShardRunner:
             self.leader_exited(None)
 
     async def _probe(self) -> None:
-        url = f"{self.record.endpoint}{self.record.health}"
-        if await self.ctx.probe.ok(url) and not self._leader_gone and not self._closed:
+        """One step of starting: the rendezvous open, then health, then every rank joined; ready after all three."""
+        if self.rendezvous_port is not None and self.rendezvous is None:
+            if await self.ctx.probe.accepts(self.record.host, self.rendezvous_port):
+                self.rendezvous = host_port(self.record.host, self.rendezvous_port)
+                if self._live_start():
+                    self._emit()
+            else:
+                return self._waiting(f"waiting for its rendezvous port {self.rendezvous_port} to accept connections")
+        if self.record.health:
+            url = f"{self.record.endpoint}{self.record.health}"
+            if not await self.ctx.probe.ok(url):
+                return self._waiting(f"waiting for GET {url} to answer 200")
+        if self.joined is not None and self.ctx.joins is not None:
+            missing = await self.ctx.joins.missing(self.joined, endpoint=self.record.endpoint, pgid=self.record.pgid)
+            if missing is not None:
+                return self._waiting(missing)
+        if self._live_start():
             self._fire(ShardInput.HEALTHY)
+
+    def _live_start(self) -> bool:
+        """Still starting, with its engine still there: what an answer that took a while may act on."""
+        return not self._leader_gone and not self._closed and self.life.state == ShardState.STARTING
+
+    def _waiting(self, reason: str) -> None:
+        """Say what a starting shard waits for.
+
+        A rank of a multi-node replica tells the control plane each time it
+        changes (its rendezvous open, health, then the other ranks); a shard
+        on one node waits only for its health, which register reports.
+        """
+        if self._live_start() and reason != self.reason:
+            self.reason = reason
+            if self.joined is not None or self.rendezvous_port is not None:
+                self._emit()
 
     def _worker_ran(self) -> None:
         alive = not self._leader_gone and (not self.adopted or is_alive(self.identity))
@@ -207,7 +248,10 @@ class ShardRunner:
             self._fire(ShardInput.HEALTHY)
 
     def _timed_out(self) -> None:
-        self._fire(ShardInput.TIMED_OUT, f"did not become healthy within {self.spec.start_timeout_s:g} s")
+        why = f"did not become healthy within {self.spec.start_timeout_s:g} s"
+        if self.reason and (self.joined is not None or self.rendezvous_port is not None):
+            why += f"; it was {self.reason}"
+        self._fire(ShardInput.TIMED_OUT, why)
 
     def _escalate(self) -> None:
         self._killed = True

@@ -28,7 +28,7 @@ import psutil
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.agent.health import HttpProbe
+from llmgw.agent.health import HttpProbe, Joins
 from llmgw.agent.logtail import LogFollower, append_line
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.procs import (ProcessIdentity, free_port, identify, is_alive, launcher_argv, marked_processes,
@@ -61,9 +61,10 @@ class Supervisor:
     def __init__(self, reactor, state_dir: Path, planner: Planner, report: Callable[[ShardStatus], None],
                  host: str = "127.0.0.1", clock=None, poll_interval: float = 1.0, health_interval: float = 1.0,
                  tail_lines: int = 300, stop_grace_s: float = 10, *, probe_timeout_s: float = 2.0,
-                 failure_tail_lines: int = 50, kill_wait_s: float = 5.0):
+                 failure_tail_lines: int = 50, kill_wait_s: float = 5.0, join_timeout_s: float = 20.0):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
+        probe = HttpProbe(reactor, self._clock, probe_timeout_s)
         self._files = StateDir(state_dir)
         self._planner = planner
         self._host = host
@@ -71,13 +72,14 @@ class Supervisor:
         self._ctx = Context(
             clock=self._clock,
             files=self._files,
-            probe=HttpProbe(reactor, self._clock, probe_timeout_s),
+            probe=probe,
             report=report,
             poll_interval=poll_interval,
             health_interval=health_interval,
             stop_grace_s=stop_grace_s,
             kill_wait_s=kill_wait_s,
             failure_tail_lines=failure_tail_lines,
+            joins=Joins(reactor, self._clock, probe, join_timeout_s),
         )
         self._shards: dict[str, ShardRunner] = {}
 
@@ -140,7 +142,8 @@ class Supervisor:
                                       "restart could not have described it")
 
         follower = LogFollower(log_path, keep=self._tail_lines, offset=offset)
-        shard = ShardRunner(self._ctx, record, follower, child=child, life=life)
+        shard = ShardRunner(self._ctx, record, follower, child=child, life=life,
+                            rendezvous_port=plan.rendezvous_port, joined=plan.joined)
         self._keep(shard)
         shard.begin()
         return shard.status()

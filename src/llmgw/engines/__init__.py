@@ -25,13 +25,14 @@ def adapter_for(name: str) -> EngineAdapter:
         raise ValueError(f"no engine named {name!r}; llmgw knows {', '.join(ADAPTERS)}") from None
 
 
-def validate_profile(engine: str, args: Sequence[str], gpus: int, ranks: int, source: str | None) -> list[str]:
+def validate_profile(engine: str, args: Sequence[str], gpus: int, ranks: int, source: str | None,
+                     launcher: str | None = None) -> list[str]:
     """Every problem with running *args* on *engine*, each a sentence; empty when it can run."""
     try:
         adapter = adapter_for(engine)
     except ValueError as e:
         return [str(e)]
-    return adapter.validate(args, gpus=gpus, ranks=ranks, source=source)
+    return adapter.validate(args, gpus=gpus, ranks=ranks, source=source, launcher=launcher)
 
 
 __all__ = [

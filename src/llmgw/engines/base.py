@@ -30,12 +30,56 @@ class HealthProbe:
 
 
 @attrs.frozen
+class CompletionProbe:
+    """Rank 0 of a multi-node replica has every rank once it serves a one-token completion.
+
+    The engine's health answers as soon as rank 0's own server is up; a
+    completion runs through every pipeline stage, so it is served only when
+    every rank joined.
+    """
+
+    model: str
+    path: str = "/v1/completions"
+
+
+@attrs.frozen
+class RayNodes:
+    """Ask the Ray head how many nodes are alive, with the environment's own Python.
+
+    ``argv`` prints one JSON line ``{"alive": N, "ports": [node manager port, ...]}``.
+    Rank 0 has every rank when ``alive >= count``; a worker rank joined when
+    an alive node has its own ``node_manager_port``.
+    """
+
+    argv: list[str]
+    head: str  # HOST:PORT of the head's GCS, for what the status says
+    count: int
+    node_manager_port: int | None = None
+
+
+@attrs.frozen
+class Connected:
+    """A worker rank joined once a process of its group holds a TCP connection to rank 0's rendezvous."""
+
+    host: str
+    port: int
+
+
+Joined = CompletionProbe | RayNodes | Connected
+
+
+@attrs.frozen
 class LaunchPlan:
     argv: list[str]
     env: dict[str, str] = attrs.Factory(dict)
-    # None: this rank serves no HTTP (a worker rank of a multi-node replica);
-    # it is ready once its process runs.
+    # None: this rank serves no HTTP (a worker rank of a multi-node replica).
     health: HealthProbe | None = HealthProbe()
+    # Rank 0 of a multi-node replica: the port the other ranks join at; the
+    # node reports HOST:PORT (ShardStatus.rendezvous) once it accepts TCP.
+    rendezvous_port: int | None = None
+    # How this rank tells that every rank (rank 0) or itself (a worker) joined;
+    # None: a single-node shard, ready on health alone.
+    joined: Joined | None = None
 
 
 @attrs.frozen
@@ -80,9 +124,17 @@ class EngineAdapter:
     reserved_args: tuple[str, ...] = ()
     spelling: Spelling = Spelling()
 
-    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
+    # The ways this engine's ranks meet across nodes; the first is the default.
+    launchers: tuple[str, ...] = ()
+
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None,
+                 launcher: str | None = None) -> list[str]:
         """Every problem with a profile, each a sentence; empty when it can be launched."""
         problems = []
+        if launcher is not None and launcher not in self.launchers:
+            has = (f"its ranks meet only with launcher: {' or '.join(self.launchers)}" if self.launchers
+                   else "it runs on one node")
+            problems.append(f"{self.name} has no launcher {launcher!r}: {has}")
         for arg in args:
             options = self.spelling.options(arg, self.reserved_args)
             spelled = arg.partition("=")[0]
@@ -96,8 +148,14 @@ class EngineAdapter:
                 )
         return problems
 
-    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
+    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None,
+             rendezvous_port: int | None = None) -> LaunchPlan:
+        """How to run *spec*; *rendezvous_port* is where rank 0 of a multi-node replica is met."""
         raise NotImplementedError
+
+    def default_rendezvous(self, spec: ShardSpec) -> int | None:
+        """The port the engine's own launcher meets at when nobody names one; None for one-node engines."""
+        return None
 
     def probe(self, path: str | None) -> EngineInfo | None:
         """Whether the engine at *path* runs (blocking: call from a thread)."""
@@ -313,9 +371,15 @@ def refuse_invalid(adapter: EngineAdapter, spec: ShardSpec) -> None:
     A plan is never built from a profile validate refuses, whoever forgot to
     ask: a second --port in argv would start an engine nobody can reach.
     """
-    problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source)
+    problems = adapter.validate(spec.args, gpus=len(spec.gpus), ranks=spec.ranks, source=spec.source,
+                                launcher=spec.launcher)
     if problems:
         raise ValueError(f"{spec.shard_id}: " + "; ".join(problems))
+
+
+def launcher_of(adapter: EngineAdapter, spec: ShardSpec) -> str:
+    """The launcher *spec*'s ranks meet with: its own, or the engine's default."""
+    return spec.launcher or (adapter.launchers[0] if adapter.launchers else "native")
 
 
 def integer_option(engine: str, flag: str, value: str | None, what: str, least: int) -> tuple[int | None, str | None]:

@@ -66,8 +66,9 @@ class LlamaCpp(EngineAdapter):
     # llama.cpp's own parser: exact names only, "--a_b" read as "--a-b".
     spelling = Spelling(underscores=True)
 
-    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
-        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None,
+                 launcher: str | None = None) -> list[str]:
+        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source, launcher=launcher)
         if source is None:
             problems.append("llama.cpp models need a source: the GGUF file's path on the nodes or a URL")
         if ranks != 1:

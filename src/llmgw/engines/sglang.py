@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from llmgw.engines.base import (
+    CompletionProbe,
+    Connected,
     EngineAdapter,
     HealthProbe,
     LaunchPlan,
@@ -59,9 +61,11 @@ class SGLang(EngineAdapter):
         "--nnodes", "--node-rank", "--dist-init-addr",
     )  # fmt: skip
     spelling = SPELLING
+    launchers = ("native",)
 
-    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
-        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None,
+                 launcher: str | None = None) -> list[str]:
+        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source, launcher=launcher)
         if source is None:
             problems.append("sglang models need a source: the model directory's path on the nodes or a URL")
         total = max(gpus, 1) * ranks
@@ -94,7 +98,11 @@ class SGLang(EngineAdapter):
                 problems.append(problem)
         return problems
 
-    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None) -> LaunchPlan:
+    def default_rendezvous(self, spec: ShardSpec) -> int | None:
+        return DIST_INIT_PORT
+
+    def plan(self, spec: ShardSpec, *, binary: str | None, host: str, port: int, model_path: str | None,
+             rendezvous_port: int | None = None) -> LaunchPlan:
         refuse_invalid(self, spec)
         if model_path is None:
             raise ValueError(f"{spec.shard_id}: sglang needs the model's local path")
@@ -108,17 +116,25 @@ class SGLang(EngineAdapter):
         ]  # fmt: skip
         if not option_values(spec.args, TENSOR_PARALLEL, SPELLING):
             argv += ["--tp-size", str(_tensor_parallel(spec))]
-        if spec.ranks > 1:
+        env = visible_devices(spec.gpus)
+        if spec.ranks == 1:
+            return LaunchPlan(argv=[*argv, *spec.args], env=env, health=HealthProbe("/health"))
+        if spec.rank == 0:
+            # Rank 0 is met at its own address, on the port its node chose.
+            leader, dist_port = host, rendezvous_port or DIST_INIT_PORT
+        else:
             leader, dist_port = leader_address(spec.leader, DIST_INIT_PORT, engine="sglang")
-            argv += [
-                "--nnodes", str(spec.ranks),
-                "--node-rank", str(spec.rank),
-                "--dist-init-addr", host_port(leader, dist_port),
-            ]  # fmt: skip
-        argv += spec.args
+        argv += [
+            "--nnodes", str(spec.ranks),
+            "--node-rank", str(spec.rank),
+            "--dist-init-addr", host_port(leader, dist_port),
+            *spec.args,
+        ]  # fmt: skip
+        if spec.rank == 0:
+            return LaunchPlan(argv=argv, env=env, health=HealthProbe("/health"), rendezvous_port=dist_port,
+                              joined=CompletionProbe(spec.model))
         # Ranks other than 0 run their share of the model and no HTTP server.
-        health = HealthProbe("/health") if spec.rank == 0 else None
-        return LaunchPlan(argv=argv, env=visible_devices(spec.gpus), health=health)
+        return LaunchPlan(argv=argv, env=env, health=None, joined=Connected(leader, dist_port))
 
     def probe_detail(self, path: str | None) -> ProbeResult:
         return probe_python_package(path, self.name, "sglang", VERSION_TIMEOUT_S)

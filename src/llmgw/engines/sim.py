@@ -31,8 +31,9 @@ class Sim(EngineAdapter):
     # llmgw.sim.options parses with argparse, abbreviations and all.
     spelling = Spelling(prefixes=True)
 
-    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None) -> list[str]:
-        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source)
+    def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None,
+                 launcher: str | None = None) -> list[str]:
+        problems = super().validate(args, gpus=gpus, ranks=ranks, source=source, launcher=launcher)
         if ranks != 1:
             problems.append(f"sim runs on one node, ranks: {ranks} cannot be; set ranks: 1")
         return problems
