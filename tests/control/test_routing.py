@@ -42,6 +42,17 @@ def test_a_replica_with_a_rank_not_ready_or_on_a_lost_node_is_not_routed_to():
     assert endpoint_table(fleet, ["echo"], []).endpoints == []
 
 
+def test_a_multi_node_replica_missing_a_rank_is_not_routed_to_though_the_ranks_it_has_are_ready():
+    # Rank 1's node lost and forgotten: rank 0 alone still says ready.
+    fleet = fleet_with(status("big/0", 0, "ready", 4003, ranks=2))
+    assert endpoint_table(fleet, ["big"], []).endpoints == []
+    two = Fleet(Clock(), lambda *a: None, unreachable_after=15, lost_after=120)
+    two.register("node01", 1, Inventory(node_id="node01", address="10.0.0.1",
+                                        shards=[status("big/0", 0, "ready", 4003, ranks=2)]))
+    two.register("node02", 2, Inventory(node_id="node02", address="10.0.0.2", shards=[status("big/0", 1, "ready", ranks=2)]))
+    assert [e.id for e in endpoint_table(two, ["big"], []).endpoints] == ["big/0"]
+
+
 def test_what_ctl_displays_does_not_move_traffic():
     fleet = fleet_with(status("echo/0", 0, "ready", 4001), status("echo/1", 0, "fetching"))
     views = [ReplicaView("echo", "echo/0", ReplicaState.READY, ["node01"], "http://10.0.0.1:4001", age_s=5.0),

@@ -10,6 +10,7 @@ from llmgw.control.placement import NodeSnapshot, Placement, PlacementRequest, U
 from llmgw.records import GPU, IBAdapter
 
 from ..control.test_reconciler import World, entry, inventory
+from ..control.test_reconciler_ranks import rendezvous
 from .machines import node
 
 TWO_RANKS = PlacementRequest("llama-405b", "vllm", gpus=8, ranks=2)
@@ -94,6 +95,10 @@ def test_the_reconciler_waits_for_a_second_node_on_the_fabric_and_then_starts_a_
     )
     on_fabric(world, "node03", "ib-a")
     world.reconciler.tick()
+    # Rank 0 starts first; rank 1, on the other ib-a node, once rank 0 says where to meet it.
+    assert world.started() == [("node01", "big/0/0")]
+    rendezvous(world)
+    world.reconciler.tick()
     assert world.started() == [("node01", "big/0/0"), ("node03", "big/0/1")]
 
 
@@ -103,8 +108,12 @@ def test_each_rank_holds_its_memory_and_the_next_replica_is_told_whose_it_is():
         on_fabric(world, node_id, "ib-a")
     world.serve(two_ranks("big", min_memory_gb=24), two_ranks("huge", min_memory_gb=24))
     world.reconciler.tick()
-    assert world.started() == [("node01", "big/0/0"), ("node02", "big/0/1")]
+    # Rank 1 is not started yet, and its memory on node02 is held all the same.
+    assert world.started() == [("node01", "big/0/0")]
     assert world.view("huge/0")["reason"] == (
         "no node can hold it: node01: 8 GB of 32 left after big/0, needs 24;"
         " node02: 8 GB of 32 left after big/0, needs 24"
     )
+    rendezvous(world)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "big/0/0"), ("node02", "big/0/1")]

@@ -134,7 +134,7 @@ class Agent:
             from llmgw.agent.weights import local_path_for
 
             try:
-                model_path = str(local_path_for(spec.source, self.cache_dir))
+                model_path = str(local_path_for(spec.source, self.cache_dir, spec.files))
             except ValueError as e:
                 raise ValueError(f"source {spec.source!r}: {e}") from None
             if not os.path.exists(model_path):
@@ -251,7 +251,7 @@ class Agent:
         if spec.source is None:
             return False
         try:
-            return parse(spec.source).fetched and not local_path_for(spec.source, self.cache_dir).exists()
+            return parse(spec.source).fetched and not local_path_for(spec.source, self.cache_dir, spec.files).exists()
         except ValueError:
             return False  # the plan refuses it in words
 
@@ -262,7 +262,7 @@ class Agent:
             return waiting.status()
         if not self.needs_fetch(spec):
             return self.supervisor.start(spec)
-        fetch = ShardFetch(spec, self.reactor, self.fetcher.fetch(spec.source, sha256=spec.sha256))
+        fetch = ShardFetch(spec, self.reactor, self.fetcher.fetch(spec.source, sha256=spec.sha256, files=spec.files))
         self.fetching[spec.shard_id] = fetch
         log.info("shard {shard}: fetching {source}", shard=spec.shard_id, source=spec.source)
         fetch.download.addCallbacks(lambda _: self._fetched(fetch), lambda f: self._fetch_failed(fetch, f))

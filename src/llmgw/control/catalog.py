@@ -79,7 +79,7 @@ def check_profiles(config: ServerConfig) -> None:
             sources = ["(no model uses this profile)"]
         for source in sorted(set(sources), key=str):
             for problem in validate_profile(profile.engine, profile.args, gpus=profile.gpus,
-                                            ranks=profile.ranks, source=source):
+                                            ranks=profile.ranks, source=source, launcher=profile.launcher):
                 line = f"{config.path}: profiles.{name}: {problem}"
                 if line not in problems:
                     problems.append(line)

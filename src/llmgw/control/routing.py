@@ -34,6 +34,10 @@ def endpoint_table(fleet: Fleet, catalog: Iterable[str], views: Iterable[Replica
             continue
         if any(s.status.state != ShardState.READY for s in usable):
             continue
+        # A multi-node replica serves only with every rank: one whose node is
+        # lost is not a smaller replica but a broken one.
+        if len({s.status.spec.rank for s in usable}) < usable[0].status.spec.ranks:
+            continue
         leader = min(usable, key=lambda s: s.status.spec.rank)
         if leader.status.spec.rank == 0 and leader.status.endpoint:
             endpoints.append(EndpointEntry(replica_id, model, leader.status.endpoint, leader.node_id))
