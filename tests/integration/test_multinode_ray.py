@@ -109,5 +109,15 @@ models:
 
     wait_for(failed_without_the_worker, 60, f"the replica to fail and drop {worker_node}'s rank", interval=1,
              detail=lambda: f"{replica(cluster)}\n{cluster.logs()}")
+    # The killed agent's Ray worker outlived it, as engines outlive their agent.  Started
+    # again, as its unit would be, the agent adopts it and the control plane has it
+    # stopped: the replica it belonged to is gone.
+    orphan = groups_of([cluster.base / worker_node / "state"])
+    assert orphan and members(orphan)
+    cluster.start_agent(worker_node, extra=extra, env=env)
+    wait_for(lambda: members(orphan) == [], 120, f"{worker_node}'s orphaned Ray worker to be stopped", interval=1,
+             detail=lambda: f"{replica(cluster)}\n{cluster.logs()}")
+    engines |= groups_of(states)
     cluster.stop()
-    assert members(engines) == []
+    wait_for(lambda: members(engines) == [], 60, "every engine process to end with its agent",
+             interval=0.5, detail=lambda: str(members(engines)))
