@@ -315,6 +315,7 @@ def main() -> int:
 llmgw is running from {run}
   hub (mutual TLS WebSocket, realm llmgw)  wss://127.0.0.1:{link_port}/
   OpenAI API   http://127.0.0.1:{api_port}/v1   (no keys: loopback only)
+  admin page   http://127.0.0.1:{admin_port}/   (open it in a browser)
   metrics      http://127.0.0.1:{admin_port}/metrics
   server log   {logs / 'server.log'}
   agent log    {logs / 'agent.log'}
