@@ -15,7 +15,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
-from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
+from llmgw.control.fleet import Fleet, NodeQuery, NotRegistered, TooManyDownloads
 from llmgw.control.news import NewsSettings
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
@@ -216,8 +216,18 @@ class ControlSession(ApplicationSession):
 
     # What operators are answered is a view record (``llmgw.views``) in its wire form.
 
-    def nodes(self):
-        return to_wire(self.fleet.views())
+    def nodes(self, state=None, label=None, after=None, limit=None):
+        """The nodes in id order, all of them or those in *state*, with *label* (KEY=VALUE), a page at a time.
+
+        A page is at most *limit* nodes after the id *after*; the next page
+        starts after the last id of this one.  Without *limit*, every node
+        that matches, as before paging.
+        """
+        try:
+            query = NodeQuery.parse(state, label, after, limit)
+        except ValueError as e:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.nodes: {e}") from None
+        return self.fleet.wire_listing(query)
 
     def replicas(self):
         return to_wire(self.reconciler.views())

@@ -23,14 +23,18 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.session import quiet_cancellations
+from llmgw.link.session import PingWhenQuiet, quiet_cancellations
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
 log = Logger()
 
 
-class _Protocol(WampWebSocketClientProtocol):
+class _Protocol(PingWhenQuiet, WampWebSocketClientProtocol):
+    def onMessage(self, payload, isBinary):
+        self.heard()
+        super().onMessage(payload, isBinary)
+
     def onOpen(self):
         super().onOpen()
         if self._session is not None:
