@@ -170,6 +170,10 @@ class ControlSession(ApplicationSession):
             log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
                      node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
 
+    def direct_procedures(self) -> dict:
+        """What the hub answers by calling straight in (``Hub.attach_local``): the heartbeat, synchronous and the most frequent call."""
+        return {uris.AGENT_HEARTBEAT: self.agent_heartbeat}
+
     def agent_heartbeat(self, beat, details=None):
         node_id = self._node_caller(details)
         try:
