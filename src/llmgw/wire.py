@@ -125,6 +125,20 @@ def from_wire(cls: type[T], payload: Any, path: str = "") -> T:
 _CONVERTERS: dict[tuple[Any, Bounds | None], Callable[[Any, str], Any]] = {}
 
 
+def _where(path: Any) -> str:
+    """A field's path as the error names it.
+
+    Converters hand their children ``(parent, ".name")`` or ``(parent, index)``
+    rather than a string, which only an error needs: made here, not per value.
+    """
+    parts = []
+    while isinstance(path, tuple):
+        path, part = path
+        parts.append(f"[{part}]" if isinstance(part, int) else part)
+    parts.append(path)
+    return "".join(reversed(parts))
+
+
 def _converter(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     """The function that checks and converts a value for *hint* under *bounds*: ``f(value, path)``."""
     key = (hint, bounds)
@@ -155,11 +169,11 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     if hint is float:
         def to_float(value, path):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise WireError(f"{path}: expected a number, got {_kind(value)}")
+                raise WireError(f"{_where(path)}: expected a number, got {_kind(value)}")
             if isinstance(value, int):
                 _limit(value, path, -INT64, INT64)  # before float(), which overflows past 1e308
             if not math.isfinite(value):
-                raise WireError(f"{path}: {value} is not a finite number")
+                raise WireError(f"{_where(path)}: {value} is not a finite number")
             return _within(float(value), path, bounds)
         return to_float
     if hint is int:
@@ -168,7 +182,7 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
 
         def to_int(value, path):
             if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise WireError(f"{path}: expected an integer, got {_kind(value)}")
+                raise WireError(f"{_where(path)}: expected an integer, got {_kind(value)}")
             if not least <= value <= most:
                 _limit(value, path, least, most)
             return value
@@ -176,24 +190,30 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     if hint is str:
         def to_str(value, path):
             if not isinstance(value, str):
-                raise WireError(f"{path}: expected str, got {_kind(value)}")
+                raise WireError(f"{_where(path)}: expected str, got {_kind(value)}")
             return _text(value, path, bounds)
         return to_str
     if hint is bool:
         def to_bool(value, path):
             if not isinstance(value, bool):
-                raise WireError(f"{path}: expected bool, got {_kind(value)}")
+                raise WireError(f"{_where(path)}: expected bool, got {_kind(value)}")
             return value
         return to_bool
 
     def unknown(value, path):
-        raise TypeError(f"{path}: no wire conversion for {hint!r}")
+        raise TypeError(f"{_where(path)}: no wire conversion for {hint!r}")
     return unknown
 
 
 def _union(hint: Any, args: tuple, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     optional = type(None) in args
     choices = [_converter(arg, bounds) for arg in args if arg is not type(None)]
+    if optional and len(choices) == 1:
+        (only,) = choices
+
+        def to_optional(value, path):  # X | None, the most common hint: its one error is the error
+            return None if value is None else only(value, path)
+        return to_optional
 
     def to_union(value, path):
         if value is None and optional:
@@ -204,7 +224,7 @@ def _union(hint: Any, args: tuple, bounds: Bounds | None) -> Callable[[Any, str]
                 return choice(value, path)
             except WireError as e:
                 errors.append(str(e))
-        raise WireError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {hint}")
+        raise WireError(errors[0] if len(errors) == 1 else f"{_where(path)}: {value!r} fits none of {hint}")
     return to_union
 
 
@@ -214,9 +234,9 @@ def _sequence(args: tuple, bounds: Bounds | None, as_tuple: bool) -> Callable[[A
 
     def to_sequence(value, path):
         if not isinstance(value, (list, tuple)):
-            raise WireError(f"{path}: expected a list, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected a list, got {_kind(value)}")
         value = _count(value, path, bounds)
-        items = [each(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        items = [each(v, (path, i)) for i, v in enumerate(value)]
         return tuple(items) if as_tuple else items
     return to_sequence
 
@@ -227,33 +247,33 @@ def _mapping(args: tuple, bounds: Bounds | None) -> Callable[[Any, str], Any]:
 
     def to_mapping(value, path):
         if not isinstance(value, dict):
-            raise WireError(f"{path}: expected a mapping, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected a mapping, got {_kind(value)}")
         if bounds is not None and bounds.items is not None and len(value) > bounds.items:
-            raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
-        return {to_key(k, f"{path} key"): to_value(v, f"{path}.{k!s:.40}") for k, v in value.items()}
+            raise WireError(f"{_where(path)}: {len(value)} entries, more than the {bounds.items} it may have")
+        return {to_key(k, (path, " key")): to_value(v, (path, f".{k!s:.40}")) for k, v in value.items()}
     return to_mapping
 
 
 def _record(hint: type) -> Callable[[Any, str], Any]:
-    plan: list = []  # (name, required, converter), made on first use: a record may name itself
+    plan: list = []  # (name, ".name", required, converter), made on first use: a record may name itself
 
     def to_record(value, path):
         if not isinstance(value, dict):
-            raise WireError(f"{path}: expected a mapping, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected a mapping, got {_kind(value)}")
         if not plan:
             attrs.resolve_types(hint)
-            plan.extend((f.name, f.default is attrs.NOTHING, _converter(f.type, f.metadata.get(BOUNDS)))
+            plan.extend((f.name, "." + f.name, f.default is attrs.NOTHING, _converter(f.type, f.metadata.get(BOUNDS)))
                         for f in attrs.fields(hint))
         kwargs = {}
-        for name, required, convert in plan:
+        for name, dotted, required, convert in plan:
             if name in value:
-                kwargs[name] = convert(value[name], f"{path}.{name}")
+                kwargs[name] = convert(value[name], (path, dotted))
             elif required:
-                raise WireError(f"{path}.{name}: missing")
+                raise WireError(f"{_where(path)}.{name}: missing")
         try:
             return hint(**kwargs)
         except (TypeError, ValueError) as e:
-            raise WireError(f"{path}: {e}") from None
+            raise WireError(f"{_where(path)}: {e}") from None
     return to_record
 
 
@@ -264,11 +284,11 @@ def _enum(hint: type[enum.Enum]) -> Callable[[Any, str], Any]:
         if isinstance(value, hint):
             return value
         if not isinstance(value, str):
-            raise WireError(f"{path}: expected one of {known}, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected one of {known}, got {_kind(value)}")
         try:
             return hint(value)
         except ValueError:
-            raise WireError(f"{path}: {value!r} is not one of {known}") from None
+            raise WireError(f"{_where(path)}: {value!r} is not one of {known}") from None
     return to_enum
 
 
@@ -278,7 +298,7 @@ def _count(value: list | tuple, path: str, bounds: Bounds | None) -> list | tupl
         return value
     if bounds.text is Text.PROSE:
         return value[len(value) - bounds.items:]
-    raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
+    raise WireError(f"{_where(path)}: {len(value)} entries, more than the {bounds.items} it may have")
 
 
 def _within(value: int | float, path: str, bounds: Bounds | None) -> int | float:
@@ -290,9 +310,9 @@ def _within(value: int | float, path: str, bounds: Bounds | None) -> int | float
 
 def _limit(value: int | float, path: str, least: int | float, most: int | float) -> None:
     if value > most:
-        raise WireError(f"{path}: {_figure(value)} is above {_figure(most)}, the most it may be")
+        raise WireError(f"{_where(path)}: {_figure(value)} is above {_figure(most)}, the most it may be")
     if value < least:
-        raise WireError(f"{path}: {_figure(value)} is below {_figure(least)}, the least it may be")
+        raise WireError(f"{_where(path)}: {_figure(value)} is below {_figure(least)}, the least it may be")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -308,15 +328,15 @@ def _text(value: str, path: str, bounds: Bounds | None) -> str:
             value = value[: bounds.chars - 1] + "…"
         return value
     if bounds is not None and bounds.chars is not None and len(value) > bounds.chars:
-        raise WireError(f"{path}: {len(value)} characters, more than the {bounds.chars} it may have")
+        raise WireError(f"{_where(path)}: {len(value)} characters, more than the {bounds.chars} it may have")
     if value.isascii() and value.isprintable():
         return value  # no surrogate, control character or NUL: nothing below would refuse it
     if found := _SURROGATE.search(value):
-        raise WireError(f"{path}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
+        raise WireError(f"{_where(path)}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
     if bounds is not None:
         found = (_CONTROL if bounds.text is Text.NAME else _NUL).search(value)
         if found:
-            raise WireError(f"{path}: control character U+{ord(found.group()):04X} at {found.start()}, "
+            raise WireError(f"{_where(path)}: control character U+{ord(found.group()):04X} at {found.start()}, "
                             f"which {'a name' if bounds.text is Text.NAME else 'it'} may not hold")
     return value
 

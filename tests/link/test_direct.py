@@ -12,7 +12,6 @@ import pytest
 import pytest_twisted
 from autobahn.wamp import message
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import ComponentConfig
 from twisted.internet import reactor
 
 from llmgw.link import uris
