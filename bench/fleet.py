@@ -18,8 +18,10 @@ certificate) subscribes to ``llmgw.event.`` and asks what `ctl` asks.
 Printed per N, as a table and one JSON line: server CPU per heartbeat and
 as % of a core over ``--duration`` seconds of steady heartbeats; the
 server's RSS and RSS per node; heartbeat round trip p50/p99 as the agents
-saw it; ``cp.nodes`` (full, and the filtered and paged forms where the
-server has them), ``cp.replicas`` and a relayed ``cp.logs`` round trip;
+saw it; ``cp.nodes`` (the whole list as ``ctl nodes`` reads it, a page of
+1,000 at a time, and the ``--state``, ``--label`` and ``--limit`` forms
+where the server has them), ``cp.replicas`` and a relayed ``cp.logs`` round
+trip;
 placement time per decision for a catalog of 500 models over N recorded
 nodes (in this process, the control plane's own pure functions); and, after
 ``kill -9`` of the server and a restart, how long until all N are ready
@@ -27,7 +29,8 @@ again.  ``uptime``'s load is printed with every N, so contention can be told
 from cost.
 
 It raises its file-descriptor limit to the hard limit and says so (every
-session is a socket in the server and in a worker).  Every process it
+session is a socket in the server and in a worker), and sets server.yaml's
+``link.max_connections`` (default 1,024) to N + 64.  Every process it
 starts is stopped by its pid, and its temporary directory removed.  Not a
 test: it prints figures and asserts nothing.  ``worker`` is the agents'
 process (``python bench/fleet.py worker --help``); tests/fleet runs it too.
@@ -294,6 +297,7 @@ class Run:
   admin: null
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
 fleet: {{settle_s: 5}}
+link: {{max_connections: {self.n + 64}}}
 """
         )
 
@@ -317,8 +321,10 @@ fleet: {{settle_s: 5}}
     def start_workers(self) -> None:
         per = self.args.per_worker
         for first in range(0, self.n, per):
+            # The fleet arrives at --arrivals agents a second (all workers start at once), as a
+            # fleet that boots over a minute would, not in one storm of handshakes.
             self.workers.append(Worker(self.hub, self.pki, first, min(per, self.n - first), self.args.interval,
-                                       self.base / f"worker-{first}.log"))
+                                       self.base / f"worker-{first}.log", ramp=max(2.0, self.n / self.args.arrivals)))
 
     def stop(self) -> None:
         for w in self.workers:
@@ -469,6 +475,9 @@ class Operator:
 
     def timed(self, procedure: str, *args, repeat: int = 5, **kwargs) -> tuple[float | None, object]:
         """The median milliseconds of *repeat* calls, and the last answer; None when the server has no such form."""
+        return self.timed_coroutine(lambda: self.session.call(procedure, *args, **kwargs), repeat)
+
+    def timed_coroutine(self, make, repeat: int = 5) -> tuple[float | None, object]:
         from autobahn.wamp.exception import ApplicationError
 
         times = []
@@ -476,11 +485,19 @@ class Operator:
         for _ in range(repeat):
             started = time.monotonic()
             try:
-                answer = self.blocking(lambda: self.session.call(procedure, *args, **kwargs))
+                answer = self.blocking(make)
             except ApplicationError as e:
                 return None, e.error
             times.append((time.monotonic() - started) * 1000)
         return statistics.median(times), answer
+
+    def all_nodes(self):
+        """The whole node list as ctl nodes reads it: a page at a time (``views.node_pages``)."""
+        from llmgw.link import uris
+        from llmgw.views import node_pages
+
+        return node_pages(lambda after, limit: self.session.call(
+            uris.CP_NODES, limit=limit, **({"after": after} if after is not None else {})))
 
     def status(self) -> dict | None:
         from llmgw.link import uris
@@ -534,8 +551,12 @@ def measure(args, n: int) -> dict:
         rss_empty = server.memory_info().rss
         started = time.monotonic()
         run.start_workers()
-        wait(lambda: run.registered() >= n or any(w.proc.poll() is not None for w in run.workers),
-             args.connect_timeout, f"{n} agents to register")
+        try:
+            wait(lambda: run.registered() >= n or any(w.proc.poll() is not None for w in run.workers),
+                 args.connect_timeout, f"{n} agents to register")
+        except TimeoutError as e:
+            run.args.keep = True  # its logs say why
+            raise SystemExit(f"{e}: {run.registered()} did, under load {load()}; the server's log is in {run.base}")
         if any(w.proc.poll() is not None for w in run.workers):
             raise SystemExit("a worker exited; its log is in " + str(run.base))
         row["register_s"] = round(time.monotonic() - started, 1)
@@ -563,7 +584,11 @@ def measure(args, n: int) -> dict:
             heartbeat_errors=sum(sum(r["errors"].values()) for r in reports),
             rss_mb=round(rss / 2**20, 1), rss_kb_per_node=round((rss - rss_empty) / 1024 / n, 1),
         )
-        row["cp_nodes_ms"], listing = operator.timed(uris.CP_NODES)
+        paged = _has_paging()
+        if paged:  # the whole list as ctl nodes reads it, a page of 1,000 at a time
+            row["cp_nodes_ms"], listing = operator.timed_coroutine(operator.all_nodes)
+        else:  # a server from before paging: one answer (past about 9,000 8-GPU nodes, more than 16 MiB)
+            row["cp_nodes_ms"], listing = operator.timed(uris.CP_NODES)
         row["cp_nodes_count"] = len(listing) if isinstance(listing, list) else None
         row["cp_nodes_unreachable_ms"], _ = operator.timed(uris.CP_NODES, state="unreachable")
         row["cp_nodes_label_ms"], _ = operator.timed(uris.CP_NODES, label="gpu=h100")
@@ -587,6 +612,13 @@ def _profile(run: Run, seconds: float) -> None:
     subprocess.run([spy, "record", "--pid", str(run.server.pid), "--duration", str(int(seconds)), "--format", "raw",
                     "--rate", "50", "-o", str(out), "--nonblocking"], capture_output=True, timeout=seconds + 60)
     print(f"py-spy profile of the server (collapsed stacks): {out}", file=sys.stderr)
+
+
+def _has_paging() -> bool:
+    """Whether this llmgw pages cp.nodes (the bench also runs against an older tree, to compare)."""
+    from llmgw import views
+
+    return hasattr(views, "node_pages")
 
 
 def _restart(run: Run, operator: Operator, n: int, args) -> dict:
@@ -622,7 +654,7 @@ def _reactor():
 COLUMNS = [
     ("nodes", "nodes"), ("cpu_ms_per_heartbeat", "ms CPU/hb"), ("cpu_pct_of_core", "% core"),
     ("rss_mb", "RSS MB"), ("rss_kb_per_node", "KB/node"), ("heartbeat_rtt_p50_ms", "hb p50 ms"),
-    ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
+    ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "all nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
     ("cp_nodes_unreachable_ms", "--state ms"), ("cp_replicas_ms", "replicas ms"), ("cp_logs_ms", "logs ms"),
     ("placement_ms_per_decision", "place ms"), ("reregistered_s", "back in s"),
 ]
@@ -642,14 +674,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of steady heartbeats measured per size")
     parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval (agent.yaml's default is 5)")
     parser.add_argument("--per-worker", type=int, default=1000, help="simulated agents per worker process")
-    parser.add_argument("--connect-timeout", type=float, default=300.0, help="most seconds for the fleet to register")
+    parser.add_argument("--arrivals", type=float, default=100.0, help="agents started per second at first")
+    parser.add_argument("--connect-timeout", type=float, default=600.0, help="most seconds for the fleet to register")
     parser.add_argument("--restart-timeout", type=float, default=120.0, help="most seconds for it to register again")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
-    print(raise_fd_limit(max(sizes) * 2 + 1000), file=sys.stderr)
+    # SIGTERM (or timeout(1)) unwinds like Ctrl-C, so every process started is stopped and every directory removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # The server holds a socket per agent, a worker one per agent it runs; each has its own limit.
+    print(raise_fd_limit(max(sizes) + 1024), file=sys.stderr)
 
     rows = []
     for n in sizes:
