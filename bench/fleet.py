@@ -584,17 +584,33 @@ def measure(args, n: int) -> dict:
             heartbeat_errors=sum(sum(r["errors"].values()) for r in reports),
             rss_mb=round(rss / 2**20, 1), rss_kb_per_node=round((rss - rss_empty) / 1024 / n, 1),
         )
-        paged = _has_paging()
-        if paged:  # the whole list as ctl nodes reads it, a page of 1,000 at a time
-            row["cp_nodes_ms"], listing = operator.timed_coroutine(operator.all_nodes)
+        def ask(key: str, timed) -> object:
+            """One query's median ms into *key*; a query that fails is recorded, and the operator dials again."""
+            row[key] = None
+            if getattr(operator, "session", None) is None:
+                return None  # its link is gone and dialling again failed: the row says so
+            try:
+                row[key], answer = timed()
+                return answer
+            except Exception as e:
+                row.setdefault("query_errors", []).append(f"{key}: {type(e).__name__}: {e}"[:200])
+                try:
+                    operator.connect()
+                except Exception as again:
+                    operator.session = None
+                    row["query_errors"].append(f"the operator could not dial again: {again}"[:200])
+                return None
+
+        if _has_paging():  # the whole list as ctl nodes reads it, a page of 1,000 at a time
+            listing = ask("cp_nodes_ms", lambda: operator.timed_coroutine(operator.all_nodes))
         else:  # a server from before paging: one answer (past about 9,000 8-GPU nodes, more than 16 MiB)
-            row["cp_nodes_ms"], listing = operator.timed(uris.CP_NODES)
+            listing = ask("cp_nodes_ms", lambda: operator.timed(uris.CP_NODES))
         row["cp_nodes_count"] = len(listing) if isinstance(listing, list) else None
-        row["cp_nodes_unreachable_ms"], _ = operator.timed(uris.CP_NODES, state="unreachable")
-        row["cp_nodes_label_ms"], _ = operator.timed(uris.CP_NODES, label="gpu=h100")
-        row["cp_nodes_limit_ms"], _ = operator.timed(uris.CP_NODES, limit=50)
-        row["cp_replicas_ms"], _ = operator.timed(uris.CP_REPLICAS)
-        row["cp_logs_ms"], _ = operator.timed(uris.CP_LOGS, node_name("sim", random.randrange(n)))
+        ask("cp_nodes_unreachable_ms", lambda: operator.timed(uris.CP_NODES, state="unreachable"))
+        ask("cp_nodes_label_ms", lambda: operator.timed(uris.CP_NODES, label="gpu=h100", limit=1000))
+        ask("cp_nodes_limit_ms", lambda: operator.timed(uris.CP_NODES, limit=50))
+        ask("cp_replicas_ms", lambda: operator.timed(uris.CP_REPLICAS))
+        ask("cp_logs_ms", lambda: operator.timed(uris.CP_LOGS, node_name("sim", random.randrange(n))))
         row["events_seen"] = operator.events
         row["load_after"] = load()
         if args.restart:
