@@ -30,7 +30,7 @@ from cost.
 
 It raises its file-descriptor limit to the hard limit and says so (every
 session is a socket in the server and in a worker), and sets server.yaml's
-``link.max_connections`` (default 1,024) to N + 64.  Every process it
+``link.max_connections`` (default 1,024) to N + 1,024.  Every process it
 starts is stopped by its pid, and its temporary directory removed.  Not a
 test: it prints figures and asserts nothing.  ``worker`` is the agents'
 process (``python bench/fleet.py worker --help``); tests/fleet runs it too.
@@ -297,7 +297,7 @@ class Run:
   admin: null
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
 fleet: {{settle_s: 5}}
-link: {{max_connections: {self.n + 64}}}
+link: {{max_connections: {self.n + 1024}}}
 """
         )
 
@@ -701,7 +701,7 @@ def main(argv: list[str]) -> int:
     # SIGTERM (or timeout(1)) unwinds like Ctrl-C, so every process started is stopped and every directory removed.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # The server holds a socket per agent, a worker one per agent it runs; each has its own limit.
-    print(raise_fd_limit(max(sizes) + 1024), file=sys.stderr)
+    print(raise_fd_limit(max(sizes) + 2048), file=sys.stderr)
 
     rows = []
     for n in sizes:
