@@ -214,3 +214,25 @@ class ProgressEvent:
 
     node_id: str
     progress: Progress
+
+
+#: How many nodes ctl and the dashboard ask ``llmgw.cp.nodes`` for at a time:
+#: a page of nodes with eight GPUs each is about 2 MB, far inside the link's
+#: 16 MiB message, which a whole fleet of ten thousand would not be.
+NODES_PAGE = 1000
+
+
+async def node_pages(fetch: Callable, page: int = NODES_PAGE) -> list:
+    """Every node ``llmgw.cp.nodes`` lists, in id order: ``await fetch(after, limit)`` a page at a time.
+
+    Each page starts after the last id of the one before, so a node that
+    registers or leaves meanwhile moves no other: none is listed twice.
+    """
+    nodes: list = []
+    after = None
+    while True:
+        got = await fetch(after, page)
+        nodes.extend(got)
+        if len(got) < page or not isinstance(got[-1], dict) or not isinstance(got[-1].get("id"), str):
+            return nodes
+        after = got[-1]["id"]

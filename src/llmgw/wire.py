@@ -28,7 +28,7 @@ import math
 import re
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import attrs
 
@@ -86,107 +86,210 @@ def bounds_of(f: attrs.Attribute) -> Bounds | None:
     return f.metadata.get(BOUNDS)
 
 
+# What to_wire passes through as it is, by exact type (a str enum is not a str here).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Per type met: its attrs field names, or False for a type that is not an attrs class.
+_FIELD_NAMES: dict[type, tuple[str, ...] | bool] = {}
+
+
 def to_wire(record: Any) -> Any:
     """A JSON-ready copy of *record* (attrs instances become dicts, enum members their values)."""
+    kind = type(record)
+    if kind in _SCALARS:
+        return record
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in attrs.fields(kind)) if attrs.has(kind) else False
+    if names is not False:
+        out = {}
+        for name in names:
+            value = getattr(record, name)
+            out[name] = value if type(value) in _SCALARS else to_wire(value)
+        return out
     if isinstance(record, enum.Enum):
         return record.value
-    if attrs.has(type(record)):
-        return {
-            f.name: to_wire(getattr(record, f.name)) for f in attrs.fields(type(record))
-        }
     if isinstance(record, (list, tuple)):
-        return [to_wire(item) for item in record]
+        return [item if type(item) in _SCALARS else to_wire(item) for item in record]
     if isinstance(record, dict):
-        return {key: to_wire(value) for key, value in record.items()}
+        return {key: value if type(value) in _SCALARS else to_wire(value) for key, value in record.items()}
     return record
 
 
 def from_wire(cls: type[T], payload: Any, path: str = "") -> T:
     """Build a *cls* from a link payload, or raise ``WireError`` naming the field."""
-    return _convert(cls, payload, path or cls.__name__)
+    return _converter(cls, None)(payload, path or cls.__name__)
 
 
-def _convert(hint: Any, value: Any, path: str, bounds: Bounds | None = None) -> Any:
+# A heartbeat is decoded every few seconds from every node: what a type
+# hint asks for is worked out once per (hint, bounds), not on every value.
+_CONVERTERS: dict[tuple[Any, Bounds | None], Callable[[Any, str], Any]] = {}
+
+
+def _where(path: Any) -> str:
+    """A field's path as the error names it.
+
+    Converters hand their children ``(parent, ".name")`` or ``(parent, index)``
+    rather than a string, which only an error needs: made here, not per value.
+    """
+    parts = []
+    while isinstance(path, tuple):
+        path, part = path
+        parts.append(f"[{part}]" if isinstance(part, int) else part)
+    parts.append(path)
+    return "".join(reversed(parts))
+
+
+def _converter(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
+    """The function that checks and converts a value for *hint* under *bounds*: ``f(value, path)``."""
+    key = (hint, bounds)
+    try:
+        found = _CONVERTERS.get(key)
+    except TypeError:  # a hint that cannot be a key: made each time
+        return _compile(hint, bounds)
+    if found is None:
+        found = _CONVERTERS[key] = _compile(hint, bounds)
+    return found
+
+
+def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     if hint is Any:
-        return value
+        return lambda value, path: value
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        return _union(hint, args, bounds)
+    if origin in (list, tuple):
+        return _sequence(args, bounds, origin is tuple)
+    if origin is dict:
+        return _mapping(args, bounds)
+    if attrs.has(hint):
+        return _record(hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum(hint)
+    if hint is float:
+        def to_float(value, path):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise WireError(f"{_where(path)}: expected a number, got {_kind(value)}")
+            if isinstance(value, int):
+                _limit(value, path, -INT64, INT64)  # before float(), which overflows past 1e308
+            if not math.isfinite(value):
+                raise WireError(f"{_where(path)}: {value} is not a finite number")
+            return _within(float(value), path, bounds)
+        return to_float
+    if hint is int:
+        least = -INT64 if bounds is None or bounds.least is None else bounds.least
+        most = INT64 if bounds is None or bounds.most is None else bounds.most
+
+        def to_int(value, path):
+            if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise WireError(f"{_where(path)}: expected an integer, got {_kind(value)}")
+            if not least <= value <= most:
+                _limit(value, path, least, most)
+            return value
+        return to_int
+    if hint is str:
+        def to_str(value, path):
+            if not isinstance(value, str):
+                raise WireError(f"{_where(path)}: expected str, got {_kind(value)}")
+            return _text(value, path, bounds)
+        return to_str
+    if hint is bool:
+        def to_bool(value, path):
+            if not isinstance(value, bool):
+                raise WireError(f"{_where(path)}: expected bool, got {_kind(value)}")
+            return value
+        return to_bool
+
+    def unknown(value, path):
+        raise TypeError(f"{_where(path)}: no wire conversion for {hint!r}")
+    return unknown
+
+
+def _union(hint: Any, args: tuple, bounds: Bounds | None) -> Callable[[Any, str], Any]:
+    optional = type(None) in args
+    choices = [_converter(arg, bounds) for arg in args if arg is not type(None)]
+    if optional and len(choices) == 1:
+        (only,) = choices
+
+        def to_optional(value, path):  # X | None, the most common hint: its one error is the error
+            return None if value is None else only(value, path)
+        return to_optional
+
+    def to_union(value, path):
+        if value is None and optional:
             return None
         errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        for choice in choices:
             try:
-                return _convert(arg, value, path, bounds)
+                return choice(value, path)
             except WireError as e:
                 errors.append(str(e))
-        raise WireError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {hint}")
-    if origin in (list, tuple):
+        raise WireError(errors[0] if len(errors) == 1 else f"{_where(path)}: {value!r} fits none of {hint}")
+    return to_union
+
+
+def _sequence(args: tuple, bounds: Bounds | None, as_tuple: bool) -> Callable[[Any, str], Any]:
+    (item,) = args[:1] or (Any,)
+    each = _converter(item, bounds)
+
+    def to_sequence(value, path):
         if not isinstance(value, (list, tuple)):
-            raise WireError(f"{path}: expected a list, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected a list, got {_kind(value)}")
         value = _count(value, path, bounds)
-        (item,) = args[:1] or (Any,)
-        items = [_convert(item, v, f"{path}[{i}]", bounds) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
+        items = [each(v, (path, i)) for i, v in enumerate(value)]
+        return tuple(items) if as_tuple else items
+    return to_sequence
+
+
+def _mapping(args: tuple, bounds: Bounds | None) -> Callable[[Any, str], Any]:
+    key_hint, value_hint = args or (Any, Any)
+    to_key, to_value = _converter(key_hint, bounds), _converter(value_hint, bounds)
+
+    def to_mapping(value, path):
         if not isinstance(value, dict):
-            raise WireError(f"{path}: expected a mapping, got {_kind(value)}")
-        key_hint, value_hint = args or (Any, Any)
+            raise WireError(f"{_where(path)}: expected a mapping, got {_kind(value)}")
         if bounds is not None and bounds.items is not None and len(value) > bounds.items:
-            raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
-        return {
-            _convert(key_hint, k, f"{path} key", bounds): _convert(value_hint, v, f"{path}.{k!s:.40}", bounds)
-            for k, v in value.items()
-        }
-    if attrs.has(hint):
+            raise WireError(f"{_where(path)}: {len(value)} entries, more than the {bounds.items} it may have")
+        return {to_key(k, (path, " key")): to_value(v, (path, f".{k!s:.40}")) for k, v in value.items()}
+    return to_mapping
+
+
+def _record(hint: type) -> Callable[[Any, str], Any]:
+    plan: list = []  # (name, ".name", required, converter), made on first use: a record may name itself
+
+    def to_record(value, path):
         if not isinstance(value, dict):
-            raise WireError(f"{path}: expected a mapping, got {_kind(value)}")
-        attrs.resolve_types(hint)
+            raise WireError(f"{_where(path)}: expected a mapping, got {_kind(value)}")
+        if not plan:
+            attrs.resolve_types(hint)
+            plan.extend((f.name, "." + f.name, f.default is attrs.NOTHING, _converter(f.type, f.metadata.get(BOUNDS)))
+                        for f in attrs.fields(hint))
         kwargs = {}
-        for field in attrs.fields(hint):
-            if field.name in value:
-                kwargs[field.name] = _convert(
-                    field.type, value[field.name], f"{path}.{field.name}", field.metadata.get(BOUNDS)
-                )
-            elif field.default is attrs.NOTHING:
-                raise WireError(f"{path}.{field.name}: missing")
+        for name, dotted, required, convert in plan:
+            if name in value:
+                kwargs[name] = convert(value[name], (path, dotted))
+            elif required:
+                raise WireError(f"{_where(path)}.{name}: missing")
         try:
             return hint(**kwargs)
         except (TypeError, ValueError) as e:
-            raise WireError(f"{path}: {e}") from None
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            raise WireError(f"{_where(path)}: {e}") from None
+    return to_record
+
+
+def _enum(hint: type[enum.Enum]) -> Callable[[Any, str], Any]:
+    known = ", ".join(str(member.value) for member in hint)
+
+    def to_enum(value, path):
         if isinstance(value, hint):
             return value
-        known = ", ".join(str(member.value) for member in hint)
         if not isinstance(value, str):
-            raise WireError(f"{path}: expected one of {known}, got {_kind(value)}")
+            raise WireError(f"{_where(path)}: expected one of {known}, got {_kind(value)}")
         try:
             return hint(value)
         except ValueError:
-            raise WireError(f"{path}: {value!r} is not one of {known}") from None
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise WireError(f"{path}: expected a number, got {_kind(value)}")
-        if isinstance(value, int):
-            _limit(value, path, -INT64, INT64)  # before float(), which overflows past 1e308
-        if not math.isfinite(value):
-            raise WireError(f"{path}: {value} is not a finite number")
-        return _within(float(value), path, bounds)
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WireError(f"{path}: expected an integer, got {_kind(value)}")
-        return _within(value, path, bounds)
-    if hint is str:
-        if not isinstance(value, str):
-            raise WireError(f"{path}: expected str, got {_kind(value)}")
-        return _text(value, path, bounds)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise WireError(f"{path}: expected bool, got {_kind(value)}")
-        return value
-    raise TypeError(f"{path}: no wire conversion for {hint!r}")
+            raise WireError(f"{_where(path)}: {value!r} is not one of {known}") from None
+    return to_enum
 
 
 def _count(value: list | tuple, path: str, bounds: Bounds | None) -> list | tuple:
@@ -195,7 +298,7 @@ def _count(value: list | tuple, path: str, bounds: Bounds | None) -> list | tupl
         return value
     if bounds.text is Text.PROSE:
         return value[len(value) - bounds.items:]
-    raise WireError(f"{path}: {len(value)} entries, more than the {bounds.items} it may have")
+    raise WireError(f"{_where(path)}: {len(value)} entries, more than the {bounds.items} it may have")
 
 
 def _within(value: int | float, path: str, bounds: Bounds | None) -> int | float:
@@ -207,9 +310,9 @@ def _within(value: int | float, path: str, bounds: Bounds | None) -> int | float
 
 def _limit(value: int | float, path: str, least: int | float, most: int | float) -> None:
     if value > most:
-        raise WireError(f"{path}: {_figure(value)} is above {_figure(most)}, the most it may be")
+        raise WireError(f"{_where(path)}: {_figure(value)} is above {_figure(most)}, the most it may be")
     if value < least:
-        raise WireError(f"{path}: {_figure(value)} is below {_figure(least)}, the least it may be")
+        raise WireError(f"{_where(path)}: {_figure(value)} is below {_figure(least)}, the least it may be")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -225,13 +328,15 @@ def _text(value: str, path: str, bounds: Bounds | None) -> str:
             value = value[: bounds.chars - 1] + "…"
         return value
     if bounds is not None and bounds.chars is not None and len(value) > bounds.chars:
-        raise WireError(f"{path}: {len(value)} characters, more than the {bounds.chars} it may have")
+        raise WireError(f"{_where(path)}: {len(value)} characters, more than the {bounds.chars} it may have")
+    if value.isascii() and value.isprintable():
+        return value  # no surrogate, control character or NUL: nothing below would refuse it
     if found := _SURROGATE.search(value):
-        raise WireError(f"{path}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
+        raise WireError(f"{_where(path)}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
     if bounds is not None:
         found = (_CONTROL if bounds.text is Text.NAME else _NUL).search(value)
         if found:
-            raise WireError(f"{path}: control character U+{ord(found.group()):04X} at {found.start()}, "
+            raise WireError(f"{_where(path)}: control character U+{ord(found.group()):04X} at {found.start()}, "
                             f"which {'a name' if bounds.text is Text.NAME else 'it'} may not hold")
     return value
 

@@ -16,8 +16,10 @@ control plane placed on it, or adopted from it when it registered, are kept.
 
 from __future__ import annotations
 
+import bisect
 import enum
-from typing import Callable, Mapping
+import itertools
+from typing import Any, Callable, Mapping
 
 import attrs
 from twisted.logger import Logger
@@ -27,9 +29,13 @@ from llmgw.control.news import NewsSettings, is_news
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
+from llmgw.wire import to_wire
 
 # server.yaml's fleet.downloads_per_node: downloads in progress one node may have shown.
 DOWNLOADS_PER_NODE = 64
+# The most nodes one page of ``llmgw.cp.nodes`` holds: a page of nodes with
+# eight GPUs each stays far inside the link's 16 MiB message.
+MAX_PAGE = 2000
 
 log = Logger()
 
@@ -96,6 +102,40 @@ class ReportedShard:
         return self.status.spec.replica_id
 
 
+@attrs.frozen
+class NodeQuery:
+    """Which nodes ``llmgw.cp.nodes`` lists: by state and label, in id order, a page at a time.
+
+    ``after`` is the last id of the page before (a cursor: a node that
+    registers or leaves between pages moves no other node), ``limit`` the
+    most this page holds; None is no condition.
+    """
+
+    state: NodeState | None = None
+    label: tuple[str, str] | None = None
+    after: str | None = None
+    limit: int | None = None
+
+    @classmethod
+    def parse(cls, state: Any = None, label: Any = None, after: Any = None, limit: Any = None) -> NodeQuery:
+        """The query an operator's call asks for; ``ValueError`` says which argument is wrong and how."""
+        if state is not None:
+            known = ", ".join(s.value for s in NodeState)
+            if not isinstance(state, str) or state not in {s.value for s in NodeState}:
+                raise ValueError(f"state {state!r} is none of {known}")
+            state = NodeState(state)
+        if label is not None:
+            if not isinstance(label, str) or "=" not in label or label.startswith("="):
+                raise ValueError(f"label {label!r} is not KEY=VALUE (gpu=h100)")
+            key, _, value = label.partition("=")
+            label = (key, value)
+        if after is not None and not isinstance(after, str):
+            raise ValueError(f"after {after!r} is not a node id (the last id of the page before)")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE):
+            raise ValueError(f"limit {limit!r} is not a number of nodes from 1 to {MAX_PAGE}")
+        return cls(state, label, after, limit)
+
+
 class NotRegistered(Exception):
     """A heartbeat from a node the control plane does not know (it restarted)."""
 
@@ -132,6 +172,13 @@ class Fleet:
         self._downloads_full: set[str] = set()
         # Progress reports refused, per node (``llmgw_node_progress_refused_total``).
         self.progress_refused: dict[str, int] = {}
+        # Node ids in order, for paged listings; None once a node is new.
+        self._ids: list[str] | None = None
+        # Per node, the wire form of what it reported, as last listed: the
+        # inventory it was made from, its fields, and each field beside the
+        # value it was made from (a heartbeat changes the figures; the rest
+        # is not converted again).  See ``wire_view``.
+        self._wire: dict[str, tuple[Inventory, dict[str, Any], dict[str, tuple[Any, Any]]]] = {}
 
     def configure(self, news: NewsSettings, downloads_per_node: int) -> None:
         """server.yaml's fleet limits, at start and on every reload."""
@@ -139,6 +186,8 @@ class Fleet:
         self.downloads_per_node = downloads_per_node
 
     def _update(self, new: Node, change: str) -> None:
+        if new.id not in self.nodes:
+            self._ids = None
         self.nodes[new.id] = new
         now = self._clock.seconds()
         view = new.view(now)
@@ -420,7 +469,49 @@ class Fleet:
 
     def views(self) -> list[NodeView]:
         now = self._clock.seconds()
-        return [self.nodes[k].view(now) for k in sorted(self.nodes)]
+        return [node.view(now) for node in self.listing(NodeQuery())]
+
+    def listing(self, query: NodeQuery) -> list[Node]:
+        """The nodes *query* asks for, in id order."""
+        if self._ids is None:
+            self._ids = sorted(self.nodes)
+        ids = self._ids
+        start = 0 if query.after is None else bisect.bisect_right(ids, query.after)
+        out: list[Node] = []
+        for node_id in itertools.islice(ids, start, None):
+            node = self.nodes[node_id]
+            if query.state is not None and node.state != query.state:
+                continue
+            if query.label is not None and node.inventory.labels.get(query.label[0]) != query.label[1]:
+                continue
+            out.append(node)
+            if query.limit is not None and len(out) >= query.limit:
+                break
+        return out
+
+    def wire_listing(self, query: NodeQuery) -> list[dict[str, Any]]:
+        """``llmgw.cp.nodes``'s answer: the wire form of the views of ``listing(query)``."""
+        now = self._clock.seconds()
+        return [self.wire_view(node, now) for node in self.listing(query)]
+
+    def wire_view(self, node: Node, now: float) -> dict[str, Any]:
+        """``to_wire(node.view(now))``, converting again only what the node reported that changed since the last."""
+        held = self._wire.get(node.id)
+        if held is None or held[0] is not node.inventory:
+            parts = held[2] if held is not None else {}
+            for name in NODE_FACTS:
+                value = getattr(node.inventory, name)
+                part = parts.get(name)
+                if part is None or part[0] is not value:
+                    parts[name] = (value, to_wire(value))
+            held = self._wire[node.id] = (node.inventory, {name: parts[name][1] for name in NODE_FACTS}, parts)
+        return {
+            "id": node.id, "state": node.state.value, "reason": node.reason, "cordoned": node.cordoned,
+            "last_seen": node.last_seen, "seen_ago_s": round(max(0.0, now - node.last_seen), 1),
+            "state_since": node.state_since, "registered_at": node.registered_at,
+            **held[1],
+            "certificate_not_after": node.certificate_not_after, "link_warnings": list(node.link_warnings),
+        }
 
 
 def node_after(state: NodeState, event: NodeInput) -> NodeState:

@@ -21,6 +21,9 @@ from llmgw.views import NodeView
 #: What a heartbeat moves every time: compared by size of change, or not at all.
 _LIVE = frozenset({"last_seen", "seen_ago_s", "memory_available_bytes", "gpus", "filesystems"})
 _FACTS = tuple(f.name for f in attrs.fields(NodeView) if f.name not in _LIVE)
+# What of a GPU or a filesystem is a fact rather than a figure: compared field by field.
+_GPU_FACTS = tuple(f.name for f in attrs.fields(GPU) if f.name not in ("memory_used_bytes", "utilization_pct"))
+_FILESYSTEM_FACTS = tuple(f.name for f in attrs.fields(Filesystem) if f.name != "free_bytes")
 
 
 @attrs.frozen
@@ -54,8 +57,7 @@ def _gpus_news(old: list[GPU] | None, new: list[GPU] | None, change: float) -> b
     if old is None or new is None or len(old) != len(new):
         return old != new
     for a, b in zip(old, new):
-        if attrs.evolve(a, memory_used_bytes=None, utilization_pct=None) != attrs.evolve(
-                b, memory_used_bytes=None, utilization_pct=None):
+        if any(getattr(a, name) != getattr(b, name) for name in _GPU_FACTS):
             return True
         if (_moved(a.memory_used_bytes, b.memory_used_bytes, b.memory_total_bytes, change)
                 or _moved(a.utilization_pct, b.utilization_pct, 100, change)):
@@ -67,7 +69,7 @@ def _filesystems_news(old: list[Filesystem] | None, new: list[Filesystem] | None
     if old is None or new is None or len(old) != len(new):
         return old != new
     for a, b in zip(old, new):
-        if attrs.evolve(a, free_bytes=None) != attrs.evolve(b, free_bytes=None):
+        if any(getattr(a, name) != getattr(b, name) for name in _FILESYSTEM_FACTS):
             return True
         if _moved(a.free_bytes, b.free_bytes, b.total_bytes, change):
             return True

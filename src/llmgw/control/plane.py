@@ -15,7 +15,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
-from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
+from llmgw.control.fleet import Fleet, NodeQuery, NotRegistered, TooManyDownloads
 from llmgw.control.news import NewsSettings
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
@@ -178,6 +178,10 @@ class ControlSession(ApplicationSession):
             log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
                      node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
 
+    def direct_procedures(self) -> dict:
+        """What the hub answers by calling straight in (``Hub.attach_local``): the heartbeat, synchronous and the most frequent call."""
+        return {uris.AGENT_HEARTBEAT: self.agent_heartbeat}
+
     def agent_heartbeat(self, beat, details=None):
         node_id = self._node_caller(details)
         try:
@@ -224,8 +228,18 @@ class ControlSession(ApplicationSession):
 
     # What operators are answered is a view record (``llmgw.views``) in its wire form.
 
-    def nodes(self):
-        return to_wire(self.fleet.views())
+    def nodes(self, state=None, label=None, after=None, limit=None):
+        """The nodes in id order, all of them or those in *state*, with *label* (KEY=VALUE), a page at a time.
+
+        A page is at most *limit* nodes after the id *after*; the next page
+        starts after the last id of this one.  Without *limit*, every node
+        that matches, as before paging.
+        """
+        try:
+            query = NodeQuery.parse(state, label, after, limit)
+        except ValueError as e:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.nodes: {e}") from None
+        return self.fleet.wire_listing(query)
 
     def replicas(self):
         return to_wire(self.reconciler.views())

@@ -14,7 +14,7 @@ import sys
 from llmgw.ctl import render
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
-from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
+from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer, node_pages
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -34,6 +34,10 @@ def add_parser(subparsers) -> None:
 
     nodes = sub.add_parser("nodes", help="list the nodes and what they reported")
     nodes.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    nodes.add_argument("--state", help="only nodes in this state: ready, unreachable or lost")
+    nodes.add_argument("--label", help="only nodes with this label, KEY=VALUE (gpu=h100)")
+    nodes.add_argument("--limit", type=int, help="at most this many nodes (a page, in id order)")
+    nodes.add_argument("--after", metavar="NODE", help="start after this node id: the last id of the page before")
     nodes.set_defaults(func=_run(cmd_nodes))
 
     replicas = sub.add_parser("replicas", help="list replicas: state, nodes, endpoint, stale flag, reason")
@@ -160,7 +164,21 @@ def decode(kind, answer, uri: str):
 
 
 async def cmd_nodes(session, args) -> int:
-    views = decode(list[NodeView], await session.call(uris.CP_NODES), uris.CP_NODES)
+    query = {k: v for k, v in (("state", args.state), ("label", args.label)) if v is not None}
+
+    async def fetch(after, limit):
+        return await session.call(uris.CP_NODES, **query, **({"after": after} if after is not None else {}),
+                                  limit=limit)
+
+    if args.limit is not None:
+        answer = await fetch(args.after, args.limit)
+    elif args.after is not None:
+        answer = await node_pages(lambda after, limit: fetch(after or args.after, limit))
+    else:
+        answer = await node_pages(fetch)
+    views = decode(list[NodeView], answer, uris.CP_NODES)
+    if args.limit is not None and len(views) == args.limit and views:
+        print(f"(at most {args.limit}; the next page: --after {views[-1].id})", file=sys.stderr)
     return _print(args, views, render.nodes_table)
 
 

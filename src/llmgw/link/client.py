@@ -23,14 +23,18 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.session import quiet_cancellations
+from llmgw.link.session import PingWhenQuiet, quiet_cancellations
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
 log = Logger()
 
 
-class _Protocol(WampWebSocketClientProtocol):
+class _Protocol(PingWhenQuiet, WampWebSocketClientProtocol):
+    def onMessage(self, payload, isBinary):
+        self.heard()
+        super().onMessage(payload, isBinary)
+
     def onOpen(self):
         super().onOpen()
         if self._session is not None:
@@ -54,6 +58,9 @@ class _Protocol(WampWebSocketClientProtocol):
             notify(reason)
 
 
+HANDSHAKE_TIMEOUT_S = 30.0
+
+
 def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession]):
     config = ComponentConfig(realm=uris.REALM)
     factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[JsonSerializer()])
@@ -64,6 +71,12 @@ def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], Applicat
         maxFramePayloadSize=16 * 1024 * 1024,
         autoPingInterval=10,
         autoPingTimeout=20,
+        # autobahn gives up on TLS and the WebSocket upgrade after 5 s.  A hub
+        # taking a whole fleet back after a restart can be slower than that;
+        # a client that hangs up then only comes back to the queue it left,
+        # and the hub sees its handshakes cut off (OpenSSL's "decode error").
+        # The hub's own limit (link.hello_timeout_s, 10 s) decides instead.
+        openHandshakeTimeout=HANDSHAKE_TIMEOUT_S,
     )
     return factory
 

@@ -16,7 +16,9 @@ a second is admitted only if the first does not answer a ping (it is then
 closed), and otherwise refused in a sentence naming both peers.  The
 caller is always disclosed to the callee, so the control plane reads who
 is asking from the call details.  The control plane itself attaches in
-process through ``attach_local``.
+process through ``attach_local``; the procedures it names as direct (the
+heartbeat, every few seconds from every node) the hub answers by calling
+straight in, with no INVOCATION and YIELD between them.
 
 Every limit in ``LinkSettings`` that refuses or ends something counts it
 in ``Hub.refusals`` (by limit) and logs one line naming the peer.
@@ -31,8 +33,10 @@ from typing import Callable
 import attrs
 from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
+from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.serializer import JsonSerializer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from llmgw.config.common import verbose_logs
 from llmgw.config.server import LinkSettings
@@ -85,6 +89,16 @@ class DuplicateSession:
         )
 
 
+@attrs.frozen
+class DirectCallDetails:
+    """What a directly answered procedure is told of its caller: the fields of autobahn's ``CallDetails`` it reads."""
+
+    caller: int | None
+    caller_authid: str | None
+    caller_authrole: str | None
+    procedure: str
+
+
 @attrs.define(eq=False)
 class _Registration:
     id: int
@@ -134,6 +148,8 @@ class Hub:
         self.refusals: Counter[str] = Counter()
         self.duplicates: dict[str, DuplicateSession] = {}
         self.duplicate_listeners: list[Callable[[DuplicateSession], None]] = []
+        # Per in-process session: itself and the procedures it answers directly (``attach_local``).
+        self._direct: dict[HubSession, tuple[object, dict[str, Callable]]] = {}
 
     # -- attaching sessions --
 
@@ -162,6 +178,11 @@ class Hub:
         as over the network, since authorization looks only at the role.
         """
         hub_side = HubSession(self, SessionIdentity(authid, role))
+        direct = getattr(app_session, "direct_procedures", None)
+        if direct is not None:
+            # Called with the caller's args and kwargs and details=, synchronously;
+            # used only while this session holds the procedure's registration.
+            self._direct[hub_side] = (app_session, dict(direct()))
         LocalLink(self._clock, hub_side, quiet_cancellations(app_session)).open()
 
     def _identity_from(self, transport) -> SessionIdentity | None:
@@ -346,6 +367,7 @@ class Hub:
         self._abort(session, "wamp.error.protocol_violation", text)
 
     def _left(self, session: HubSession) -> None:
+        self._direct.pop(session, None)
         if self.sessions.pop(session.session_id, None) is None:
             return
         if self._nodes.get(session.authid) is session:
@@ -443,6 +465,10 @@ class Hub:
                                        args=[f"nothing is registered at {msg.procedure}"]))
             return
         callee = reg.callee
+        direct = self._direct.get(callee) if self._direct else None
+        if direct is not None and msg.procedure in direct[1]:
+            self._answer_directly(session, msg, *direct)
+            return
         inv = _Invocation(callee.next_invocation_id(), session, msg.request, callee, msg.procedure)
         self._invocations[(callee, inv.id)] = inv
         self._calls[(session, msg.request)] = inv
@@ -456,6 +482,21 @@ class Hub:
                 procedure=msg.procedure,
             )
         )
+
+    def _answer_directly(self, session: HubSession, msg, app_session, procedures: dict[str, Callable]) -> None:
+        """The in-process session's answer, or its refusal, as its YIELD or ERROR would have carried it."""
+        details = DirectCallDetails(session.session_id, session.authid, session.role, msg.procedure)
+        try:
+            result = procedures[msg.procedure](*(msg.args or ()), **(msg.kwargs or {}), details=details)
+        except Exception as e:
+            # As autobahn's callee does: the session hears of it (and logs it
+            # as it chooses), the caller gets the error's URI and words.
+            app_session.onUserError(Failure(), f"{msg.procedure}: {e}")
+            error = e.error if isinstance(e, ApplicationError) else "wamp.error.runtime_error"
+            session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, error, args=list(e.args),
+                                       kwargs=getattr(e, "kwargs", None) or None))
+            return
+        session.send(message.Result(msg.request, args=[result]))
 
     def _timed_out(self, inv: _Invocation) -> None:
         inv.timeout = None

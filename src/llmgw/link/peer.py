@@ -18,6 +18,8 @@ from autobahn.wamp import message
 from autobahn.wamp.exception import TransportLost
 from twisted.internet import defer
 
+from llmgw.link.session import PingWhenQuiet
+
 if TYPE_CHECKING:
     from llmgw.link.hub import Hub
 
@@ -173,10 +175,11 @@ class HubSession:
         return f"<session {self._session_id} {who} from {self.peer}>"
 
 
-class HubProtocol(WampWebSocketServerProtocol):
-    """autobahn's server protocol with frames parsed by the hub and pongs passed on."""
+class HubProtocol(PingWhenQuiet, WampWebSocketServerProtocol):
+    """autobahn's server protocol with frames parsed by the hub, pongs passed on, and pings only on a quiet link."""
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        self.heard()
         if self._session is not None:
             self._session.onFrame(payload, isBinary)
 

@@ -5,9 +5,17 @@ cancelled, or the call timed out and the hub interrupted it) as a user
 error, at error level with a traceback, once per cancelled call.  A
 cancellation is the caller's decision, not the callee's failure: the hub
 logs it in one info line, and the callee says nothing above debug.
+
+Both ends ping a quiet link (autobahn's auto-ping) to find a peer that
+lost power, but a peer whose messages keep arriving is not dead: a node's
+heartbeat every few seconds already says so.  ``PingWhenQuiet`` sends the
+ping only when nothing arrived for a whole interval, so a busy fleet's
+links carry their heartbeats and not twice as many ping and pong frames.
 """
 
 from __future__ import annotations
+
+import time
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -27,3 +35,28 @@ def quiet_cancellations(session):
 
     session.onUserError = onUserError
     return session
+
+
+class PingWhenQuiet:
+    """Mixed into an autobahn WebSocket protocol: its auto-ping is skipped while messages arrive.
+
+    ``heard()`` is called for every message; the ping then waits until the
+    link has been quiet for ``autoPingInterval``, and times out as before.
+    """
+
+    _heard_at = 0.0
+
+    def _now(self) -> float:
+        clock = getattr(self.factory, "reactor", None)
+        return clock.seconds() if clock is not None else time.monotonic()
+
+    def heard(self) -> None:
+        self._heard_at = self._now()
+
+    def _sendAutoPing(self) -> None:
+        quiet = self._now() - self._heard_at
+        if self.autoPingInterval and quiet < self.autoPingInterval:
+            self.autoPingPendingCall = self.factory._batched_timer.call_later(
+                self.autoPingInterval - quiet, self._sendAutoPing)
+            return
+        super()._sendAutoPing()

@@ -24,7 +24,7 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NodeEvent, NodeView, ReplicaView
+from llmgw.views import NODES_PAGE, NodeEvent, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -165,10 +165,15 @@ class WampBackend(Backend):
         self._service = None
         self._session: DashboardSession | None = None
         # Node events that arrive while a snapshot's node list is on its way
-        # describe a fleet the snapshot already includes (the hub delivers a
-        # session's messages in order): drop them, or the app would apply
-        # them on top of the newer view.
+        # describe, for the nodes still to come, a fleet the snapshot will
+        # include (the hub delivers a session's messages in order): drop
+        # those, or the app would apply them on top of the newer view.
         self._snapshotting = False
+        # While a paged snapshot arrives: the last id in hand, and the newer
+        # views of nodes at or before it that events brought meanwhile.
+        self._snapshot_upto: str | None = None
+        self._snapshot_newer: dict | None = None
+        self.page = NODES_PAGE
 
     async def start(self) -> None:
         self._service = client_service(self._reactor, self._hub, self._tls, lambda config: DashboardSession(config, self))
@@ -214,12 +219,18 @@ class WampBackend(Backend):
             self.listener.link_down(reason)
 
     def _node_event(self, node_id, event) -> None:
-        if self._snapshotting or self.listener is None:
+        if self.listener is None:
+            return
+        if self._snapshotting and (self._snapshot_upto is None or not isinstance(node_id, str)
+                                   or node_id > self._snapshot_upto):
             return
         try:
             view = from_wire(NodeEvent, event).node
         except WireError:
             return  # not a node view this dashboard can show; the next snapshot has the node
+        if self._snapshotting:
+            self._snapshot_newer[view.id] = view
+            return
         self.listener.node_changed(view)
 
     def _shard_event(self, shard_id) -> None:
@@ -228,15 +239,15 @@ class WampBackend(Backend):
 
     # -- calls --
 
-    async def _call(self, uri: str, *args, timeout: float | None = None, answered=None):
-        """Call *uri*; *answered* runs the moment the answer (or error) arrives, before any later event."""
+    async def _call(self, uri: str, *args, timeout: float | None = None, answered=None, **kwargs):
+        """Call *uri*; *answered(result)* runs the moment the answer (or error) arrives, before any later event."""
         session = self._session
         if session is None:
             raise NotConnected("not connected to the hub; reconnecting")
         seconds = timeout or self._call_timeout_s
-        d = session.call(uri, *args)
+        d = session.call(uri, *args, **kwargs)
         if answered is not None:
-            d.addBoth(lambda result: (answered(), result)[1])
+            d.addBoth(lambda result: (answered(result), result)[1])
         d.addTimeout(seconds, self._reactor)
         try:
             return await _future(d)
@@ -250,17 +261,34 @@ class WampBackend(Backend):
             raise ActionFailed(f"{uri}: {e or type(e).__name__}") from None
 
     async def snapshot(self):
-        def answered():
-            self._snapshotting = False
+        """Every node, a page at a time (``views.node_pages``), and every replica.
 
-        # Cleared from the answer's own callback: events that arrive after
-        # it, even before this coroutine runs again, are newer and must pass.
-        self._snapshotting = True
+        While the pages arrive, a node event for an id already in hand is
+        newer than its page and is kept to replace it; one for an id still
+        to come is older than the page that will bring it, and is dropped.
+        """
+        held: dict = {}  # node id -> the newest event's view, for ids already paged in
+
+        def answered(result):
+            # From the answer's own callback: events after it are newer than this page.
+            if isinstance(result, list) and len(result) == self.page and isinstance(result[-1], dict):
+                self._snapshot_upto = result[-1].get("id")
+            else:
+                self._snapshotting = False
+
+        async def fetch(after, limit):
+            return await self._call(uris.CP_NODES, answered=answered, limit=limit,
+                                    **({"after": after} if after is not None else {}))
+
+        self._snapshotting, self._snapshot_upto, self._snapshot_newer = True, None, held
         try:
-            nodes = await self._call(uris.CP_NODES, answered=answered)
+            nodes = await node_pages(fetch, self.page)
         finally:
-            self._snapshotting = False
-        return _decode(list[NodeView], nodes, uris.CP_NODES), await self.replicas()
+            self._snapshotting, self._snapshot_upto, self._snapshot_newer = False, None, None
+        views = _decode(list[NodeView], nodes, uris.CP_NODES)
+        listed = {v.id for v in views}
+        views = [held.get(v.id, v) for v in views] + [v for node_id, v in held.items() if node_id not in listed]
+        return views, await self.replicas()
 
     async def replicas(self):
         return _decode(list[ReplicaView], await self._call(uris.CP_REPLICAS), uris.CP_REPLICAS)

@@ -1,0 +1,723 @@
+"""How big a fleet does one server process hold?  Simulated agents against a real `twistd llmgw-server`.
+
+    .venv/bin/python bench/fleet.py [--nodes 1000,5000,10000] [--duration 30] [--interval 5]
+                                    [--per-worker 1000] [--no-restart] [--profile-s 0]
+
+For each N it starts one server (its own CA, server.yaml and temporary
+directory), then N simulated agents spread over worker processes of
+``--per-worker`` each, so the client is not what is measured.  Each agent is
+a real mutual-TLS WAMP session with its own node certificate from the
+cluster CA, dialled by ``llmgw.link.client.client_service`` (the jittered
+backoff real agents use); it registers a recorded inventory from
+tests/fixtures/nodes under its own id, registers the node procedures a real
+agent does (answering ``ping`` and ``logs``; the others refuse in words),
+and heartbeats every ``--interval`` seconds from a random phase, its GPU
+figures moving a little each time.  One operator session (an operator
+certificate) subscribes to ``llmgw.event.`` and asks what `ctl` asks.
+
+Printed per N, as a table and one JSON line: server CPU per heartbeat and
+as % of a core over ``--duration`` seconds of steady heartbeats; the
+server's RSS and RSS per node; heartbeat round trip p50/p99 as the agents
+saw it; ``cp.nodes`` (the whole list as ``ctl nodes`` reads it, a page of
+1,000 at a time, and the ``--state``, ``--label`` and ``--limit`` forms
+where the server has them), ``cp.replicas`` and a relayed ``cp.logs`` round
+trip;
+placement time per decision for a catalog of 500 models over N recorded
+nodes (in this process, the control plane's own pure functions); and, after
+``kill -9`` of the server and a restart, how long until all N are ready
+again.  ``uptime``'s load is printed with every N, so contention can be told
+from cost.
+
+It raises its file-descriptor limit to the hard limit and says so (every
+session is a socket in the server and in a worker), and sets server.yaml's
+``link.max_connections`` (default 1,024) to N + 1,024.  Every process it
+starts is stopped by its pid, and its temporary directory removed.  Not a
+test: it prints figures and asserts nothing.  ``worker`` is the agents'
+process (``python bench/fleet.py worker --help``); tests/fleet runs it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+FIXTURES = ROOT / "tests" / "fixtures" / "nodes"
+# The recorded machines the simulated nodes register as, in turn.
+MACHINES = ("h100x8-ib-a-1", "h100x8-ib-a-2", "h100x8-ib-b-1", "rtx4090-workstation", "cpu-box", "vm-8gb")
+NODE_PROCEDURES = ("ping", "start_shard", "stop_shard", "drain_shard", "cordon", "logs", "collect_weights",
+                   "set_engines")
+TWISTD = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
+def node_name(prefix: str, i: int) -> str:
+    return f"{prefix}{i:05d}"
+
+
+def inventory_payload(machine: str, node_id: str) -> dict:
+    payload = json.loads((FIXTURES / f"{machine}.json").read_text())
+    payload.pop("source", None)
+    payload["node_id"] = node_id
+    payload["shards"] = []
+    return payload
+
+
+# -- the agents' process --------------------------------------------------------------------------------
+
+
+def worker_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fleet.py worker", description="simulated agents in one process")
+    parser.add_argument("--hub", required=True)
+    parser.add_argument("--pki", required=True, type=Path, help="the cluster CA's directory; node certificates are issued there")
+    parser.add_argument("--prefix", default="sim")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
+    parser.add_argument("--ramp", type=float, default=5.0, help="agents start at random times over this many seconds")
+    args = parser.parse_args(argv)
+
+    from twisted.internet import reactor, stdio, task
+    from twisted.protocols.basic import LineReceiver
+
+    from llmgw import pki as pkimod
+    from llmgw.huburl import parse_hub_url
+    from llmgw.link.client import client_service
+    from llmgw.tlsfiles import TLSFiles
+
+    names = [node_name(args.prefix, i) for i in range(args.first, args.first + args.count)]
+    for name in names:
+        if not (args.pki / f"{name}.crt").exists():
+            pkimod.issue(args.pki, name, "node")
+    hub = parse_hub_url(args.hub)
+    stats = Stats()
+    services = []
+    for i, name in enumerate(names):
+        tls = TLSFiles(str(args.pki / "ca.crt"), str(args.pki / f"{name}.crt"), str(args.pki / f"{name}.key"))
+        machine = MACHINES[(args.first + i) % len(MACHINES)]
+        service = client_service(reactor, hub, tls, _session_factory(reactor, name, machine, args.interval, stats))
+        services.append(service)
+        reactor.callLater(random.uniform(0, args.ramp), service.startService)
+
+    class Commands(LineReceiver):
+        delimiter = b"\n"
+
+        def lineReceived(self, line: bytes) -> None:
+            command = line.decode().strip()
+            if command == "mark":
+                stats.mark()
+                self.say("MARKED", {})
+            elif command == "report":
+                self.say("REPORT", stats.report())
+            elif command == "quit":
+                reactor.stop()
+
+        def connectionLost(self, reason) -> None:
+            if reactor.running:
+                reactor.stop()  # the bench went away: so do its agents
+
+        def say(self, word: str, body: dict) -> None:
+            self.transport.write(f"{word} {json.dumps(body)}\n".encode())
+
+    commands = Commands()
+    stdio.StandardIO(commands)
+    task.LoopingCall(lambda: commands.say("STATUS", stats.status())).start(0.5)
+    reactor.run()
+    return 0
+
+
+class Stats:
+    """What this process's agents saw: registrations, heartbeat round trips, refusals."""
+
+    def __init__(self):
+        self.registered: set[str] = set()
+        self.registrations = 0
+        self.beats = 0
+        self.rtts: list[float] = []
+        self.errors: dict[str, int] = {}
+        self.logs_answered = 0
+
+    def mark(self) -> None:
+        self.beats = 0
+        self.rtts = []
+        self.errors = {}
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    def status(self) -> dict:
+        return {"registered": len(self.registered), "registrations": self.registrations, "beats": self.beats,
+                "errors": self.errors}
+
+    def report(self) -> dict:
+        return {**self.status(), "rtts_ms": [round(r * 1000, 2) for r in self.rtts]}
+
+
+def _session_factory(reactor, name: str, machine: str, interval: float, stats: Stats):
+    from autobahn.twisted.wamp import ApplicationSession
+    from autobahn.wamp.exception import ApplicationError
+    from twisted.internet import task
+
+    from llmgw.link import uris
+
+    inventory = inventory_payload(machine, name)
+    gpus = inventory.get("gpus") or []
+
+    def refuse(*args, **kwargs):
+        raise ApplicationError(uris.ERROR_REFUSED, f"{name} is a simulated node in bench/fleet.py: it runs nothing")
+
+    class SimAgent(ApplicationSession):
+        """One node as the control plane sees one: registered, heartbeating, answering ping and logs."""
+
+        def onConnect(self):
+            self._beat = None
+            self.join(self.config.realm, authid=name)
+
+        async def onJoin(self, details):
+            for procedure in NODE_PROCEDURES:
+                handler = {"ping": lambda: {"node_id": name, "version": "bench"},
+                           "logs": self.logs}.get(procedure, refuse)
+                await self.register(handler, uris.node_uri(name, procedure))
+            await self._register()
+            # A random phase, as agents started at different times have.
+            self._beat = task.LoopingCall(self._heartbeat)
+            self._beat.clock = reactor
+            reactor.callLater(random.uniform(0, interval), self._start_beating)
+
+        def _start_beating(self):
+            if self._beat is not None and self.is_attached():
+                self._beat.start(interval, now=True).addErrback(lambda f: stats.error("loop"))
+
+        async def _register(self):
+            await self.call(uris.AGENT_REGISTER, inventory)
+            stats.registered.add(name)
+            stats.registrations += 1
+
+        def logs(self, source=None, n=200):
+            stats.logs_answered += 1
+            return {"node": name, "source": source or "agent", "sources": ["agent"],
+                    "lines": [f"{name}: a simulated node's log line {i}" for i in range(min(n, 20))]}
+
+        async def _heartbeat(self):
+            beat = {"gpus": [dict(g, utilization_pct=random.randint(0, 3),
+                                  memory_used_bytes=g["memory_used_bytes"] + random.randint(0, 1 << 20))
+                             if g.get("memory_used_bytes") is not None else g for g in gpus]}
+            started = time.monotonic()
+            try:
+                await self.call(uris.AGENT_HEARTBEAT, beat)
+            except ApplicationError as e:
+                if e.error == uris.ERROR_NOT_REGISTERED:
+                    stats.registered.discard(name)
+                    await self._register()
+                else:
+                    stats.error(e.error)
+                return
+            except Exception as e:
+                stats.error(type(e).__name__)
+                return
+            stats.beats += 1
+            stats.rtts.append(time.monotonic() - started)
+
+        def onLeave(self, details):
+            if self._beat is not None and self._beat.running:
+                self._beat.stop()
+            self._beat = None
+            stats.registered.discard(name)
+            super().onLeave(details)
+
+    return SimAgent
+
+
+# -- the bench ------------------------------------------------------------------------------------------
+
+
+def raise_fd_limit(needed: int) -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, needed)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    enough = "" if want >= needed else f"; {needed} wanted: raise the hard limit (ulimit -Hn) for the large sizes"
+    return f"file descriptors: soft limit {soft} raised to {want} (hard {hard}) for this bench and what it starts{enough}"
+
+
+def load() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Run:
+    """One N: a server, its workers, its temporary directory."""
+
+    def __init__(self, args, n: int):
+        self.args = args
+        self.n = n
+        self.base = Path(tempfile.mkdtemp(prefix=f"llmgw-fleet-{n}-"))
+        self.pki = self.base / "pki"
+        self.port = free_port()
+        self.hub = f"wss://127.0.0.1:{self.port}/"
+        self.server: subprocess.Popen | None = None
+        self.workers: list[Worker] = []
+
+    def setup(self) -> None:
+        from llmgw import pki as pkimod
+
+        pkimod.init_ca(self.pki, name="fleet-bench")
+        pkimod.issue(self.pki, "llmgw-server", "server", sans=("localhost", "127.0.0.1"))
+        pkimod.issue(self.pki, "alice", "operator")
+        (self.base / "server.yaml").write_text(
+            f"""listen:
+  link: "ssl:{self.port}:interface=127.0.0.1"
+  api: null
+  admin: null
+tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
+fleet: {{settle_s: 5}}
+link: {{max_connections: {self.n + 1024}}}
+"""
+        )
+
+    def start_server(self) -> None:
+        log = open(self.base / "server.log", "ab")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        self.server = subprocess.Popen(
+            [*TWISTD, "--nodaemon", "--pidfile=", "--logfile=server-twistd.log", "llmgw-server", "--config",
+             str(self.base / "server.yaml")],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.base, env=env, start_new_session=True,
+        )
+        wait(lambda: _listening(self.port) or self.server.poll() is not None, 30, "the hub to listen")
+        if self.server.poll() is not None:
+            raise SystemExit(f"the server exited:\n{(self.base / 'server.log').read_text()[-3000:]}")
+
+    def kill_server(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait(timeout=15)
+
+    def start_workers(self) -> None:
+        per = self.args.per_worker
+        for first in range(0, self.n, per):
+            # The fleet arrives at --arrivals agents a second (all workers start at once), as a
+            # fleet that boots over a minute would, not in one storm of handshakes.
+            self.workers.append(Worker(self.hub, self.pki, first, min(per, self.n - first), self.args.interval,
+                                       self.base / f"worker-{first}.log", ramp=max(2.0, self.n / self.args.arrivals)))
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+        if self.server is not None and self.server.poll() is None:
+            os.killpg(self.server.pid, signal.SIGTERM)
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill_server()
+        if self.args.keep:
+            print(f"kept {self.base}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def registered(self) -> int:
+        return sum(w.registered() for w in self.workers)
+
+
+class Worker:
+    """One worker process of simulated agents, talked to over its stdin and stdout (tests/fleet uses it too)."""
+
+    def __init__(self, hub: str, pki: Path, first: int, count: int, interval: float, log: Path,
+                 ramp: float | None = None):
+        import threading
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "worker", "--hub", hub, "--pki", str(pki), "--first", str(first),
+             "--count", str(count), "--interval", str(interval),
+             "--ramp", str(ramp if ramp is not None else max(2.0, count / 200))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "ab"),
+            env=env, start_new_session=True, text=True, bufsize=1,
+        )
+        self.status: dict = {}
+        self.answers: dict[str, dict] = {}
+        self._lock = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def registered(self) -> int:
+        return self.status.get("registered", 0)
+
+    def kill(self) -> None:
+        """kill -9 the worker and its agents: every session's link closes at once."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            word, _, body = line.partition(" ")
+            try:
+                value = json.loads(body)
+            except ValueError:
+                continue
+            with self._lock:
+                if word == "STATUS":
+                    self.status = value
+                else:
+                    self.answers[word] = value
+                    self._lock.notify_all()
+
+    def ask(self, command: str, answer: str, timeout: float = 30) -> dict:
+        with self._lock:
+            self.answers.pop(answer, None)
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+            if not self._lock.wait_for(lambda: answer in self.answers, timeout):
+                raise TimeoutError(f"worker {self.proc.pid} did not answer {command!r} in {timeout} s")
+            return self.answers.pop(answer)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait(condition, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:g} s for {what}")
+        time.sleep(interval)
+
+
+class Operator:
+    """One operator session in a thread of its own reactor: calls timed from here."""
+
+    def __init__(self, run: Run):
+        from llmgw.huburl import parse_hub_url
+        from llmgw.tlsfiles import TLSFiles
+
+        self.hub = parse_hub_url(run.hub)
+        self.tls = TLSFiles(str(run.pki / "ca.crt"), str(run.pki / "alice.crt"), str(run.pki / "alice.key"))
+        self.events = 0
+        self.reactor = _reactor()
+
+    def blocking(self, make, timeout: float = 60):
+        """Run the coroutine *make()* on the reactor's thread and wait for it here."""
+        import threading
+
+        from twisted.internet import defer
+
+        done = threading.Event()
+        box: dict = {}
+
+        def go():
+            d = defer.ensureDeferred(make())
+            d.addCallbacks(lambda v: box.setdefault("value", v), lambda f: box.setdefault("error", f))
+            d.addBoth(lambda _: done.set())
+
+        self.reactor.callFromThread(go)
+        if not done.wait(timeout):
+            raise TimeoutError(f"the operator's call did not finish in {timeout} s")
+        if "error" in box:
+            box["error"].raiseException()
+        return box["value"]
+
+    def connect(self):
+        from autobahn.wamp.types import SubscribeOptions
+
+        from llmgw.link import uris
+        from llmgw.link.client import connect_once
+
+        async def go():
+            session = await connect_once(self.reactor, self.hub, self.tls, timeout=30)
+
+            def on_event(*args, **kwargs):
+                self.events += 1
+
+            await session.subscribe(on_event, uris.EVENT_PREFIX, SubscribeOptions(match="prefix"))
+            return session
+
+        self.session = self.blocking(go)
+
+    def timed(self, procedure: str, *args, repeat: int = 5, **kwargs) -> tuple[float | None, object]:
+        """The median milliseconds of *repeat* calls, and the last answer; None when the server has no such form."""
+        return self.timed_coroutine(lambda: self.session.call(procedure, *args, **kwargs), repeat)
+
+    def timed_coroutine(self, make, repeat: int = 5) -> tuple[float | None, object]:
+        from autobahn.wamp.exception import ApplicationError
+
+        times = []
+        answer = None
+        for _ in range(repeat):
+            started = time.monotonic()
+            try:
+                answer = self.blocking(make)
+            except ApplicationError as e:
+                return None, e.error
+            times.append((time.monotonic() - started) * 1000)
+        return statistics.median(times), answer
+
+    def all_nodes(self):
+        """The whole node list as ctl nodes reads it: a page at a time (``views.node_pages``)."""
+        from llmgw.link import uris
+        from llmgw.views import node_pages
+
+        return node_pages(lambda after, limit: self.session.call(
+            uris.CP_NODES, limit=limit, **({"after": after} if after is not None else {})))
+
+    def status(self) -> dict | None:
+        from llmgw.link import uris
+        from llmgw.link.client import connect_once
+
+        async def go():
+            session = await connect_once(self.reactor, self.hub, self.tls, timeout=10)
+            try:
+                return await session.call(uris.CP_STATUS)
+            finally:
+                session.leave()
+
+        try:
+            return self.blocking(go, timeout=20)
+        except Exception:
+            return None
+
+
+def placement_ms(n: int, models: int = 500) -> float:
+    """Milliseconds per placement decision: *models* single-rank models over *n* recorded nodes, one after another."""
+    from llmgw.control.placement import NodeSnapshot, PlacementRequest, Placement, place
+    from llmgw.records import Inventory
+    from llmgw.wire import from_wire
+
+    nodes = []
+    for i in range(n):
+        machine = MACHINES[i % len(MACHINES)]
+        inv = from_wire(Inventory, inventory_payload(machine, node_name("sim", i)))
+        nodes.append(NodeSnapshot.from_inventory(inv.node_id, "ready", False, inv))
+    engines = ("llama.cpp", "vllm")
+    started = time.monotonic()
+    for m in range(models):
+        request = PlacementRequest(model=f"model-{m}", engine=engines[m % 2], gpus=1 + m % 2)
+        answer = place(request, nodes)
+        if isinstance(answer, Placement):
+            nodes = answer.apply_to(nodes, request.model)
+    return (time.monotonic() - started) * 1000 / models
+
+
+def measure(args, n: int) -> dict:
+    import psutil
+
+    from llmgw.link import uris
+
+    run = Run(args, n)
+    row: dict = {"nodes": n, "load_before": load()}
+    try:
+        run.setup()
+        run.start_server()
+        server = psutil.Process(run.server.pid)
+        rss_empty = server.memory_info().rss
+        started = time.monotonic()
+        run.start_workers()
+        try:
+            wait(lambda: run.registered() >= n or any(w.proc.poll() is not None for w in run.workers),
+                 args.connect_timeout, f"{n} agents to register")
+        except TimeoutError as e:
+            run.args.keep = True  # its logs say why
+            raise SystemExit(f"{e}: {run.registered()} did, under load {load()}; the server's log is in {run.base}")
+        if any(w.proc.poll() is not None for w in run.workers):
+            raise SystemExit("a worker exited; its log is in " + str(run.base))
+        row["register_s"] = round(time.monotonic() - started, 1)
+        operator = Operator(run)
+        operator.connect()
+        time.sleep(args.interval)  # every agent's first heartbeat, from its random phase
+        for w in run.workers:
+            w.ask("mark", "MARKED")
+        cpu0 = sum(server.cpu_times()[:2])
+        t0 = time.monotonic()
+        if args.profile_s:
+            _profile(run, args.profile_s)
+        time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
+        cpu_s = sum(server.cpu_times()[:2]) - cpu0
+        window = time.monotonic() - t0
+        reports = [w.ask("report", "REPORT") for w in run.workers]
+        beats = sum(r["beats"] for r in reports)
+        rtts = [x for r in reports for x in r["rtts_ms"]]
+        rss = server.memory_info().rss
+        row.update(
+            window_s=round(window, 1), heartbeats=beats,
+            cpu_ms_per_heartbeat=round(cpu_s * 1000 / beats, 3) if beats else None,
+            cpu_pct_of_core=round(100 * cpu_s / window, 1),
+            heartbeat_rtt_p50_ms=percentile(rtts, 0.5), heartbeat_rtt_p99_ms=percentile(rtts, 0.99),
+            heartbeat_errors=sum(sum(r["errors"].values()) for r in reports),
+            rss_mb=round(rss / 2**20, 1), rss_kb_per_node=round((rss - rss_empty) / 1024 / n, 1),
+        )
+        def ask(key: str, timed) -> object:
+            """One query's median ms into *key*; a query that fails is recorded, and the operator dials again."""
+            row[key] = None
+            if getattr(operator, "session", None) is None:
+                return None  # its link is gone and dialling again failed: the row says so
+            try:
+                row[key], answer = timed()
+                return answer
+            except Exception as e:
+                row.setdefault("query_errors", []).append(f"{key}: {type(e).__name__}: {e}"[:200])
+                try:
+                    operator.connect()
+                except Exception as again:
+                    operator.session = None
+                    row["query_errors"].append(f"the operator could not dial again: {again}"[:200])
+                return None
+
+        if _has_paging():  # the whole list as ctl nodes reads it, a page of 1,000 at a time
+            listing = ask("cp_nodes_ms", lambda: operator.timed_coroutine(operator.all_nodes))
+        else:  # a server from before paging: one answer (past about 9,000 8-GPU nodes, more than 16 MiB)
+            listing = ask("cp_nodes_ms", lambda: operator.timed(uris.CP_NODES))
+        row["cp_nodes_count"] = len(listing) if isinstance(listing, list) else None
+        ask("cp_nodes_unreachable_ms", lambda: operator.timed(uris.CP_NODES, state="unreachable"))
+        ask("cp_nodes_label_ms", lambda: operator.timed(uris.CP_NODES, label="gpu=h100", limit=1000))
+        ask("cp_nodes_limit_ms", lambda: operator.timed(uris.CP_NODES, limit=50))
+        ask("cp_replicas_ms", lambda: operator.timed(uris.CP_REPLICAS))
+        ask("cp_logs_ms", lambda: operator.timed(uris.CP_LOGS, node_name("sim", random.randrange(n))))
+        row["events_seen"] = operator.events
+        row["load_after"] = load()
+        if args.restart:
+            row.update(_restart(run, operator, n, args))
+    finally:
+        run.stop()
+    row["placement_ms_per_decision"] = round(placement_ms(n), 2)
+    return row
+
+
+def _profile(run: Run, seconds: float) -> None:
+    """py-spy (``pip install py-spy``) records the server for *seconds*; collapsed stacks beside the temp dirs."""
+    out = run.base.parent / f"llmgw-fleet-{run.n}-profile.txt"
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    subprocess.run([spy, "record", "--pid", str(run.server.pid), "--duration", str(int(seconds)), "--format", "raw",
+                    "--rate", "50", "-o", str(out), "--nonblocking"], capture_output=True, timeout=seconds + 60)
+    print(f"py-spy profile of the server (collapsed stacks): {out}", file=sys.stderr)
+
+
+def _has_paging() -> bool:
+    """Whether this llmgw pages cp.nodes (the bench also runs against an older tree, to compare)."""
+    from llmgw import views
+
+    return hasattr(views, "node_pages")
+
+
+def _restart(run: Run, operator: Operator, n: int, args) -> dict:
+    """kill -9 the server, start it again, and time the fleet's return (agents' own backoff)."""
+    run.kill_server()
+    killed = time.monotonic()
+    run.start_server()
+    deadline = killed + args.restart_timeout
+    ready = 0
+    while time.monotonic() < deadline:
+        status = operator.status()
+        ready = (status or {}).get("nodes", {}).get("ready", 0)
+        if ready >= n:
+            return {"reregistered_s": round(time.monotonic() - killed, 1), "reregistered": ready}
+        time.sleep(0.5)
+    return {"reregistered_s": None, "reregistered": ready}
+
+
+_RUNNING: list = []
+
+
+def _reactor():
+    """Twisted's reactor, running in a thread of this process from the first call on."""
+    import threading
+
+    from twisted.internet import reactor
+
+    if not _RUNNING:
+        threading.Thread(target=reactor.run, kwargs={"installSignalHandlers": False}, daemon=True).start()
+        _RUNNING.append(reactor)
+    return reactor
+
+COLUMNS = [
+    ("nodes", "nodes"), ("cpu_ms_per_heartbeat", "ms CPU/hb"), ("cpu_pct_of_core", "% core"),
+    ("rss_mb", "RSS MB"), ("rss_kb_per_node", "KB/node"), ("heartbeat_rtt_p50_ms", "hb p50 ms"),
+    ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "all nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
+    ("cp_nodes_unreachable_ms", "--state ms"), ("cp_replicas_ms", "replicas ms"), ("cp_logs_ms", "logs ms"),
+    ("placement_ms_per_decision", "place ms"), ("reregistered_s", "back in s"),
+]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["worker"]:
+        return worker_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", default="1000,5000,10000", help="comma-separated fleet sizes")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of steady heartbeats measured per size")
+    parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval (agent.yaml's default is 5)")
+    parser.add_argument("--per-worker", type=int, default=1000, help="simulated agents per worker process")
+    parser.add_argument("--arrivals", type=float, default=100.0, help="agents started per second at first")
+    parser.add_argument("--connect-timeout", type=float, default=600.0, help="most seconds for the fleet to register")
+    parser.add_argument("--restart-timeout", type=float, default=120.0, help="most seconds for it to register again")
+    parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
+    parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
+    parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
+    # SIGTERM (or timeout(1)) unwinds like Ctrl-C, so every process started is stopped and every directory removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # The server holds a socket per agent, a worker one per agent it runs; each has its own limit.
+    print(raise_fd_limit(max(sizes) + 2048), file=sys.stderr)
+
+    rows = []
+    for n in sizes:
+        row = measure(args, n)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print()
+    print("  ".join(f"{title:>{max(len(title), 6)}}" for _, title in COLUMNS))
+    for row in rows:
+        print("  ".join(f"{_cell(row.get(key)):>{max(len(title), 6)}}" for key, title in COLUMNS))
+    for row in rows:
+        print(f"  {row['nodes']}: {row['load_after'] if 'load_after' in row else row['load_before']}")
+    if _RUNNING:
+        _RUNNING[0].callFromThread(_RUNNING[0].stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""A small fleet in the default suite: 200 simulated agents against a real `twistd llmgw-server`.
+
+The agents are bench/fleet.py's (real mutual-TLS sessions, each with its own
+node certificate, registering recorded inventories and heartbeating every
+second), in two worker processes.  What is checked is correctness, never
+speed: all register; a state change reaches an operator's subscription; a
+paged listing returns every node exactly once; a query that does not fit is
+refused in words.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+from bench.fleet import MACHINES, Worker, node_name
+from tests.support.cluster import environment
+from tests.support.wait import wait_for
+
+SUBSCRIBER = """
+import json, sys
+from twisted.internet import defer, reactor
+from llmgw.huburl import parse_hub_url
+from llmgw.link.client import connect_once
+from llmgw.tlsfiles import TLSFiles
+
+async def main():
+    s = await connect_once(reactor, parse_hub_url(sys.argv[1]), TLSFiles(*sys.argv[2:5]))
+    await s.subscribe(lambda node, event: print(json.dumps(event), flush=True), "llmgw.event.node")
+    print("subscribed", flush=True)
+
+reactor.callWhenRunning(lambda: defer.ensureDeferred(main()).addErrback(lambda f: (f.printTraceback(), reactor.stop())))
+reactor.run()
+"""
+
+
+def test_two_hundred_nodes_register_are_followed_and_are_listed_once_each(cluster):
+    cluster.start_server()
+    workers = [Worker(cluster.hub, cluster.pki, first, 100, 1.0, cluster.base / f"worker-{first}.log", ramp=2)
+               for first in (0, 100)]
+    subscriber = subprocess.Popen(
+        [sys.executable, "-c", SUBSCRIBER, cluster.hub, str(cluster.pki / "ca.crt"),
+         str(cluster.pki / "alice.crt"), str(cluster.pki / "alice.key")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(), start_new_session=True,
+    )
+    printed: list[str] = []
+    threading.Thread(target=lambda: printed.extend(subscriber.stdout), daemon=True).start()
+    try:
+        wait_for(lambda: sum(w.registered() for w in workers) == 200, 90, "200 simulated agents to register",
+                 detail=cluster.logs)
+        wait_for(lambda: "subscribed\n" in printed, 30, "the operator's subscription", detail=lambda: "".join(printed))
+
+        everyone = cluster.nodes()
+        assert sorted(everyone) == [node_name("sim", i) for i in range(200)]
+        assert {n["state"] for n in everyone.values()} == {"ready"}
+
+        # A page at a time, as a script would: every node exactly once, in id order.
+        seen: list[str] = []
+        after: list[str] = []
+        while True:
+            out = cluster.ctl("nodes", "--json", "--limit", "80", *after)
+            assert out.returncode == 0, out.stderr
+            page = [n["id"] for n in json.loads(out.stdout)]
+            seen += page
+            if len(page) < 80:
+                break
+            assert f"--after {page[-1]}" in out.stderr
+            after = ["--after", page[-1]]
+        assert seen == sorted(everyone)
+
+        h100 = cluster.ctl("nodes", "--json", "--label", "gpu=h100")
+        assert h100.returncode == 0, h100.stderr
+        assert [n["id"] for n in json.loads(h100.stdout)] == [
+            node_name("sim", i) for i in range(200) if MACHINES[i % len(MACHINES)].startswith("h100")]
+
+        # kill -9 the second hundred's process: each of their links closes, and the operator hears it.
+        workers[1].kill()
+
+        def unreachable_events() -> set[str]:
+            found = set()
+            for line in list(printed):
+                if line.startswith("{"):
+                    event = json.loads(line)
+                    if event["change"] == "state" and event["node"]["state"] == "unreachable":
+                        found.add(event["node"]["id"])
+            return found
+
+        gone = {node_name("sim", i) for i in range(100, 200)}
+        wait_for(lambda: unreachable_events() == gone, 60, "the operator to hear 100 nodes become unreachable",
+                 detail=lambda: "".join(printed[-20:]))
+        out = cluster.ctl("nodes", "--json", "--state", "unreachable")
+        assert out.returncode == 0, out.stderr
+        assert {n["id"] for n in json.loads(out.stdout)} == gone
+        assert all(n["reason"] == "its link to the hub closed" for n in json.loads(out.stdout))
+
+        refused = cluster.ctl("nodes", "--state", "sleeping")
+        assert refused.returncode != 0
+        assert "llmgw.cp.nodes: state 'sleeping' is none of ready, unreachable, lost" in refused.stderr
+    finally:
+        subscriber.kill()
+        subscriber.wait(timeout=10)
+        for w in workers:
+            w.stop()
