@@ -169,7 +169,9 @@ def test_gpus_given_to_one_replica_are_not_given_again_in_the_same_tick(world):
     assert [(spec.shard_id, spec.gpus) for _, spec in world.starts] == [("echo/0/0", [0]), ("echo/1/0", [1])]
     view = world.view("echo/2")
     assert view["state"] == "pending"
-    assert view["reason"] == "no node can hold it: node01: has no free GPUs, needs 1"
+    assert view["reason"] == (
+        "no node can hold it: node01: has no free GPUs, needs 1; echo/0 and echo/1 hold 2 of 2"
+    )
 
 
 def test_a_start_still_in_flight_counts_for_the_next_placement(world):

@@ -8,10 +8,13 @@ they were asked to do.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -227,11 +230,47 @@ def test_model_paths_with_spaces_survive_the_shell():
 
 # rank 0's shell command, run for real against stand-ins for ray and vllm
 
+FAKE_RAYLET = """
+import os
+
+
+class _Node:
+    state = 0  # alive
+
+    def __init__(self, port):
+        self.node_manager_port = port
+
+
+class GcsClient:
+    \"\"\"The head's node table: as many alive nodes as the gate file says (1, the head, without it).\"\"\"
+
+    def __init__(self, address):
+        self.address = address
+
+    def get_all_node_info(self, timeout):
+        count = int(open(GATE).read()) if os.path.exists(GATE) else 1
+        with open(ASKED, "a") as f:
+            f.write(f"{self.address} {count}\\n")
+        return {i: _Node(8200 + i) for i in range(count)}
+"""
+
 
 @pytest.fixture
 def stand_ins(tmp_path, script):
-    """Fake ray and vllm beside each other; everything they do goes to ``log``."""
+    """Fake ray and vllm beside each other; everything they do goes to ``log``.
+
+    The Python beside them is the real one with a stand-in ``ray._raylet`` on
+    its path, so the head's question about its nodes is the agent's own script;
+    the node count it answers is the file ``nodes`` (the head alone without it),
+    and every time it is asked is a line of ``asked``.
+    """
     log = tmp_path / "log"
+    fake = tmp_path / "fake" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "_raylet.py").write_text(f"GATE = {os.fspath(tmp_path / 'nodes')!r}\n"
+                                     f"ASKED = {os.fspath(tmp_path / 'asked')!r}\n{FAKE_RAYLET}")
+    script("python", f'PYTHONPATH={shlex.quote(os.fspath(fake.parent))} exec {shlex.quote(sys.executable)} "$@"\n')
 
     def write(*, ray_start="", vllm="echo \"vllm $*\" >> $LOG; exit 3\n"):
         script("ray", f"""
@@ -242,7 +281,8 @@ start)
   echo "ray $*" >> $LOG
   trap 'echo "ray stopped" >> $LOG; exit 0' TERM
   touch {tmp_path}/ray-ready
-  while :; do sleep 0.05; done ;;
+  while [ ! -e {tmp_path}/head-exits ]; do sleep 0.05; done
+  exit 1 ;;
 health-check)
   [ -e {tmp_path}/ray-ready ] ;;
 esac
@@ -257,20 +297,84 @@ def lines(log):
     return log.read_text().splitlines() if log.exists() else []
 
 
-def test_rank_0_serves_once_the_head_answers_and_stops_the_head_when_vllm_ends(stand_ins):
+@contextlib.contextmanager
+def running(argv, stderr_path):
+    """Rank 0's shell command started in a session of its own, its stderr to *stderr_path*; killed whole after."""
+    with open(stderr_path, "w") as stderr:
+        engine = subprocess.Popen(argv, stderr=stderr, start_new_session=True)
+    try:
+        yield engine
+    finally:
+        try:
+            os.killpg(engine.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def asked(tmp_path):
+    """How many nodes the head had each time the script asked it."""
+    return [line.split()[1] for line in lines(tmp_path / "asked")]
+
+
+RAY_HEAD_LINE = (f"ray start --head --node-ip-address=10.0.0.5 --port=6379 --temp-dir {temp_dir(multi(0), 6379)} "
+                 "--include-dashboard=false --disable-usage-stats --block")
+VLLM_SERVE_LINE = ("vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
+                   "--pipeline-parallel-size 2 --distributed-executor-backend ray")
+
+
+def test_rank_0_serves_once_the_nodes_joined_and_stops_the_head_when_vllm_ends(stand_ins, tmp_path):
     write, log = stand_ins
+    (tmp_path / "nodes").write_text("2")
     p = plan(multi(0), binary=write())
     done = subprocess.run(p.argv, capture_output=True, text=True, timeout=30)
     # The engine's exit status is vllm's.
     assert done.returncode == 3
     wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
-    assert lines(log) == [
-        f"ray start --head --node-ip-address=10.0.0.5 --port=6379 --temp-dir {temp_dir(multi(0), 6379)} "
-        "--include-dashboard=false --disable-usage-stats --block",
-        "vllm serve /cache/qwen --host 10.0.0.5 --port 8200 --served-model-name qwen --tensor-parallel-size 4 "
-        "--pipeline-parallel-size 2 --distributed-executor-backend ray",
-        "ray stopped",
+    assert lines(log) == [RAY_HEAD_LINE, VLLM_SERVE_LINE, "ray stopped"]
+    assert lines(tmp_path / "asked") == ["10.0.0.5:6379 2"]
+
+
+def test_rank_0_starts_vllm_only_once_the_head_counts_every_rank(stand_ins, tmp_path):
+    write, log = stand_ins
+    p = plan(multi(0), binary=write())
+    with running(p.argv, tmp_path / "stderr") as engine:
+        # Asked twice and seen only the head: the script is waiting, not serving.
+        wait_for(lambda: asked(tmp_path)[1:], 20, "the head to be asked for its nodes twice",
+                 detail=lambda: "\n".join(lines(log)))
+        assert lines(log) == [RAY_HEAD_LINE]
+        (tmp_path / "nodes").write_text("2")
+        assert engine.wait(timeout=20) == 3
+        wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped",
+                 detail=lambda: "\n".join(lines(log)))
+    assert lines(log) == [RAY_HEAD_LINE, VLLM_SERVE_LINE, "ray stopped"]
+    assert set(asked(tmp_path)[:-1]) == {"1"} and asked(tmp_path)[-1] == "2"
+    assert lines(tmp_path / "stderr") == [
+        "llmgw: the Ray head at 10.0.0.5:6379 answers; waiting up to 600 s for 2 Ray nodes to join it before starting vllm",
+        "llmgw: waiting for 2 Ray nodes: the head at 10.0.0.5:6379 sees 1",
+        "llmgw: all 2 Ray nodes joined the head at 10.0.0.5:6379; starting vllm",
     ]
+
+
+def test_rank_0_gives_up_on_nodes_that_never_join_within_the_start_timeout(stand_ins, tmp_path):
+    write, log = stand_ins
+    p = plan(multi(0, start_timeout_s=1.5), binary=write())
+    done = subprocess.run(p.argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert ("llmgw: 2 Ray nodes did not join the head at 10.0.0.5:6379 within 2 s (the shard's start_timeout_s); "
+            "it sees 1; vllm not started: check that every rank's node reaches 10.0.0.5:6379") in done.stderr
+    wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
+    assert lines(log) == [RAY_HEAD_LINE, "ray stopped"]
+
+
+def test_rank_0_fails_saying_so_when_the_head_exits_while_its_nodes_join(stand_ins, tmp_path):
+    write, log = stand_ins
+    p = plan(multi(0), binary=write())
+    with running(p.argv, tmp_path / "stderr") as engine:
+        wait_for(lambda: asked(tmp_path), 20, "the head to be asked for its nodes", detail=lambda: "\n".join(lines(log)))
+        (tmp_path / "head-exits").touch()
+        assert engine.wait(timeout=20) == 1
+    assert "llmgw: the Ray head exited before its nodes joined" in (tmp_path / "stderr").read_text()
+    assert lines(log) == [RAY_HEAD_LINE]
 
 
 def test_rank_0_fails_saying_so_when_the_head_does_not_start(stand_ins):
@@ -282,15 +386,15 @@ def test_rank_0_fails_saying_so_when_the_head_does_not_start(stand_ins):
     assert not any(line.startswith("vllm") for line in lines(log))
 
 
-def test_stopping_rank_0_stops_vllm_and_the_head(stand_ins):
+def test_stopping_rank_0_stops_vllm_and_the_head(stand_ins, tmp_path):
     write, log = stand_ins
     vllm = write(vllm="""trap 'echo "vllm stopped" >> $LOG; exit 0' TERM
 echo "vllm $*" >> $LOG
 while :; do sleep 0.05; done
 """)
+    (tmp_path / "nodes").write_text("2")
     p = plan(multi(0), binary=vllm)
-    engine = subprocess.Popen(p.argv, start_new_session=True)
-    try:
+    with running(p.argv, tmp_path / "stderr") as engine:
         wait_for(lambda: any(line.startswith("vllm serve") for line in lines(log)), 10, "vllm serve to start",
                  detail=lambda: "\n".join(lines(log)))
         # Only the shell is signalled: it must pass the stop on.
@@ -298,11 +402,6 @@ while :; do sleep 0.05; done
         assert engine.wait(timeout=10) == 0
         wait_for(lambda: "ray stopped" in lines(log), 10, "the stand-in ray to be stopped", detail=lambda: "\n".join(lines(log)))
         assert "vllm stopped" in lines(log)
-    finally:
-        try:
-            os.killpg(engine.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # -- validation ---------------------------------------------------------------

@@ -6,7 +6,8 @@ import attrs
 import pytest
 
 from llmgw.control import placement_filters as filters
-from llmgw.control.placement import NodeSnapshot, PlacementRequest, Unplaceable, place
+from llmgw.control.placement_filters import GB
+from llmgw.control.placement import NodeSnapshot, PlacementRequest, Reservation, Unplaceable, place
 from llmgw.records import GPU, EngineInfo
 from llmgw.states import EngineState
 
@@ -194,6 +195,27 @@ def test_a_node_with_too_few_free_gpus_says_how_many_it_has():
     ]
     full = node("rtx4090-workstation", gpus_in_use={0})
     assert refusal(PlacementRequest("m", "llama.cpp", gpus=1), full) == ["ws01: has no free GPUs, needs 1"]
+
+
+def test_a_gpu_refusal_names_the_replicas_holding_the_nodes_cards():
+    h100 = node("h100x8-ib-a-1", node_id="node05",
+                reserved=[Reservation("echo/0", gpus={0, 1}), Reservation("qwen/1", gpus={2, 3, 4, 5}),
+                          Reservation("tiny/0", memory_bytes=GB)])
+    assert refusal(PlacementRequest("m", "vllm", gpus=4), h100) == [
+        "node05: has 2 free GPUs, needs 4; echo/0 and qwen/1 hold 6 of 8"
+    ]
+    full = node("rtx4090-workstation", reserved=[Reservation("echo/0", gpus={0})])
+    assert refusal(PlacementRequest("m", "llama.cpp", gpus=1), full) == [
+        "ws01: has no free GPUs, needs 1; echo/0 holds 1 of 1"
+    ]
+    # Its other replicas' shards each hold cards of the one replica: named once.
+    twice = node("h100x8-ib-a-1", node_id="node05",
+                 reserved=[Reservation("big/0", gpus=set(range(4))), Reservation("big/0", gpus={4, 5, 6, 7})])
+    assert refusal(PlacementRequest("m", "vllm", gpus=1), twice) == ["node05: has no free GPUs, needs 1; big/0 holds 8 of 8"]
+    picky = PlacementRequest("m", "vllm", gpus=2, min_gpu_free_bytes=90 * GB)
+    assert refusal(picky, node("h100x8-ib-a-1", node_id="node05", reserved=[Reservation("echo/0", gpus={0})])) == [
+        "node05: has no free GPUs with 90 GB free, needs 2; echo/0 holds 1 of 8"
+    ]
 
 
 def test_a_node_without_gpus_is_refused_a_gpu_profile():

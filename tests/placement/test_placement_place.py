@@ -112,7 +112,7 @@ def test_filling_a_node_one_replica_at_a_time_never_gives_a_gpu_twice():
     assert after[0].replicas == {"m": 2}
     third = place(request, after)
     assert isinstance(third, Unplaceable)
-    assert third.lines() == ["gpu01: has 2 free GPUs, needs 3"]
+    assert third.lines() == ["gpu01: has 2 free GPUs, needs 3; m/0 and m/1 hold 6 of 8"]
 
 
 # -- multi-rank and fabrics --

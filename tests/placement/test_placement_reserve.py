@@ -177,7 +177,7 @@ def test_gpu_memory_is_reserved_card_by_card_on_an_h100_node():
     nodes, refusals = fill(request, [node("h100x8-ib-a-1")], ["a", "b", "c"])
     assert nodes[0].gpus_in_use == set(range(8))
     assert [r.gpus for r in nodes[0].reserved] == [{0, 1, 2, 3}, {4, 5, 6, 7}]
-    assert refusals == {"c": ["gpu01: has no free GPUs, needs 4"]}
+    assert refusals == {"c": ["gpu01: has no free GPUs, needs 4; a/0 and b/0 hold 8 of 8"]}
 
 
 def test_free_gpu_memory_is_a_filter_when_the_profile_declares_it():

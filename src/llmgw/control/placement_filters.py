@@ -167,14 +167,25 @@ def gpus(request: PlacementRequest, node: NodeSnapshot) -> str | None:
         return f"has no GPUs, needs {need}"
     free = node.free_gpus()
     if len(free) < need:
-        return f"has {count(len(free), 'free GPU')}, needs {need}"
+        return f"has {count(len(free), 'free GPU')}, needs {need}{_gpu_holders(node)}"
     usable = usable_gpus(request, node)
     if len(usable) < need:
         return (
             f"has {count(len(usable), 'free GPU')} with {gb(request.min_gpu_free_bytes)} GB free,"
-            f" needs {need}"
+            f" needs {need}{_gpu_holders(node)}"
         )
     return None
+
+
+def _gpu_holders(node: NodeSnapshot) -> str:
+    """"; echo/0 and qwen/1 hold 6 of 8": whose the node's taken cards are, as the memory refusal says."""
+    cards = {g.index for g in node.gpus or ()}
+    holders = [r for r in node.reserved if r.gpus & cards]
+    if not holders:
+        return ""
+    held = len(cards & frozenset().union(*(r.gpus for r in holders)))
+    verb = "holds" if len({r.replica for r in holders}) == 1 else "hold"
+    return f"; {names([r.replica for r in holders])} {verb} {held} of {len(cards)}"
 
 
 def fabric(request: PlacementRequest, nodes: Sequence[NodeSnapshot]) -> tuple[list[NodeSnapshot], Reasons]:

@@ -23,6 +23,7 @@ launchers (the profile's ``launcher:``):
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shlex
 import tempfile
@@ -239,18 +240,22 @@ def _ray_plan(spec: ShardSpec, vllm: str, env: dict[str, str], host: str, port: 
     serve = [*serve(spec, vllm, host, port, model_path), "--distributed-executor-backend", "ray", *spec.args]
     head = [ray, "start", "--head", f"--node-ip-address={host}", f"--port={ray_port}", *_ray_node(spec, ray_port),
             "--disable-usage-stats", "--block"]
-    return LaunchPlan(argv=["/bin/sh", "-c", _head_script(ray, head, host_port(host, ray_port), serve)], env=env,
-                      health=HealthProbe("/health"), rendezvous_port=ray_port,
-                      joined=RayNodes(ray_nodes_argv(vllm, host, ray_port), host_port(host, ray_port), spec.ranks))
+    nodes = ray_nodes_argv(vllm, host, ray_port)
+    script = _head_script(ray, head, host_port(host, ray_port), serve, nodes=nodes, ranks=spec.ranks,
+                          timeout_s=spec.start_timeout_s)
+    return LaunchPlan(argv=["/bin/sh", "-c", script], env=env, health=HealthProbe("/health"), rendezvous_port=ray_port,
+                      joined=RayNodes(nodes, host_port(host, ray_port), spec.ranks))
 
 
-# Prints the alive nodes the head at argv[1] knows, as one JSON line.
+# Prints the alive nodes the head at argv[1] knows, as one JSON line; given a
+# count as argv[3], exits 1 while the head sees fewer.
 RAY_NODES = (
     "import json, sys\n"
     "from ray._raylet import GcsClient\n"
     "infos = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=float(sys.argv[2])).values()\n"
     "alive = [i for i in infos if i.state == 0]\n"
     "print(json.dumps({'alive': len(alive), 'ports': [i.node_manager_port for i in alive]}))\n"
+    "sys.exit(len(sys.argv) > 3 and len(alive) < int(sys.argv[3]))\n"
 )
 RAY_NODES_TIMEOUT_S = 10
 
@@ -276,25 +281,51 @@ def _ray_node(spec: ShardSpec, port: int) -> list[str]:
     return ["--temp-dir", os.path.join(tempfile.gettempdir(), f"llmgw-ray-{digest}"), *dashboard]
 
 
-def _head_script(ray: str, head: list[str], address: str, serve: list[str]) -> str:
-    """Rank 0 as one shell command: the Ray head, then ``vllm serve`` once it answers.
+def _head_script(ray: str, head: list[str], address: str, serve: list[str], *, nodes: list[str], ranks: int,
+                 timeout_s: float) -> str:
+    """Rank 0 as one shell command: the Ray head, then ``vllm serve`` once all *ranks* nodes joined it.
 
-    The head runs with --block under this shell rather than daemonised, and
-    the shell stops it when vllm ends: a head left behind would hold its port
-    and make the next start on this node fail.  A signal to the shell reaches
-    both; the shell exits with vllm's status, which is the engine's.
+    vLLM places its pipeline stages on the nodes the head has when it starts,
+    so it waits, after ``ray health-check`` answers, until *nodes* (the agent's
+    own readiness question, asked with the environment's Python) counts every
+    rank alive; that wait ends with the head, or after *timeout_s* (the shard's
+    start_timeout_s) saying how many came.  The head runs with --block under
+    this shell rather than daemonised, and the shell stops it when vllm ends:
+    a head left behind would hold its port and make the next start on this node
+    fail.  A signal to the shell reaches both; the shell exits with vllm's
+    status, which is the engine's.
     """
-    ray_q = shlex.quote(ray)
+    ray_q, address_q = shlex.quote(ray), shlex.quote(address)
+    wait_s = max(1, math.ceil(timeout_s))
     return "\n".join([
         f"{shlex.join(head)} &",
         "head=$! serve=",
         "trap 'kill -TERM $head $serve 2>/dev/null' TERM INT HUP",
-        f"until {ray_q} health-check --address={shlex.quote(address)} >/dev/null 2>&1; do",
+        f"until {ray_q} health-check --address={address_q} >/dev/null 2>&1; do",
         "  kill -0 $head 2>/dev/null || { echo 'llmgw: the Ray head exited before it was ready' >&2; exit 1; }",
         "  sleep 1",
         "done",
+        _say(f"the Ray head at {address} answers; waiting up to {wait_s} s for {ranks} Ray nodes to join it"
+            " before starting vllm"),
+        f"deadline=$(( $(date +%s) + {wait_s} )) last=",
+        f"until seen=$({shlex.join(nodes)} {ranks} 2>/dev/null); do",
+        # The answer is one JSON line, {"alive": N, "ports": [...]}.
+        "  alive=${seen#*'\"alive\": '} alive=${alive%%,*}",
+        "  [ \"$alive\" = \"$last\" ] || " + _say(f"waiting for {ranks} Ray nodes: the head at {address} sees ",
+                                                  '"${alive:-none yet}"'),
+        "  last=$alive",
+        "  kill -0 $head 2>/dev/null || { " + _say("the Ray head exited before its nodes joined") + "; exit 1; }",
+        "  if [ $(date +%s) -ge $deadline ]; then",
+        "    " + _say(f"{ranks} Ray nodes did not join the head at {address} within {wait_s} s (the shard's"
+                     " start_timeout_s); it sees ", '"${alive:-none}"',
+                     f"; vllm not started: check that every rank's node reaches {address}"),
+        "    kill -TERM $head 2>/dev/null; exit 1",
+        "  fi",
+        "  sleep 1",
+        "done",
+        _say(f"all {ranks} Ray nodes joined the head at {address}; starting vllm"),
         # vLLM joins this head, not whichever cluster this machine started last.
-        f"RAY_ADDRESS={shlex.quote(address)} {shlex.join(serve)} &",
+        f"RAY_ADDRESS={address_q} {shlex.join(serve)} &",
         "serve=$!",
         "wait $serve; status=$?",
         # A trapped signal ends wait early, while vllm is still shutting down.
@@ -302,6 +333,11 @@ def _head_script(ray: str, head: list[str], address: str, serve: list[str]) -> s
         "kill -TERM $head 2>/dev/null",
         "exit $status",
     ])  # fmt: skip
+
+
+def _say(*words: str) -> str:
+    """A shell ``echo`` of one llmgw line to stderr: fixed *words* quoted, a ``"$var"`` among them kept."""
+    return "echo " + "".join(w if w.startswith('"$') else shlex.quote(w) for w in ("llmgw: " + words[0], *words[1:])) + " >&2"
 
 
 def _tensor_parallel(spec: ShardSpec) -> int:
