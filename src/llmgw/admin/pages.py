@@ -354,8 +354,10 @@ def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int)
         rows.append(("download", progress_bar(f"replica:{r.replica}", r.progress, download_words(r.progress) or r.reason)))
     shards = table(("rank", "shard", "node", "state", "pid", "endpoint", "age", "reason"), [
         tags.tr(cell("rank", s.rank), cell("shard", s.shard),
-                cell("node", link(base, "node", s.node, id=s.node) if s.node else None), state_cell(s.state),
-                cell("pid", s.pid), cell("endpoint", s.endpoint), cell("age", render.age(s.age_s)), cell("reason", s.reason))
+                cell("node", link(base, "node", s.node, id=s.node) if s.node else None),
+                cell("state", "not started") if s.started is False else state_cell(s.state),
+                cell("pid", s.pid), cell("endpoint", s.endpoint), cell("age", render.age(s.age_s)),
+                cell("reason", s.waiting or s.reason))
         for s in sorted(r.shards, key=lambda s: (s.rank is None, s.rank or 0))[:max_rows]], "no shards placed")
     tails = [tags.section(tags.h3(f"last lines of {s.shard} on {text(s.node)}"), tags.pre("\n".join(s.output_tail), class_="log"))
              for s in r.shards if s.state == ShardState.FAILED and s.output_tail]
