@@ -28,6 +28,12 @@ VERBS = {
     "cordon": "place nothing new on {node}; what runs there keeps running",
     "uncordon": "let the control plane place replicas on {node} again",
 }
+#: What the node page says after a verb succeeded, by the ``done=`` token the redirect carries.
+DONE = {
+    "drain": "drain: done; its shards were stopped, and the control plane places them on other nodes",
+    "cordon": "cordon: done; nothing new is placed here until it is uncordoned",
+    "uncordon": "uncordon: done; the control plane may place replicas here again",
+}
 STATE_CLASS = {NodeState.READY: "ok", ReplicaState.READY: "ok", ShardState.READY: "ok",
                ReplicaState.FAILED: "bad", ShardState.FAILED: "bad", NodeState.LOST: "bad"}
 
@@ -385,9 +391,9 @@ def confirm_page(base: str, operator, node: NodeView, verb: str, replicas: list[
     return page(base, f"{verb.capitalize()} {node.id}?", operator, body)
 
 
-def login_page(base: str, token: str, error: str | None) -> Tag:
+def login_page(base: str, token: str, error: str | None, why: str = "this address is not on admin.local") -> Tag:
     body = [
-        tags.p("This address is not on admin.local: sign in with an operator key from admin.keys."),
+        tags.p(f"{why[:1].upper()}{why[1:]}: sign in with an operator key from admin.keys."),
         tags.p(error, class_="bad") if error else "",
         tags.form(
             tags.input(type="hidden", name="csrf", value=token),
