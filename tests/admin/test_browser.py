@@ -11,6 +11,7 @@ Every page is saved at 1280×800 and 390×844 under $LLMGW_TEST_ARTIFACTS
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 
+from tests.admin.conftest import OPERATOR_KEY
 from tests.support.browser import Browser
 from tests.support.cluster import ROOT
 from tests.support.modelfile import ModelFile
@@ -33,8 +35,12 @@ SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 HOSTILE_PATH = "/v1/models/<script>document.title='pwned'</script>"
 
 
+#: Under /admin on the API listener everyone signs in, loopback included.
+ADMIN = f"admin: {{keys: [{{name: ops, sha256: {hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()}}}]}}\n"
+
+
 def catalog(url: str, sha256: str) -> str:
-    return f"""
+    return ADMIN + f"""
 profiles:
   sim-fast: {{engine: sim, args: ["--ttft-ms", "0"]}}
 models:
@@ -82,7 +88,7 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
     model = ModelFile("gemma-test.gguf", os.urandom(SIZE), stops=(1_000_000, 2_000_000)).start()
     browser = None
     try:
-        cluster.write_server_config("")
+        cluster.write_server_config(ADMIN)
         cluster.start_server()
         for node in ("node01", "node02"):
             cluster.start_agent(node)
@@ -181,8 +187,12 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
         await browser.call("Emulation.setScriptExecutionDisabled", value=False)
 
         # The same page under /admin on the API listener, and the router still answers beside it.
-        await browser.goto(cluster.api + "/admin/")
+        await browser.goto(cluster.api + "/admin/login")  # / would say 401, which the console counts as a problem
+        await browser.until("document.querySelector('input[name=key]') !== null", "the sign-in form under /admin")
+        await browser.evaluate(f"document.querySelector('input[name=key]').value = {json.dumps(OPERATOR_KEY)}")
+        await browser.click("button[type=submit]")
         await browser.until(f"{row('echo/0')}.includes({json.dumps(other)})", "the cluster page under /admin")
+        assert "operator: ops" in await browser.text("body")
         await browser.click(f"a[href='/admin/node?id={other}']")
         await browser.loaded(f"/admin/node?id={other}")
         assert "echo/0" in await browser.text("main")

@@ -83,3 +83,21 @@ async def test_the_confirmation_names_what_a_drain_stops_and_carries_the_token(a
     assert "Drain gpu01: cordon gpu01 and stop its shards" in answer.body
     assert "Shards on it now: qwen/0/0." in answer.body
     assert answer.csrf() and 'action="/action"' in answer.body and 'method="post"' in answer.body
+
+
+def test_a_rank_not_started_says_so_and_what_it_waits_for():
+    from twisted.web.template import flattenString
+
+    from llmgw.admin import pages
+    from llmgw.views import ReplicaView, ShardView
+
+    replica = ReplicaView("big", "big/0", "starting", nodes=["node01", "node02"], shards=[
+        ShardView("big/0/0", node="node01", state="starting", rank=0, started=True, reason="loading weights"),
+        ShardView("big/0/1", node="node02", state="starting", rank=1, started=False,
+                  waiting="waiting for rank 0's rendezvous on node01", reason="placed")])
+    out = []
+    flattenString(None, pages.replica_page("", None, replica, "", 10)).addCallback(out.append)
+    ranks = section(out[0].decode(), "Ranks")
+    assert '<td data-label="state">not started</td>' in ranks
+    assert "waiting for rank 0&#x27;s rendezvous on node01" in ranks or "waiting for rank 0's rendezvous on node01" in ranks
+    assert ">placed<" not in ranks and "loading weights" in ranks

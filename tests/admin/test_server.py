@@ -51,6 +51,9 @@ def test_beyond_admin_local_the_server_asks_for_an_operator_key_on_both_listener
     cluster.start_agent("node01")
     cluster.wait_node("node01", "ready")
     assert "node01" in From(cluster.admin_port, "127.0.0.1").request("GET", "/")[1]  # local: no key
+    # Under /admin on the API listener, which a proxy on this host may face, loopback is nobody special.
+    code, page = From(cluster.api_port, "127.0.0.1").request("GET", "/admin/")
+    assert code == 401 and "node01" not in page and "everyone signs in" in page
     for port, base in ((cluster.admin_port, ""), (cluster.api_port, "/admin")):
         stranger = From(port, "127.0.0.2")
         code, page = stranger.request("GET", base + "/")
@@ -73,3 +76,12 @@ def test_beyond_admin_local_the_server_asks_for_an_operator_key_on_both_listener
     assert cluster.ctl("reload").returncode == 0
     code, page = From(cluster.admin_port, "127.0.0.2").request("GET", "/")
     assert code == 200 and "local: 127.0.0.2" in page
+
+
+def test_admin_on_api_false_leaves_admin_on_the_api_listener_to_the_router(cluster):
+    cluster.write_server_config("admin: {on_api: false}\n")
+    cluster.start_server()
+    code, page = From(cluster.api_port, "127.0.0.1").request("GET", "/admin/")
+    assert code == 404 and "sign in" not in page and "<html" not in page
+    code, page = From(cluster.admin_port, "127.0.0.1").request("GET", "/")
+    assert code == 200 and "local: 127.0.0.1" in page

@@ -1,7 +1,10 @@
 """Who may see the admin page, and proof that a form was the page's own.
 
 A peer on one of ``admin.local``'s networks is trusted as the person at
-the machine.  Anyone else logs in with an operator key from ``admin.keys``
+the machine, on ``listen.admin`` only: under ``/admin`` on the API listener,
+which a reverse proxy on the same host may face (every visitor then comes
+from the proxy's address), everyone signs in.  ``X-Forwarded-For`` is never
+believed.  Anyone else logs in with an operator key from ``admin.keys``
 (compared by sha256, never stored) and gets a session cookie: random,
 HttpOnly, SameSite=Strict, Secure on a TLS listener, kept in memory for
 ``admin.session_ttl_s`` and at most ``admin.max_sessions`` of them (the
@@ -12,6 +15,11 @@ Every state-changing request carries a CSRF token: an HMAC, under a secret
 this process draws at start, of a random cookie the browser holds.  A page
 on another site can make the browser send the cookie but cannot read the
 token, and SameSite=Strict keeps the cookie off its requests anyway.
+
+A peer whose sign-in fails waits before its next one is looked at:
+``admin.login_backoff_s`` after the first, doubling with each failure in a
+row up to ``admin.max_login_wait_s``; at most ``admin.max_login_peers``
+peers are remembered (the least recently failed goes first).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import collections
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 
 import attrs
@@ -51,11 +60,13 @@ class Guard:
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         # session id -> (operator name, its key's sha256, expires at), oldest first.
         self._sessions: collections.OrderedDict[str, tuple[str, str, float]] = collections.OrderedDict()
+        self.backoff = Backoff(clock, settings)
         self.reconfigure(settings)
 
     def reconfigure(self, settings: AdminSettings) -> None:
         """A reloaded ``admin:``: its networks and keys from now on; a removed or changed key's sessions end."""
         self.settings = settings
+        self.backoff.reconfigure(settings)
         self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.local]
         self._keys = {key.sha256.lower(): key.name for key in settings.keys}
         for sid in [sid for sid, (name, sha, _) in self._sessions.items() if self._keys.get(sha) != name]:
@@ -72,10 +83,10 @@ class Guard:
             address = address.ipv4_mapped
         return any(address in network for network in self._networks)
 
-    def operator(self, request) -> Operator | None:
-        """The local peer, or the logged-in operator, or None: ask for a key."""
+    def operator(self, request, trust_local: bool = True) -> Operator | None:
+        """The local peer (when *trust_local*), or the logged-in operator, or None: ask for a key."""
         host = getattr(request.getClientAddress(), "host", None)
-        if self.is_local(host):
+        if trust_local and self.is_local(host):
             return Operator(host, True)
         sid = _cookie(request, SESSION_COOKIE)
         if sid is None:
@@ -90,13 +101,20 @@ class Guard:
         return Operator(name, False)
 
     def login(self, request, key: str) -> str | None:
-        """The key's operator name, with a session cookie set; None for a key ``admin.keys`` does not have."""
-        if not key or len(key) > MAX_KEY_CHARS:
-            return None
-        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+        """The key's operator name, with a session cookie set; None for a key ``admin.keys`` does not have.
+
+        Raises ``Throttled`` while this peer waits after failed sign-ins; its key is not looked at.
+        """
+        peer = str(getattr(request.getClientAddress(), "host", None))
+        wait = self.backoff.wait_s(peer)
+        if wait > 0:
+            raise Throttled(peer, wait)
+        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest() if 0 < len(key) <= MAX_KEY_CHARS else ""
         sha = next((sha for sha in self._keys if hmac.compare_digest(sha, digest)), None)
         if sha is None:
+            self.backoff.failed(peer)
             return None
+        self.backoff.succeeded(peer)
         name = self._keys[sha]
         self._expire()
         while len(self._sessions) >= self.settings.max_sessions:
@@ -147,6 +165,63 @@ class Guard:
         request.addCookie(name, value, path=b"/", httpOnly=True,
                           sameSite="strict", secure=request.isSecure() or None,
                           max_age=None if max_age is None else str(max_age).encode())
+
+
+class Throttled(Exception):
+    """A sign-in from a peer that must wait; ``wait_s`` says how long."""
+
+    def __init__(self, peer: str, wait_s: float):
+        super().__init__(peer, wait_s)
+        self.peer = peer
+        self.wait_s = wait_s
+
+    def __str__(self) -> str:
+        return (f"too many wrong keys from {self.peer}: try again in {math.ceil(self.wait_s)} s "
+                "(admin.login_backoff_s, admin.max_login_wait_s)")
+
+
+class Backoff:
+    """Failed sign-ins per peer, in a table of at most ``admin.max_login_peers``.
+
+    After the nth failure in a row a peer waits ``login_backoff_s * 2**(n-1)``,
+    at most ``max_login_wait_s``; a success, or ``max_login_wait_s``
+    quiet after its wait ends, forgets it.
+    """
+
+    def __init__(self, clock, settings: AdminSettings):
+        self._clock = clock
+        # peer -> (failures in a row, may try again at), least recently failed first.
+        self._peers: collections.OrderedDict[str, tuple[int, float]] = collections.OrderedDict()
+        self.reconfigure(settings)
+
+    def reconfigure(self, settings: AdminSettings) -> None:
+        self.settings = settings
+        while len(self._peers) > settings.max_login_peers:
+            self._peers.popitem(last=False)
+
+    def wait_s(self, peer: str) -> float:
+        found = self._peers.get(peer)
+        if found is None:
+            return 0.0
+        now = self._clock.seconds()
+        if now >= found[1] + self.settings.max_login_wait_s:
+            del self._peers[peer]
+            return 0.0
+        return max(0.0, found[1] - now)
+
+    def failed(self, peer: str) -> None:
+        self.wait_s(peer)  # forgets a peer quiet long enough
+        failures = self._peers.pop(peer, (0, 0.0))[0] + 1
+        wait = min(self.settings.login_backoff_s * 2 ** min(failures - 1, 64), self.settings.max_login_wait_s)
+        self._peers[peer] = (failures, self._clock.seconds() + wait)
+        while len(self._peers) > self.settings.max_login_peers:
+            self._peers.popitem(last=False)
+
+    def succeeded(self, peer: str) -> None:
+        self._peers.pop(peer, None)
+
+    def __len__(self) -> int:
+        return len(self._peers)
 
 
 def _cookie(request, name: bytes) -> str | None:

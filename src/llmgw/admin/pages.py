@@ -28,6 +28,12 @@ VERBS = {
     "cordon": "place nothing new on {node}; what runs there keeps running",
     "uncordon": "let the control plane place replicas on {node} again",
 }
+#: What the node page says after a verb succeeded, by the ``done=`` token the redirect carries.
+DONE = {
+    "drain": "drain: done; its shards were stopped, and the control plane places them on other nodes",
+    "cordon": "cordon: done; nothing new is placed here until it is uncordoned",
+    "uncordon": "uncordon: done; the control plane may place replicas here again",
+}
 STATE_CLASS = {NodeState.READY: "ok", ReplicaState.READY: "ok", ShardState.READY: "ok",
                ReplicaState.FAILED: "bad", ShardState.FAILED: "bad", NodeState.LOST: "bad"}
 
@@ -354,8 +360,10 @@ def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int)
         rows.append(("download", progress_bar(f"replica:{r.replica}", r.progress, download_words(r.progress) or r.reason)))
     shards = table(("rank", "shard", "node", "state", "pid", "endpoint", "age", "reason"), [
         tags.tr(cell("rank", s.rank), cell("shard", s.shard),
-                cell("node", link(base, "node", s.node, id=s.node) if s.node else None), state_cell(s.state),
-                cell("pid", s.pid), cell("endpoint", s.endpoint), cell("age", render.age(s.age_s)), cell("reason", s.reason))
+                cell("node", link(base, "node", s.node, id=s.node) if s.node else None),
+                cell("state", "not started") if s.started is False else state_cell(s.state),
+                cell("pid", s.pid), cell("endpoint", s.endpoint), cell("age", render.age(s.age_s)),
+                cell("reason", s.waiting or s.reason))
         for s in sorted(r.shards, key=lambda s: (s.rank is None, s.rank or 0))[:max_rows]], "no shards placed")
     tails = [tags.section(tags.h3(f"last lines of {s.shard} on {text(s.node)}"), tags.pre("\n".join(s.output_tail), class_="log"))
              for s in r.shards if s.state == ShardState.FAILED and s.output_tail]
@@ -383,9 +391,9 @@ def confirm_page(base: str, operator, node: NodeView, verb: str, replicas: list[
     return page(base, f"{verb.capitalize()} {node.id}?", operator, body)
 
 
-def login_page(base: str, token: str, error: str | None) -> Tag:
+def login_page(base: str, token: str, error: str | None, why: str = "this address is not on admin.local") -> Tag:
     body = [
-        tags.p("This address is not on admin.local: sign in with an operator key from admin.keys."),
+        tags.p(f"{why[:1].upper()}{why[1:]}: sign in with an operator key from admin.keys."),
         tags.p(error, class_="bad") if error else "",
         tags.form(
             tags.input(type="hidden", name="csrf", value=token),

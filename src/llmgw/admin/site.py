@@ -1,7 +1,9 @@
 """The admin page as a resource: what each address answers, who may ask, and how much.
 
 One ``AdminPage`` serves ``/`` on ``listen.admin`` and another ``/admin``
-on the API listener (``base`` is the prefix its links carry).  It reads the
+on the API listener (``base`` is the prefix its links carry; there
+``trust_local`` is False: a reverse proxy may face that listener, and every
+visitor would come from its address, so everyone signs in).  It reads the
 fleet through a ``FleetSource`` — in the server, the control plane's own
 session: the same views ``llmgw.cp.nodes``/``llmgw.cp.replicas`` answer ctl
 and the TUI, the same relayed ``llmgw.cp.logs`` as ``llmgw ctl logs``, the
@@ -16,6 +18,7 @@ them; tables stop at ``admin.max_rows`` and say how many they left out.
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -28,7 +31,7 @@ from twisted.web.resource import Resource
 from twisted.web.template import flattenString
 
 from llmgw.admin import pages
-from llmgw.admin.auth import CSRF_FIELD, Guard, Operator
+from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.config.server import AdminSettings
 from llmgw.views import NodeView, ReplicaView
 
@@ -75,11 +78,13 @@ class BadQuery(Exception):
 class AdminPage(Resource):
     isLeaf = True
 
-    def __init__(self, source: FleetSource, settings: AdminSettings, clock, base: str = "", guard: Guard | None = None):
+    def __init__(self, source: FleetSource, settings: AdminSettings, clock, base: str = "", guard: Guard | None = None,
+                 trust_local: bool = True):
         super().__init__()
         self.source = source
         self.settings = settings
         self.base = base
+        self.trust_local = trust_local
         self.guard = guard if guard is not None else Guard(settings, clock)
 
     def reconfigure(self, settings: AdminSettings) -> None:
@@ -99,7 +104,7 @@ class AdminPage(Resource):
             return self._static(request, path[1])
         if len(path) > 1:
             return self._plain(request, http.NOT_FOUND, "no such page")
-        operator = self.guard.operator(request)
+        operator = self.guard.operator(request, self.trust_local)
         if method == b"POST":
             return self._post(request, first, operator)
         if method not in (b"GET", b"HEAD"):
@@ -107,7 +112,7 @@ class AdminPage(Resource):
             return self._plain(request, http.NOT_ALLOWED, "the admin page answers GET and POST")
         if operator is None:
             request.setResponseCode(http.UNAUTHORIZED if first != b"login" else http.OK)
-            return self._html(request, pages.login_page(self.base, self.guard.csrf_token(request), None))
+            return self._html(request, self._login_page(request, None))
         operator = attrs.evolve(operator, csrf=self.guard.csrf_token(request))
         self._async(request, self._get(request, first.decode("ascii", "replace"), operator))
         return server.NOT_DONE_YET
@@ -120,8 +125,8 @@ class AdminPage(Resource):
             node = self._node(request)
             source, n, follow = _arg(request, b"source"), self._lines(request), _arg(request, b"follow") == "1"
             logs = await self._logs(node.id, source, n, follow)
-            done = _arg(request, b"done")
-            return pages.node_page(base, operator, node, self.source.replicas(), logs, done, rows)
+            notice = pages.DONE.get(_arg(request, b"done") or "")  # never the query's own words
+            return pages.node_page(base, operator, node, self.source.replicas(), logs, notice, rows)
         if name == "replica":
             replica = self._replica(request)
             leader = next((s for s in sorted(replica.shards, key=lambda s: s.rank or 0) if s.node), None)
@@ -150,17 +155,21 @@ class AdminPage(Resource):
             return self._plain(request, http.FORBIDDEN,
                                "this form's CSRF token is missing or not this browser's: reload the page and send it again")
         if name == b"login":
-            who = self.guard.login(request, form.get("key") or "")
+            try:
+                who = self.guard.login(request, form.get("key") or "")
+            except Throttled as e:
+                request.setResponseCode(429)
+                request.setHeader(b"retry-after", str(max(1, math.ceil(e.wait_s))).encode())
+                return self._html(request, self._login_page(request, str(e)))
             if who is None:
                 request.setResponseCode(http.UNAUTHORIZED)
                 log.info("admin page: a sign-in from {peer} with a key admin.keys does not have",
                          peer=getattr(request.getClientAddress(), "host", "?"))
-                return self._html(request, pages.login_page(self.base, self.guard.csrf_token(request),
-                                                            "that key is not one of admin.keys"))
+                return self._html(request, self._login_page(request, "that key is not one of admin.keys"))
             log.info("admin page: {who} signed in from {peer}", who=who, peer=getattr(request.getClientAddress(), "host", "?"))
             return self._redirect(request, pages.url(self.base, ""))
         if operator is None:
-            return self._plain(request, http.UNAUTHORIZED, "sign in first: this address is not on admin.local")
+            return self._plain(request, http.UNAUTHORIZED, "sign in first: " + self._why_sign_in())
         if name == b"logout":
             self.guard.logout(request)
             return self._redirect(request, pages.url(self.base, ""))
@@ -182,8 +191,19 @@ class AdminPage(Resource):
             return pages.message_page(self.base, operator, f"{verb} {node.id} failed", str(e),
                                       pages.url(self.base, "node", id=node.id))
         stopped = answer.get("stopped") if isinstance(answer, dict) else None
-        done = f"{verb}: done" + (f"; stopped {', '.join(map(str, stopped))}" if stopped else "")
-        return self._redirect(request, pages.url(self.base, "node", id=node.id, done=done[:500]))
+        if stopped:
+            log.info("admin page: {verb} {node} stopped {shards}", verb=verb, node=node.id,
+                     shards=", ".join(map(str, stopped))[:500])
+        # The page it lands on says a fixed message for this verb; the URL carries no words of ours or anyone's.
+        return self._redirect(request, pages.url(self.base, "node", id=node.id, done=verb))
+
+    def _why_sign_in(self) -> str:
+        if self.trust_local:
+            return "this address is not on admin.local"
+        return "under /admin on the API listener everyone signs in (admin.local counts on listen.admin only)"
+
+    def _login_page(self, request, error: str | None):
+        return pages.login_page(self.base, self.guard.csrf_token(request), error, self._why_sign_in())
 
     # -- what a request asks for --
 

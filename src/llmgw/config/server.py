@@ -334,6 +334,12 @@ class AdminSettings:
     log_lines: int = 500
     log_bytes: int = 256 * 1024
     max_rows: int = 500
+    # The page under /admin on the API listener (read at start); there, admin.local is not trusted.
+    on_api: bool = True
+    # A peer's failed sign-ins: it waits login_backoff_s, doubling up to max_login_wait_s.
+    login_backoff_s: float = 1.0
+    max_login_wait_s: float = 300.0
+    max_login_peers: int = 4096
 
 
 @attrs.frozen
@@ -534,6 +540,10 @@ SCHEMA = Section(
                 "log_lines": Int(min=1),
                 "log_bytes": Int(min=1024),
                 "max_rows": Int(min=1),
+                "on_api": Bool(),
+                "login_backoff_s": Number(min=0),
+                "max_login_wait_s": Number(min=0),
+                "max_login_peers": Int(min=1),
             },
         ),
         "pki": Section(PKISettings, {"ca_dir": Nullable(AbsPath())}),

@@ -89,9 +89,10 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     page = AdminPage(ControlSource(control), config.admin, reactor)
     reload_listeners.append(admin_page_listener(page))
-    if router is not None:
-        # The same page, sessions and all, under /admin on the API listener.
-        under_api = AdminPage(page.source, config.admin, reactor, base="/admin", guard=page.guard)
+    if router is not None and config.admin.on_api:
+        # The same page, sessions and all, under /admin on the API listener; a
+        # proxy may face it, so admin.local is not trusted there.
+        under_api = AdminPage(page.source, config.admin, reactor, base="/admin", guard=page.guard, trust_local=False)
         reload_listeners.append(admin_page_listener(under_api))
         mount_admin(router, page_site(under_api), reactor, config.router.clients.header_timeout_s)
     if config.listen.admin:
