@@ -106,8 +106,15 @@ def test_revoke_lists_the_nodes_certificate_and_has_the_hub_read_it(identity, ca
     assert identity.revoke_node("edge1", details=details())["already"] is True
     with pytest.raises(ApplicationError, match="has no certificate edge9.crt to revoke"):
         identity.revoke_node("edge9", details=details())
-    elsewhere = Identity(lambda: str(ca), lambda: None, lambda: "/srv/other/crl.pem", lambda: str(ca / "ca.crt"))
-    assert "the hub reads /srv/other/crl.pem, not" in elsewhere.revoke_node("edge1", details=details())["hub"]
+    # tls.crl names another file: the CA's list is put there; one the server cannot write refuses.
+    hub = ca.parent / "hub" / "crl.pem"
+    hub.parent.mkdir()
+    elsewhere = Identity(lambda: str(ca), lambda: None, lambda: str(hub), lambda: str(ca / "ca.crt"))
+    elsewhere.revoke_node("edge1", details=details())
+    assert hub.read_bytes() == (ca / "crl.pem").read_bytes()
+    gone = Identity(lambda: str(ca), lambda: None, lambda: str(ca.parent / "gone" / "crl.pem"), lambda: str(ca / "ca.crt"))
+    with pytest.raises(ApplicationError, match=r"cannot write the hub's revocation list .*gone/crl.pem .* set tls.crl"):
+        gone.revoke_node("edge1", details=details())
 
 
 def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
@@ -123,3 +130,47 @@ def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
     path.write_text(base + "pki: {ca_dir: pki}\n")
     with pytest.raises(ConfigError, match=r"pki.ca_dir: 'pki' is not an absolute path; start it with /"):
         load_server_config(path)
+
+
+def documented_layout(tmp_path, pki_dir):
+    """docs/onboarding.rst's server: tls.ca at /etc/llmgw/ca.crt, the CA in pki.ca_dir /etc/llmgw/pki, no tls.crl."""
+    from llmgw.tlsfiles import TLSFiles
+
+    etc = tmp_path / "etc-llmgw"
+    shutil.copytree(pki_dir, etc / "pki")
+    shutil.copy(etc / "pki" / "ca.crt", etc / "ca.crt")
+    files = TLSFiles(str(etc / "ca.crt"), str(etc / "pki" / "llmgw-server.crt"), str(etc / "pki" / "llmgw-server.key"))
+    made = Identity(lambda: str(etc / "pki"), lambda: None, files.revocation_list, lambda: files.ca)
+    return made, files
+
+
+def test_revoke_in_the_documented_layout_writes_the_list_the_hub_reads(tmp_path, pki):
+    from llmgw.link.tls import load_revocations
+
+    identity, files = documented_layout(tmp_path, pki)
+    assert files.revocation_list() is None
+    signed = identity.sign_node("edge1", request("edge1"), details=details())
+    answer = identity.revoke_node("edge1", details=details())
+    # The hub reads crl.pem beside tls.ca; that is where the node's serial now is.
+    assert files.revocation_list() == str(tmp_path / "etc-llmgw" / "crl.pem")
+    assert load_revocations(files).revoked(int(signed["serial"], 16)) is not None
+    assert "not" not in (answer["hub"] or "")
+    # A second node: the hub's list and the CA's stay one list.
+    second = identity.sign_node("edge2", request("edge2"), details=details())
+    identity.revoke_node("edge2", details=details())
+    assert set(load_revocations(files).entries) == {int(signed["serial"], 16), int(second["serial"], 16)}
+
+
+def test_revoke_refuses_to_drop_serials_only_the_hubs_list_has(tmp_path, pki):
+    identity, files = documented_layout(tmp_path, pki)
+    # The hub's list was written by hand from another copy of the CA's directory.
+    other = tmp_path / "copy"
+    shutil.copytree(tmp_path / "etc-llmgw" / "pki", other)
+    from llmgw.pki import issue, revoke
+
+    issue(other, "edge9", "node")
+    revoke(other, "edge9")
+    shutil.copy(other / "crl.pem", tmp_path / "etc-llmgw" / "crl.pem")
+    identity.sign_node("edge1", request("edge1"), details=details())
+    with pytest.raises(ApplicationError, match=r"crl.pem revokes 1 certificate\(s\) the CA's list .* does not"):
+        identity.revoke_node("edge1", details=details())

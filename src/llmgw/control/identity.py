@@ -24,8 +24,10 @@ from llmgw import __version__
 from llmgw.errors import PKIError
 from llmgw.link import uris
 from llmgw.link.authz import NODE_ID
-from llmgw.pki import CA_CERT, read_request, revoke, sign_request
+from llmgw.durable import write_file
+from llmgw.pki import CA_CERT, CRL_FILE, read_request, read_revocations, revoke, sign_request
 from llmgw.pki.authority import MAX_REQUEST_BYTES
+from llmgw.tlsfiles import CRL_BESIDE_CA
 
 log = Logger()
 
@@ -35,8 +37,9 @@ class Identity:
 
     *revocations_changed* has the hub read its revocation list again (and
     close what it now revokes); it returns the sentence saying what changed.
-    *hub_list* is the list the hub reads, to say when that is not the one
-    written here; *ca_file* the CA certificate the hub trusts (tls.ca).
+    *hub_list* is the list the hub reads (``tls.crl``, or crl.pem beside the
+    CA when there is one), where revoking copies the CA's list when that is
+    another file; *ca_file* the CA certificate the hub trusts (tls.ca).
     """
 
     def __init__(self, ca_dir: Callable[[], str | None], revocations_changed: Callable[[], str | None],
@@ -97,7 +100,13 @@ class Identity:
         }
 
     def revoke_node(self, node_id, details=None) -> dict:
-        """Revoke NODE.crt in the CA's directory and have the hub read the list again."""
+        """Revoke NODE.crt in the CA's directory, put the list where the hub reads it, and have the hub read it again.
+
+    The hub reads ``tls.crl``, else ``crl.pem`` beside ``tls.ca``; when that
+    is not ``pki.ca_dir``'s own list, the CA's list is copied there (refused
+    when the hub's list revokes serials the CA's does not).  A list that
+    cannot be written there refuses: the node would otherwise rejoin.
+    """
         operator = _operator(details)
         directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
         node_id = _node_id(node_id)
@@ -105,19 +114,17 @@ class Identity:
             raise ApplicationError(uris.ERROR_REFUSED, (
                 f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
                 f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`"))
+        hub = Path(self._hub_list() or Path(self._ca_file()).with_name(CRL_BESIDE_CA))
         try:
+            _check_hub_list(directory, hub)
             done = revoke(directory, node_id)
+            _copy_to_hub(done.path, hub)
             said = self._revocations_changed()
         except PKIError as e:
             raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
-        written, read = os.fspath(done.path), self._hub_list()
         log.info("{operator} revoked node {node}'s certificate (serial {serial:x})",
                  operator=operator, node=node_id, serial=done.revocation.serial)
-        answer = {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
-        if read != written:
-            answer["hub"] = (f"the hub reads {read or 'no revocation list'}, not {written}: copy {written} "
-                             f"there (or set tls.crl) and run `llmgw ctl reload`")
-        return answer
+        return {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
 
     def _directory(self, elsewhere: str) -> Path:
         ca_dir = self._ca_dir()
@@ -126,6 +133,42 @@ class Identity:
                 f"this server keeps no CA (pki.ca_dir is not set in server.yaml); {elsewhere} "
                 f"where ca.key is, or set pki.ca_dir to that directory"))
         return Path(ca_dir)
+
+
+def _check_hub_list(directory: Path, hub: Path) -> None:
+    """Refuse, before revoking, when the hub's list revokes serials the CA's own list does not (copying would drop them)."""
+    ours = directory / CRL_FILE
+    if not os.path.lexists(hub) or _same_file(hub, ours):
+        return
+    ca = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+    theirs = read_revocations(hub, ca)
+    mine = read_revocations(ours, ca) if os.path.lexists(ours) else None
+    missing = set(theirs.entries) - set(mine.entries if mine else ())
+    if missing:
+        raise PKIError(
+            f"the hub's revocation list {hub} revokes {len(missing)} certificate(s) the CA's list {ours} does not "
+            f"(serials {', '.join(f'{s:x}' for s in sorted(missing)[:5])}); the control plane writes its list there "
+            f"and would let them back in: revoke them in pki.ca_dir too (`llmgw pki revoke {directory} SERIAL`), "
+            f"or point tls.crl at {ours}")
+
+
+def _copy_to_hub(written: Path, hub: Path) -> None:
+    """Put the CA's list where the hub reads it (tls.crl, else crl.pem beside tls.ca), when that is another file."""
+    if _same_file(written, hub):
+        return
+    try:
+        write_file(hub, written.read_bytes(), private=False, replace=True)
+    except OSError as e:
+        raise PKIError(f"revoked in {written}, but cannot write the hub's revocation list {hub} ({e.strerror}), so the "
+                       f"hub still accepts the certificate: let the server write there, or set tls.crl to {written}, "
+                       "then run `llmgw ctl offboard` again") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _operator(details) -> str:
