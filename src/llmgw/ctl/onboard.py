@@ -329,13 +329,21 @@ def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
 
 
 def unit_text(unit: str | None, layout: Layout) -> str:
-    """contrib/'s llmgw-agent.service with the layout's prefix, directories and user filled in."""
-    path = Path(unit) if unit else Path(__file__).resolve().parents[3] / "contrib" / UNIT_NAME
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise Refusal(f"cannot read the agent's unit {path} ({e.strerror}); give contrib/{UNIT_NAME} "
-                      "from llmgw's source with --unit") from None
+    """The agent's unit (--unit, else the one llmgw ships) with the layout's prefix, directories and user filled in.
+
+    The package carries llmgw-agent.service (the same file as contrib/'s), so
+    a pip-installed llmgw onboards without its source tree.
+    """
+    if unit:
+        try:
+            text = Path(unit).read_text()
+        except OSError as e:
+            raise Refusal(f"cannot read the agent's unit {unit} (--unit: {e.strerror}); give a readable file, or "
+                          f"leave --unit out for the {UNIT_NAME} llmgw ships") from None
+    else:
+        from importlib import resources
+
+        text = resources.files("llmgw.ctl").joinpath(UNIT_NAME).read_text()
     for old, new in ((UNIT_PREFIX, layout.prefix), (UNIT_CONFIG_DIR, layout.config_dir),
                      (UNIT_STATE_DIR, layout.state), (f"User={UNIT_USER}", f"User={layout.user}"),
                      (f"Group={UNIT_USER}", f"Group={layout.user}")):
@@ -511,7 +519,8 @@ def add_parsers(sub, run) -> None:
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
     onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
                          "installing from the node's package index")
-    onboard.add_argument("--unit", metavar="FILE", help=f"the agent's unit (default: contrib/{UNIT_NAME} of llmgw's source)")
+    onboard.add_argument("--unit", metavar="FILE", help=f"the agent's systemd unit to fill in and install (default: the {UNIT_NAME} llmgw ships, "
+                         "as contrib/ has it)")
     onboard.add_argument("--parallel", type=_parallel, default=1, metavar="N", help="onboard N hosts at a time (default 1)")
     onboard.add_argument("--wait", type=float, default=REGISTER_TIMEOUT_S, metavar="SECONDS",
                          help=f"how long to wait for the node to register (default {REGISTER_TIMEOUT_S:.0f})")
