@@ -174,3 +174,44 @@ def test_revoke_refuses_to_drop_serials_only_the_hubs_list_has(tmp_path, pki):
     identity.sign_node("edge1", request("edge1"), details=details())
     with pytest.raises(ApplicationError, match=r"crl.pem revokes 1 certificate\(s\) the CA's list .* does not"):
         identity.revoke_node("edge1", details=details())
+
+
+def ca_dir_sign(ca, node_id: str, csr: str, replace: bool = False) -> dict:
+    """`ctl onboard --ca-dir`'s signing (no session is used on that path), run to its end."""
+    import argparse
+
+    from llmgw.ctl.onboard import _sign
+
+    coro = _sign(None, argparse.Namespace(ca_dir=str(ca), replace=replace), node_id, csr)
+    with pytest.raises(StopIteration) as done:
+        coro.send(None)
+    return done.value.value
+
+
+def test_ca_dir_signing_takes_a_held_name_only_with_replace_which_revokes_the_old(ca):
+    from llmgw.ctl.ssh import Refusal
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    first = ca_dir_sign(ca, "edge1", request("edge1", key))
+    assert ca_dir_sign(ca, "edge1", request("edge1", key))["serial"] != first["serial"]  # the same key renews
+    renewed = x509.load_pem_x509_certificate((ca / "edge1.crt").read_bytes())
+    with pytest.raises(Refusal, match="edge1 already has a certificate .* takes --replace"):
+        ca_dir_sign(ca, "edge1", request("edge1"))
+    assert x509.load_pem_x509_certificate((ca / "edge1.crt").read_bytes()) == renewed
+    replaced = ca_dir_sign(ca, "edge1", request("edge1"), replace=True)
+    assert f"serial {renewed.serial_number:x} revoked in {ca / 'crl.pem'}" in replaced["by"]
+    listed = pki.read_revocations(ca / "crl.pem", x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes()))
+    assert listed.revoked(renewed.serial_number) is not None and listed.revoked(int(replaced["serial"], 16)) is None
+
+
+def test_an_offboarded_name_is_signed_again_for_a_new_key_without_replace(identity, ca):
+    old = identity.sign_node("edge1", request("edge1"), details=details())
+    identity.revoke_node("edge1", details=details())
+    # Offboarding deleted the machine's key; its certificate is revoked, so nothing is taken.
+    again = identity.sign_node("edge1", request("edge1"), details=details())
+    assert again["serial"] != old["serial"] and identity.reread == [1]
+    # Its own certificate is not revoked: another key takes --replace again.
+    with pytest.raises(ApplicationError, match="takes --replace"):
+        identity.sign_node("edge1", request("edge1"), details=details())
+    identity.revoke_node("edge1", details=details())
+    assert ca_dir_sign(ca, "edge1", request("edge1"))["by"] == f"CA in {ca}"

@@ -211,17 +211,17 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
 
 async def _sign(session, args, node_id: str, request: str) -> dict:
     if args.ca_dir is not None:
-        from cryptography import x509
-
-        from llmgw.pki import sign_request
+        from llmgw.pki.nodes import sign_node
 
         try:
-            path = sign_request(args.ca_dir, request.encode(), uris.ROLE_NODE, name=node_id,
-                                force=(Path(args.ca_dir) / f"{node_id}.crt").exists())
+            signed = sign_node(args.ca_dir, node_id, request.encode(), bool(args.replace))
         except LlmgwError as e:
             raise Refusal(str(e)) from None
-        cert = x509.load_pem_x509_certificate(path.read_bytes())
-        return {"certificate": path.read_text(), "serial": f"{cert.serial_number:x}", "by": f"CA in {args.ca_dir}"}
+        by = f"CA in {args.ca_dir}"
+        if signed.replaced is not None:
+            by += (f" (serial {signed.replaced.revocation.serial:x} revoked in {signed.replaced.path}: copy it "
+                   "to where the server reads it and run `llmgw ctl reload`)")
+        return {"certificate": signed.path.read_text(), "serial": f"{signed.certificate.serial_number:x}", "by": by}
     from autobahn.wamp.exception import ApplicationError
 
     try:
