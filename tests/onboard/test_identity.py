@@ -215,3 +215,35 @@ def test_an_offboarded_name_is_signed_again_for_a_new_key_without_replace(identi
         identity.sign_node("edge1", request("edge1"), details=details())
     identity.revoke_node("edge1", details=details())
     assert ca_dir_sign(ca, "edge1", request("edge1"))["by"] == f"CA in {ca}"
+
+
+def test_an_offboarded_node_is_forgotten_by_the_fleet_and_no_lost_alert_stays(ca):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from twisted.internet.task import Clock
+
+    from llmgw.control.collector import FleetCollector
+    from llmgw.control.fleet import Fleet
+    from llmgw.records import Inventory
+    from llmgw.states import NodeState
+
+    clock, events = Clock(), []
+    fleet = Fleet(clock, lambda kind, ident, event: events.append((kind, ident, event)), 15, 60)
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(fleet, clock))
+    identity = Identity(lambda: str(ca), lambda: None, lambda: str(ca / "crl.pem"), lambda: str(ca / "ca.crt"),
+                        forget=fleet.forget_node)
+    identity.sign_node("edge1", request("edge1"), details=details())
+    fleet.register("edge1", 7, Inventory(node_id="edge1", address="10.0.0.5"))
+    fleet.register("edge2", 8, Inventory(node_id="edge2", address="10.0.0.6"))
+    clock.advance(61)
+    fleet.check()
+    assert fleet.nodes["edge1"].state == NodeState.LOST
+    assert 'llmgw_node_state{node="edge1",state="lost"} 1.0' in generate_latest(registry).decode()
+    identity.revoke_node("edge1", details=details())
+    assert "edge1" not in fleet.nodes and "edge2" in fleet.nodes
+    assert 'node="edge1"' not in generate_latest(registry).decode()
+    assert (events[-1][1], events[-1][2].change) == ("edge1", "forgotten")
+    assert fleet.forget_node("edge1") is False
+    # Onboarded again, it registers as a new node.
+    fleet.register("edge1", 9, Inventory(node_id="edge1", address="10.0.0.7"))
+    assert fleet.nodes["edge1"].state == NodeState.READY

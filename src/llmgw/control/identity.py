@@ -39,11 +39,14 @@ class Identity:
     close what it now revokes); it returns the sentence saying what changed.
     *hub_list* is the list the hub reads (``tls.crl``, or crl.pem beside the
     CA when there is one), where revoking copies the CA's list when that is
-    another file; *ca_file* the CA certificate the hub trusts (tls.ca).
+    another file; *ca_file* the CA certificate the hub trusts (tls.ca);
+    *forget* has the fleet forget a node once its certificate is revoked.
     """
 
     def __init__(self, ca_dir: Callable[[], str | None], revocations_changed: Callable[[], str | None],
-                 hub_list: Callable[[], str | None], ca_file: Callable[[], str]):
+                 hub_list: Callable[[], str | None], ca_file: Callable[[], str],
+                 forget: Callable[[str], object] = lambda node_id: None):
+        self._forget = forget
         self._ca_file = ca_file
         self._ca_dir = ca_dir
         self._revocations_changed = revocations_changed
@@ -125,6 +128,7 @@ class Identity:
             raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
         log.info("{operator} revoked node {node}'s certificate (serial {serial:x})",
                  operator=operator, node=node_id, serial=done.revocation.serial)
+        self._forget(node_id)
         return {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
 
     def _hub_file(self) -> Path:
