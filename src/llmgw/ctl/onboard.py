@@ -419,7 +419,7 @@ async def cmd_offboard(session, args) -> int:
     out = sys.stderr if args.json else sys.stdout
     _check_node_id(args.node, "node")
     run = Run(args.host or args.node, out, node_id=args.node)
-    layout = Layout(args.prefix, args.config_dir, None, args.unit_dir).for_node(args.node)
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir).for_node(args.node)
 
     async def drain():
         nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
@@ -494,6 +494,8 @@ def _where(command) -> None:
     command.add_argument("--prefix", default=UNIT_PREFIX, help=f"the venv llmgw is installed in (default {UNIT_PREFIX})")
     command.add_argument("--config-dir", default=UNIT_CONFIG_DIR,
                          help=f"agent.yaml, the certificates and the key (default {UNIT_CONFIG_DIR})")
+    command.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR}); offboarding "
+                         "kills the engines its records name")
     command.add_argument("--unit-dir", default="/etc/systemd/system", help="where the unit goes (default /etc/systemd/system)")
     command.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE (default: ssh's own, ~/.ssh/config)")
     command.add_argument("--python", metavar="PATH", help="the node's Python (default: the first 3.11+ of "
@@ -514,7 +516,6 @@ def add_parsers(sub, run) -> None:
     onboard.add_argument("--label", action="append", default=[], type=_pair("--label"), metavar="KEY=VALUE")
     onboard.add_argument("--fabric", action="append", default=[], type=_pair("--fabric"), metavar="ADAPTER=FABRIC")
     onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR")
-    onboard.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR})")
     onboard.add_argument("--user", default=UNIT_USER, help=f"the user the agent runs as (default {UNIT_USER})")
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
     onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
