@@ -148,12 +148,15 @@ def test_an_unreachable_host_is_refused(fleet, nodes, tmp_path):
     left_nothing(node)
 
 
-def test_no_suitable_python_is_refused(fleet, nodes):
+def test_no_suitable_python_is_refused(fleet, nodes, tmp_path):
     node = nodes.add("edge1")
-    old = "/root/.pyenv/versions/3.9.18/bin/python3"
-    if not shutil.which(old):
-        pytest.skip(f"no Python older than 3.11 at {old} to stand for an old node")
-    out = onboard(fleet, nodes, node, "--python", old)
+    # An old node's Python, as onboarding sees one: the version check fails, --version says 3.9.
+    old = tmp_path / "old-python" / "python3"
+    old.parent.mkdir()
+    old.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "Python 3.9.18"; exit 0; fi\n'
+                   'if [ "$1" = -c ]; then exit 1; fi\necho "not a real Python" >&2; exit 2\n')
+    old.chmod(0o755)
+    out = onboard(fleet, nodes, node, "--python", str(old))
     refused(out, "there is no Python 3.11 or newer on ")
     assert "is Python 3.9" in out.stdout
     left_nothing(node)
