@@ -212,8 +212,9 @@ def test_a_failed_install_says_the_command_its_status_and_stderr_and_removes_its
     shutil.copy(next(wheelhouse.glob("llmgw-*.whl")), partial)
     out = onboard(fleet, nodes, node, wheels=partial)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert re.search(r"^edge1: install failed \(\d+\.\d s\): `ssh edge1 \(llmgw nodeside install\)` exited with "
-                     r"status 1: .*pip install llmgw==", out.stdout, re.M | re.S), out.stdout
+    assert re.search(r"^edge1: install failed \(\d+\.\d s\): `ssh -o BatchMode=yes -o ConnectTimeout=10 -F \S+ -- "
+                     r"edge1 '.*'` \(stdin: llmgw's nodeside.py and its install request, then \d+ wheels\) exited "
+                     r"with status 1: .*pip install llmgw==", out.stdout, re.M | re.S), out.stdout
     assert "No matching distribution" in out.stdout or "Could not find a version" in out.stdout, out.stdout
     assert "edge1: left the node as it was" in out.stdout
     left_nothing(node)
@@ -297,3 +298,22 @@ def test_without_wheels_the_node_installs_from_the_index_it_reaches(fleet, nodes
     assert out.returncode == 0, out.stdout + out.stderr + fleet.logs()
     assert re.search(r"^edge1: install: llmgw \S+ into \S+ from the node's package index \(", out.stdout, re.M), out.stdout
     assert fleet.nodes()["edge1"]["state"] == "ready"
+
+
+def test_a_failed_step_shows_the_ssh_command_it_ran_which_runs_again_as_shown(nodes):
+    import shlex
+    import subprocess
+
+    from llmgw.ctl.ssh import StepFailed
+
+    node = nodes.add("edge1")
+    with pytest.raises(StepFailed) as failed:
+        Ssh(node.alias, str(nodes.operator.config)).run("check", {}, python="/nonexistent/python3")
+    shown = re.fullmatch(r"`(.*)` \(stdin: llmgw's nodeside.py and its check request\) exited with status 127: .*",
+                         str(failed.value), re.S)
+    assert shown is not None, str(failed.value)
+    argv = shlex.split(shown.group(1))
+    assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "-o"] and argv[-2:-1] == ["edge1"]
+    assert "/nonexistent/python3" in argv[-1]
+    again = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert again.returncode == 127, again.stderr
