@@ -109,7 +109,14 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
     fleet.processes.append(agent)
     wait_for(lambda: "revoked on" in fleet.server.output() and "edge1" in fleet.server.output().split("revoked on")[0][-400:],
              30, "the hub to refuse edge1's revoked certificate", detail=fleet.logs)
-    assert fleet.nodes()["edge1"]["state"] != "ready"
+    # Offboarded, it is forgotten: not listed, not lost.
+    assert "edge1" not in fleet.nodes()
+
+    # The machine onboarded again: a new key, the revoked name taken without --replace.
+    back = onboard(fleet, nodes, node, wheels=wheelhouse)
+    assert back.returncode == 0, back.stdout + back.stderr + fleet.logs()
+    assert "edge1: name: not in the fleet yet" in back.stdout and "a new key made on the node" in back.stdout
+    assert fleet.nodes()["edge1"]["state"] == "ready"
 
 
 def test_two_nodes_in_parallel_both_register(fleet, nodes, wheelhouse):
@@ -274,7 +281,8 @@ def test_offboarding_a_machine_that_is_gone_drains_and_revokes_and_the_hub_close
     assert result["result"] == "offboarded" and [s["step"] for s in result["steps"]] == ["drain", "remove", "revoke"]
     assert "skipped (--unreachable)" in result["steps"][1]["said"]
     assert "1 connections closed" in result["steps"][2]["said"], result
-    wait_for(lambda: fleet.nodes()["node01"]["state"] != "ready", 30, "node01 to be no longer ready", detail=fleet.logs)
+    # Forgotten at once: not listed, so never lost (no LlmgwNodeLost); its agent, refused, stays out.
+    assert "node01" not in fleet.nodes()
     assert agent.running()
     again = fleet.ctl("offboard", "node01", "--unreachable", timeout=60)
     assert again.returncode == 0 and "was already revoked" in again.stdout, again.stdout + again.stderr
