@@ -69,7 +69,16 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
 
     wait_for(ready, 60, "echo ready on edge1", interval=0.3, detail=fleet.logs)
     client = openai.OpenAI(base_url=fleet.api + "/v1", api_key="unused", max_retries=0, timeout=30)
-    reply = client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hello"}])
+
+    def answered():
+        # The router's table follows the control plane's by one push: "is starting" until it has it.
+        try:
+            return client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hello"}])
+        except openai.InternalServerError as e:
+            assert "has no ready replica: its replica is starting" in str(e), e
+            return None
+
+    reply = wait_for(answered, 30, "the router to route echo to edge1", interval=0.3, detail=fleet.logs)
     assert reply.choices[0].message.content
 
     again = onboard(fleet, nodes, node, "--label", "rack=r1", wheels=wheelhouse)
