@@ -106,8 +106,15 @@ def test_revoke_lists_the_nodes_certificate_and_has_the_hub_read_it(identity, ca
     assert identity.revoke_node("edge1", details=details())["already"] is True
     with pytest.raises(ApplicationError, match="has no certificate edge9.crt to revoke"):
         identity.revoke_node("edge9", details=details())
-    elsewhere = Identity(lambda: str(ca), lambda: None, lambda: "/srv/other/crl.pem", lambda: str(ca / "ca.crt"))
-    assert "the hub reads /srv/other/crl.pem, not" in elsewhere.revoke_node("edge1", details=details())["hub"]
+    # tls.crl names another file: the CA's list is put there; one the server cannot write refuses.
+    hub = ca.parent / "hub" / "crl.pem"
+    hub.parent.mkdir()
+    elsewhere = Identity(lambda: str(ca), lambda: None, lambda: str(hub), lambda: str(ca / "ca.crt"))
+    elsewhere.revoke_node("edge1", details=details())
+    assert hub.read_bytes() == (ca / "crl.pem").read_bytes()
+    gone = Identity(lambda: str(ca), lambda: None, lambda: str(ca.parent / "gone" / "crl.pem"), lambda: str(ca / "ca.crt"))
+    with pytest.raises(ApplicationError, match=r"cannot write the hub's revocation list .*gone/crl.pem .* set tls.crl"):
+        gone.revoke_node("edge1", details=details())
 
 
 def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
@@ -123,3 +130,120 @@ def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
     path.write_text(base + "pki: {ca_dir: pki}\n")
     with pytest.raises(ConfigError, match=r"pki.ca_dir: 'pki' is not an absolute path; start it with /"):
         load_server_config(path)
+
+
+def documented_layout(tmp_path, pki_dir):
+    """docs/onboarding.rst's server: tls.ca at /etc/llmgw/ca.crt, the CA in pki.ca_dir /etc/llmgw/pki, no tls.crl."""
+    from llmgw.tlsfiles import TLSFiles
+
+    etc = tmp_path / "etc-llmgw"
+    shutil.copytree(pki_dir, etc / "pki")
+    shutil.copy(etc / "pki" / "ca.crt", etc / "ca.crt")
+    files = TLSFiles(str(etc / "ca.crt"), str(etc / "pki" / "llmgw-server.crt"), str(etc / "pki" / "llmgw-server.key"))
+    made = Identity(lambda: str(etc / "pki"), lambda: None, files.revocation_list, lambda: files.ca)
+    return made, files
+
+
+def test_revoke_in_the_documented_layout_writes_the_list_the_hub_reads(tmp_path, pki):
+    from llmgw.link.tls import load_revocations
+
+    identity, files = documented_layout(tmp_path, pki)
+    assert files.revocation_list() is None
+    signed = identity.sign_node("edge1", request("edge1"), details=details())
+    answer = identity.revoke_node("edge1", details=details())
+    # The hub reads crl.pem beside tls.ca; that is where the node's serial now is.
+    assert files.revocation_list() == str(tmp_path / "etc-llmgw" / "crl.pem")
+    assert load_revocations(files).revoked(int(signed["serial"], 16)) is not None
+    assert "not" not in (answer["hub"] or "")
+    # A second node: the hub's list and the CA's stay one list.
+    second = identity.sign_node("edge2", request("edge2"), details=details())
+    identity.revoke_node("edge2", details=details())
+    assert set(load_revocations(files).entries) == {int(signed["serial"], 16), int(second["serial"], 16)}
+
+
+def test_revoke_refuses_to_drop_serials_only_the_hubs_list_has(tmp_path, pki):
+    identity, files = documented_layout(tmp_path, pki)
+    # The hub's list was written by hand from another copy of the CA's directory.
+    other = tmp_path / "copy"
+    shutil.copytree(tmp_path / "etc-llmgw" / "pki", other)
+    from llmgw.pki import issue, revoke
+
+    issue(other, "edge9", "node")
+    revoke(other, "edge9")
+    shutil.copy(other / "crl.pem", tmp_path / "etc-llmgw" / "crl.pem")
+    identity.sign_node("edge1", request("edge1"), details=details())
+    with pytest.raises(ApplicationError, match=r"crl.pem revokes 1 certificate\(s\) the CA's list .* does not"):
+        identity.revoke_node("edge1", details=details())
+
+
+def ca_dir_sign(ca, node_id: str, csr: str, replace: bool = False) -> dict:
+    """`ctl onboard --ca-dir`'s signing (no session is used on that path), run to its end."""
+    import argparse
+
+    from llmgw.ctl.onboard import _sign
+
+    coro = _sign(None, argparse.Namespace(ca_dir=str(ca), replace=replace), node_id, csr)
+    with pytest.raises(StopIteration) as done:
+        coro.send(None)
+    return done.value.value
+
+
+def test_ca_dir_signing_takes_a_held_name_only_with_replace_which_revokes_the_old(ca):
+    from llmgw.ctl.ssh import Refusal
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    first = ca_dir_sign(ca, "edge1", request("edge1", key))
+    assert ca_dir_sign(ca, "edge1", request("edge1", key))["serial"] != first["serial"]  # the same key renews
+    renewed = x509.load_pem_x509_certificate((ca / "edge1.crt").read_bytes())
+    with pytest.raises(Refusal, match="edge1 already has a certificate .* takes --replace"):
+        ca_dir_sign(ca, "edge1", request("edge1"))
+    assert x509.load_pem_x509_certificate((ca / "edge1.crt").read_bytes()) == renewed
+    replaced = ca_dir_sign(ca, "edge1", request("edge1"), replace=True)
+    assert f"serial {renewed.serial_number:x} revoked in {ca / 'crl.pem'}" in replaced["by"]
+    listed = pki.read_revocations(ca / "crl.pem", x509.load_pem_x509_certificate((ca / "ca.crt").read_bytes()))
+    assert listed.revoked(renewed.serial_number) is not None and listed.revoked(int(replaced["serial"], 16)) is None
+
+
+def test_an_offboarded_name_is_signed_again_for_a_new_key_without_replace(identity, ca):
+    old = identity.sign_node("edge1", request("edge1"), details=details())
+    identity.revoke_node("edge1", details=details())
+    # Offboarding deleted the machine's key; its certificate is revoked, so nothing is taken.
+    again = identity.sign_node("edge1", request("edge1"), details=details())
+    assert again["serial"] != old["serial"] and identity.reread == [1]
+    # Its own certificate is not revoked: another key takes --replace again.
+    with pytest.raises(ApplicationError, match="takes --replace"):
+        identity.sign_node("edge1", request("edge1"), details=details())
+    identity.revoke_node("edge1", details=details())
+    assert ca_dir_sign(ca, "edge1", request("edge1"))["by"] == f"CA in {ca}"
+
+
+def test_an_offboarded_node_is_forgotten_by_the_fleet_and_no_lost_alert_stays(ca):
+    from prometheus_client import CollectorRegistry, generate_latest
+    from twisted.internet.task import Clock
+
+    from llmgw.control.collector import FleetCollector
+    from llmgw.control.fleet import Fleet
+    from llmgw.records import Inventory
+    from llmgw.states import NodeState
+
+    clock, events = Clock(), []
+    fleet = Fleet(clock, lambda kind, ident, event: events.append((kind, ident, event)), 15, 60)
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(fleet, clock))
+    identity = Identity(lambda: str(ca), lambda: None, lambda: str(ca / "crl.pem"), lambda: str(ca / "ca.crt"),
+                        forget=fleet.forget_node)
+    identity.sign_node("edge1", request("edge1"), details=details())
+    fleet.register("edge1", 7, Inventory(node_id="edge1", address="10.0.0.5"))
+    fleet.register("edge2", 8, Inventory(node_id="edge2", address="10.0.0.6"))
+    clock.advance(61)
+    fleet.check()
+    assert fleet.nodes["edge1"].state == NodeState.LOST
+    assert 'llmgw_node_state{node="edge1",state="lost"} 1.0' in generate_latest(registry).decode()
+    identity.revoke_node("edge1", details=details())
+    assert "edge1" not in fleet.nodes and "edge2" in fleet.nodes
+    assert 'node="edge1"' not in generate_latest(registry).decode()
+    assert (events[-1][1], events[-1][2].change) == ("edge1", "forgotten")
+    assert fleet.forget_node("edge1") is False
+    # Onboarded again, it registers as a new node.
+    fleet.register("edge1", 9, Inventory(node_id="edge1", address="10.0.0.7"))
+    assert fleet.nodes["edge1"].state == NodeState.READY

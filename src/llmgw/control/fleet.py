@@ -353,6 +353,30 @@ class Fleet:
             self._downloads_full.discard(node_id)
         self._emit("progress", node_id, ProgressEvent(node_id, progress))
 
+    def forget_node(self, node_id: str) -> bool:
+        """An offboarded node (its certificate revoked): gone from the fleet, its shards and downloads with it.
+
+        Its ``llmgw_node_state`` series go (no LlmgwNodeLost for a node taken
+        away on purpose); a last ``forgotten`` event carries its final view.
+        False when the fleet did not know it.  A machine onboarded again
+        registers as new.
+        """
+        node = self.nodes.pop(node_id, None)
+        if node is None:
+            return False
+        for held, shard_id in [k for k in self.shards if k[0] == node_id]:
+            self._update_shard(held, shard_id, None)
+        for shard_id in [s for n, s in self.claims.grants if n == node_id]:
+            self.claims.drop(node_id, shard_id)
+        for key in [k for k in self.progress if k[0] == node_id]:
+            del self.progress[key]
+        self._published.pop(node_id, None)
+        self._downloads_full.discard(node_id)
+        self.progress_refused.pop(node_id, None)
+        log.info("node {id} forgotten: offboarded, its certificate revoked", id=node_id)
+        self._emit("node", node_id, NodeEvent("forgotten", node.view(self._clock.seconds())))
+        return True
+
     def forget_shard(self, node_id: str, shard_id: str) -> None:
         self._update_shard(node_id, shard_id, None)
 

@@ -17,15 +17,17 @@ from pathlib import Path
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import RegisterOptions
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from twisted.logger import Logger
 
 from llmgw import __version__
 from llmgw.errors import PKIError
 from llmgw.link import uris
 from llmgw.link.authz import NODE_ID
-from llmgw.pki import CA_CERT, read_request, revoke, sign_request
+from llmgw.durable import write_file
+from llmgw.pki import CA_CERT, CRL_FILE, read_revocations, revoke
+from llmgw.pki.nodes import held, sign_node
 from llmgw.pki.authority import MAX_REQUEST_BYTES
+from llmgw.tlsfiles import CRL_BESIDE_CA
 
 log = Logger()
 
@@ -35,12 +37,16 @@ class Identity:
 
     *revocations_changed* has the hub read its revocation list again (and
     close what it now revokes); it returns the sentence saying what changed.
-    *hub_list* is the list the hub reads, to say when that is not the one
-    written here; *ca_file* the CA certificate the hub trusts (tls.ca).
+    *hub_list* is the list the hub reads (``tls.crl``, or crl.pem beside the
+    CA when there is one), where revoking copies the CA's list when that is
+    another file; *ca_file* the CA certificate the hub trusts (tls.ca);
+    *forget* has the fleet forget a node once its certificate is revoked.
     """
 
     def __init__(self, ca_dir: Callable[[], str | None], revocations_changed: Callable[[], str | None],
-                 hub_list: Callable[[], str | None], ca_file: Callable[[], str]):
+                 hub_list: Callable[[], str | None], ca_file: Callable[[], str],
+                 forget: Callable[[str], object] = lambda node_id: None):
+        self._forget = forget
         self._ca_file = ca_file
         self._ca_dir = ca_dir
         self._revocations_changed = revocations_changed
@@ -60,9 +66,10 @@ class Identity:
     def sign_node(self, node_id, request, replace=False, details=None) -> dict:
         """Sign *request* (PEM text) for node *node_id*; the answer is the certificate and the CA's, as PEM.
 
-        NODE.crt in the CA's directory is replaced when it holds the same key
-        (a re-run renews); one for another key is refused unless *replace*,
-        which revokes it first.
+        By :func:`llmgw.pki.nodes.sign_node`'s rule: the same key renews; another
+        key is refused unless *replace*, which revokes the old certificate first
+        (and puts the list where the hub reads it), or unless that certificate
+        is revoked already (an offboarded node onboarded again).
         """
         operator = _operator(details)
         directory = self._directory(f"sign {node_id}'s request there with "
@@ -70,54 +77,63 @@ class Identity:
         node_id = _node_id(node_id)
         if not isinstance(request, str) or len(request) > MAX_REQUEST_BYTES:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"a certificate request is PEM text of at most {MAX_REQUEST_BYTES} bytes")
-        existing = _certificate(directory / f"{node_id}.crt")
         try:
-            wanted = read_request(request.encode())
-            if existing is not None and _public(existing) != _public(wanted):
-                if not replace:
-                    raise PKIError(
-                        f"{node_id} already has a certificate (serial {existing.serial_number:x}, valid until "
-                        f"{existing.not_valid_after_utc:%Y-%m-%d}) for another key; onboarding another machine "
-                        f"as {node_id} takes --replace, which revokes that certificate first")
-                revoke(directory, node_id)
+            hub = self._hub_file()
+            if replace:
+                _check_hub_list(directory, hub)
+            signed = sign_node(directory, node_id, request.encode(), bool(replace))
+            if signed.replaced is not None:
                 log.info("{operator} replaced node {node}: revoked serial {serial:x}",
-                         operator=operator, node=node_id, serial=existing.serial_number)
+                         operator=operator, node=node_id, serial=signed.replaced.revocation.serial)
+                _copy_to_hub(signed.replaced.path, hub)
                 self._revocations_changed()
-            path = sign_request(directory, request.encode(), uris.ROLE_NODE, name=node_id, force=existing is not None)
         except PKIError as e:
             raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
-        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        cert = signed.certificate
         log.info("{operator} had node {node}'s certificate signed (serial {serial:x}, valid until {until})",
                  operator=operator, node=node_id, serial=cert.serial_number, until=f"{cert.not_valid_after_utc:%Y-%m-%d}")
         return {
-            "certificate": path.read_text(),
+            "certificate": signed.path.read_text(),
             "ca": (directory / CA_CERT).read_text(),
             "serial": f"{cert.serial_number:x}",
             "not_after": cert.not_valid_after_utc.isoformat(),
         }
 
     def revoke_node(self, node_id, details=None) -> dict:
-        """Revoke NODE.crt in the CA's directory and have the hub read the list again."""
+        """Revoke NODE.crt in the CA's directory, put the list where the hub reads it, and have the hub read it again.
+
+    The hub reads ``tls.crl``, else ``crl.pem`` beside ``tls.ca``; when that
+    is not ``pki.ca_dir``'s own list, the CA's list is copied there (refused
+    when the hub's list revokes serials the CA's does not).  A list that
+    cannot be written there refuses: the node would otherwise rejoin.
+    """
         operator = _operator(details)
         directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
         node_id = _node_id(node_id)
-        if _certificate(directory / f"{node_id}.crt") is None:
+        try:
+            held_now = held(directory / f"{node_id}.crt")
+        except PKIError as e:
+            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+        if held_now is None:
             raise ApplicationError(uris.ERROR_REFUSED, (
                 f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
                 f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`"))
         try:
+            hub = self._hub_file()
+            _check_hub_list(directory, hub)
             done = revoke(directory, node_id)
+            _copy_to_hub(done.path, hub)
             said = self._revocations_changed()
         except PKIError as e:
             raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
-        written, read = os.fspath(done.path), self._hub_list()
         log.info("{operator} revoked node {node}'s certificate (serial {serial:x})",
                  operator=operator, node=node_id, serial=done.revocation.serial)
-        answer = {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
-        if read != written:
-            answer["hub"] = (f"the hub reads {read or 'no revocation list'}, not {written}: copy {written} "
-                             f"there (or set tls.crl) and run `llmgw ctl reload`")
-        return answer
+        self._forget(node_id)
+        return {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
+
+    def _hub_file(self) -> Path:
+        """The revocation list the hub reads: tls.crl, else crl.pem beside tls.ca (written there when not yet)."""
+        return Path(self._hub_list() or Path(self._ca_file()).with_name(CRL_BESIDE_CA))
 
     def _directory(self, elsewhere: str) -> Path:
         ca_dir = self._ca_dir()
@@ -126,6 +142,42 @@ class Identity:
                 f"this server keeps no CA (pki.ca_dir is not set in server.yaml); {elsewhere} "
                 f"where ca.key is, or set pki.ca_dir to that directory"))
         return Path(ca_dir)
+
+
+def _check_hub_list(directory: Path, hub: Path) -> None:
+    """Refuse, before revoking, when the hub's list revokes serials the CA's own list does not (copying would drop them)."""
+    ours = directory / CRL_FILE
+    if not os.path.lexists(hub) or _same_file(hub, ours):
+        return
+    ca = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
+    theirs = read_revocations(hub, ca)
+    mine = read_revocations(ours, ca) if os.path.lexists(ours) else None
+    missing = set(theirs.entries) - set(mine.entries if mine else ())
+    if missing:
+        raise PKIError(
+            f"the hub's revocation list {hub} revokes {len(missing)} certificate(s) the CA's list {ours} does not "
+            f"(serials {', '.join(f'{s:x}' for s in sorted(missing)[:5])}); the control plane writes its list there "
+            f"and would let them back in: revoke them in pki.ca_dir too (`llmgw pki revoke {directory} SERIAL`), "
+            f"or point tls.crl at {ours}")
+
+
+def _copy_to_hub(written: Path, hub: Path) -> None:
+    """Put the CA's list where the hub reads it (tls.crl, else crl.pem beside tls.ca), when that is another file."""
+    if _same_file(written, hub):
+        return
+    try:
+        write_file(hub, written.read_bytes(), private=False, replace=True)
+    except OSError as e:
+        raise PKIError(f"revoked in {written}, but cannot write the hub's revocation list {hub} ({e.strerror}), so the "
+                       f"hub still accepts the certificate: let the server write there, or set tls.crl to {written}, "
+                       "then run `llmgw ctl offboard` again") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _operator(details) -> str:
@@ -140,17 +192,3 @@ def _node_id(node_id) -> str:
         raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, (
             f"node id {node_id!r} is not a single DNS label (letters, digits, '-' and '_', at most 63, no dots)"))
     return node_id
-
-
-def _certificate(path: Path) -> x509.Certificate | None:
-    try:
-        return x509.load_pem_x509_certificate(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise ApplicationError(uris.ERROR_REFUSED, f"{path} cannot be read as a certificate ({e}); move it away") from None
-
-
-def _public(holder) -> bytes:
-    return holder.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-

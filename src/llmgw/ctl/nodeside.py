@@ -20,10 +20,12 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 REFUSED = 3
 # Checked before anything is installed: a venv with llmgw's dependencies is about 150 MB.
@@ -32,6 +34,12 @@ PIP_TIMEOUT_S = 900
 SYSTEMCTL_TIMEOUT_S = 60
 HUB_TIMEOUT_S = 5.0
 UNIT = "llmgw-agent.service"
+# Offboarding: each engine's process group is given this long after SIGTERM, then as long again after SIGKILL.
+ENGINE_STOP_S = 10.0
+# At most this many of the state directory's shard records are read, each at most this big.
+MAX_RECORDS, MAX_RECORD_BYTES = 4096, 1 << 20
+# The agent's (psutil's) create_time and the one read here come from the same /proc figures.
+CREATE_TIME_TOLERANCE_S = 0.05
 # The files in the configuration directory onboarding writes, and offboarding removes.
 CONFIG_FILES = ("agent.yaml", "ca.crt", "node.crt", "node.key")
 
@@ -294,6 +302,9 @@ def remove(request: dict) -> dict:
         os.unlink(unit_path)
         _systemctl("daemon-reload", check=False)
         changed.append(unit_path)
+    # The unit's KillMode=process leaves the engines running (a restarted agent adopts them);
+    # an agent taken away leaves none.
+    changed.extend(stop_engines(request["state_dir"]))
     if os.path.exists(os.path.join(request["prefix"], "bin", "twistd")):
         shutil.rmtree(request["prefix"])
         changed.append(request["prefix"])
@@ -303,6 +314,110 @@ def remove(request: dict) -> dict:
             os.unlink(path)
             changed.append(path)
     return {"changed": changed}
+
+
+def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S) -> list[str]:
+    """Kill the engine process groups the agent recorded in *state_dir*/shards, and wait (bounded) until they are gone.
+
+    A group is killed only when its recorded leader is the very process the
+    agent started (pid and start time), or when the leader has exited and
+    its group still runs (a group id is not reused while its group lives).
+    What is left after SIGKILL and *stop_s* is a failure naming it.
+    """
+    groups = {}
+    shards = os.path.join(state_dir, "shards")
+    try:
+        names = sorted(n for n in os.listdir(shards) if n.endswith(".json"))[:MAX_RECORDS]
+    except OSError:
+        return []
+    for name in names:
+        found = _engine_group(os.path.join(shards, name))
+        if found is not None:
+            groups[found] = name[:-len(".json")]
+    if not groups:
+        return []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + stop_s
+        while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not any(_group_alive(g) for g in groups):
+            return [f"engine process group {g} (shard {shard})" for g, shard in groups.items()]
+    left = [f"{g} (shard {shard})" for g, shard in groups.items() if _group_alive(g)]
+    raise SystemExit(f"engine process groups {', '.join(left)} still run {2 * stop_s:.0f} s after SIGTERM and "
+                     "SIGKILL; kill them by hand (kill -KILL -- -PGID) and run offboarding again")
+
+
+def _engine_group(path: str) -> int | None:
+    """The process group a shard record names, when it is the agent's engine and still runs; else None."""
+    try:
+        with open(path, "rb") as f:
+            record = json.loads(f.read(MAX_RECORD_BYTES + 1)[:MAX_RECORD_BYTES])
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    pid, pgid, started = record.get("pid"), record.get("pgid"), record.get("create_time")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 1 for v in (pid, pgid)) or \
+            not isinstance(started, (int, float)) or isinstance(started, bool):
+        return None
+    if pgid == os.getpgrp() or pgid != pid:
+        return None
+    now = _create_time(pid)
+    if now is not None:
+        same = abs(now - started) <= CREATE_TIME_TOLERANCE_S and _pgid(pid) == pgid
+        return pgid if same else None
+    return pgid if _group_alive(pgid) else None
+
+
+def _create_time(pid: int) -> float | None:
+    """*pid*'s start, as psutil reckons it on Linux (boot time plus start ticks); None when it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    if fields[0] == "Z":
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group *pgid* runs (a zombie, waiting for its parent to reap it, has finished)."""
+    try:
+        pids = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        pids = None
+    if pids is None:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _systemctl(*args: str, check: bool = True) -> int:

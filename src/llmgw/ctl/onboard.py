@@ -211,17 +211,17 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
 
 async def _sign(session, args, node_id: str, request: str) -> dict:
     if args.ca_dir is not None:
-        from cryptography import x509
-
-        from llmgw.pki import sign_request
+        from llmgw.pki.nodes import sign_node
 
         try:
-            path = sign_request(args.ca_dir, request.encode(), uris.ROLE_NODE, name=node_id,
-                                force=(Path(args.ca_dir) / f"{node_id}.crt").exists())
+            signed = sign_node(args.ca_dir, node_id, request.encode(), bool(args.replace))
         except LlmgwError as e:
             raise Refusal(str(e)) from None
-        cert = x509.load_pem_x509_certificate(path.read_bytes())
-        return {"certificate": path.read_text(), "serial": f"{cert.serial_number:x}", "by": f"CA in {args.ca_dir}"}
+        by = f"CA in {args.ca_dir}"
+        if signed.replaced is not None:
+            by += (f" (serial {signed.replaced.revocation.serial:x} revoked in {signed.replaced.path}: copy it "
+                   "to where the server reads it and run `llmgw ctl reload`)")
+        return {"certificate": signed.path.read_text(), "serial": f"{signed.certificate.serial_number:x}", "by": by}
     from autobahn.wamp.exception import ApplicationError
 
     try:
@@ -329,13 +329,21 @@ def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
 
 
 def unit_text(unit: str | None, layout: Layout) -> str:
-    """contrib/'s llmgw-agent.service with the layout's prefix, directories and user filled in."""
-    path = Path(unit) if unit else Path(__file__).resolve().parents[3] / "contrib" / UNIT_NAME
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise Refusal(f"cannot read the agent's unit {path} ({e.strerror}); give contrib/{UNIT_NAME} "
-                      "from llmgw's source with --unit") from None
+    """The agent's unit (--unit, else the one llmgw ships) with the layout's prefix, directories and user filled in.
+
+    The package carries llmgw-agent.service (the same file as contrib/'s), so
+    a pip-installed llmgw onboards without its source tree.
+    """
+    if unit:
+        try:
+            text = Path(unit).read_text()
+        except OSError as e:
+            raise Refusal(f"cannot read the agent's unit {unit} (--unit: {e.strerror}); give a readable file, or "
+                          f"leave --unit out for the {UNIT_NAME} llmgw ships") from None
+    else:
+        from importlib import resources
+
+        text = resources.files("llmgw.ctl").joinpath(UNIT_NAME).read_text()
     for old, new in ((UNIT_PREFIX, layout.prefix), (UNIT_CONFIG_DIR, layout.config_dir),
                      (UNIT_STATE_DIR, layout.state), (f"User={UNIT_USER}", f"User={layout.user}"),
                      (f"Group={UNIT_USER}", f"Group={layout.user}")):
@@ -411,7 +419,7 @@ async def cmd_offboard(session, args) -> int:
     out = sys.stderr if args.json else sys.stdout
     _check_node_id(args.node, "node")
     run = Run(args.host or args.node, out, node_id=args.node)
-    layout = Layout(args.prefix, args.config_dir, None, args.unit_dir).for_node(args.node)
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir).for_node(args.node)
 
     async def drain():
         nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
@@ -486,6 +494,8 @@ def _where(command) -> None:
     command.add_argument("--prefix", default=UNIT_PREFIX, help=f"the venv llmgw is installed in (default {UNIT_PREFIX})")
     command.add_argument("--config-dir", default=UNIT_CONFIG_DIR,
                          help=f"agent.yaml, the certificates and the key (default {UNIT_CONFIG_DIR})")
+    command.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR}); offboarding "
+                         "kills the engines its records name")
     command.add_argument("--unit-dir", default="/etc/systemd/system", help="where the unit goes (default /etc/systemd/system)")
     command.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE (default: ssh's own, ~/.ssh/config)")
     command.add_argument("--python", metavar="PATH", help="the node's Python (default: the first 3.11+ of "
@@ -506,12 +516,12 @@ def add_parsers(sub, run) -> None:
     onboard.add_argument("--label", action="append", default=[], type=_pair("--label"), metavar="KEY=VALUE")
     onboard.add_argument("--fabric", action="append", default=[], type=_pair("--fabric"), metavar="ADAPTER=FABRIC")
     onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR")
-    onboard.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR})")
     onboard.add_argument("--user", default=UNIT_USER, help=f"the user the agent runs as (default {UNIT_USER})")
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
     onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
                          "installing from the node's package index")
-    onboard.add_argument("--unit", metavar="FILE", help=f"the agent's unit (default: contrib/{UNIT_NAME} of llmgw's source)")
+    onboard.add_argument("--unit", metavar="FILE", help=f"the agent's systemd unit to fill in and install (default: the {UNIT_NAME} llmgw ships, "
+                         "as contrib/ has it)")
     onboard.add_argument("--parallel", type=_parallel, default=1, metavar="N", help="onboard N hosts at a time (default 1)")
     onboard.add_argument("--wait", type=float, default=REGISTER_TIMEOUT_S, metavar="SECONDS",
                          help=f"how long to wait for the node to register (default {REGISTER_TIMEOUT_S:.0f})")

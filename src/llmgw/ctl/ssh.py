@@ -49,9 +49,13 @@ class StepFailed(LlmgwError):
     command: str
     status: int
     stderr: str
+    # What went to the command's stdin, in words (nodeside and its request, not their bytes).
+    stdin: str = ""
 
     def __str__(self) -> str:
-        return f"`{self.command}` exited with status {self.status}: {self.stderr.strip()[-2000:] or '(no stderr)'}"
+        fed = f" (stdin: {self.stdin})" if self.stdin else ""
+        return (f"`{self.command}`{fed} exited with status {self.status}: "
+                f"{self.stderr.strip()[-2000:] or '(no stderr)'}")
 
 
 @attrs.frozen
@@ -71,36 +75,41 @@ class Ssh:
     def run(self, op: str, request: dict, python: str | None = None, payload: list[Path] = ()) -> dict:
         """Run nodeside's *op* on the node (under *python*, else the first suitable one) and return its answer."""
         remote = _with_python(python) if python else _find_python(self.python)
-        shown = f"ssh {self.target} (llmgw nodeside {op})"
+        argv = self.argv(remote)
+        fed = f"llmgw's nodeside.py and its {op} request" + (f", then {len(payload)} wheels" if payload else "")
+
+        def failed(status: int, stderr: str) -> StepFailed:
+            return StepFailed(shlex.join(argv), status, stderr, fed)
+
         data = NODESIDE.read_bytes()
         stdin = b"%d\n" % len(data) + data + json.dumps({**request, "op": op}).encode() + b"\n"
         stdin += b"".join(path.read_bytes() for path in payload)
         try:
-            status, stdout, stderr_bytes = _bounded_run(self.argv(remote), stdin, SSH_STEP_TIMEOUT_S)
+            status, stdout, stderr_bytes = _bounded_run(argv, stdin, SSH_STEP_TIMEOUT_S)
         except FileNotFoundError:
             raise Refusal("there is no ssh on this machine's PATH; install the OpenSSH client") from None
         except subprocess.TimeoutExpired:
-            raise StepFailed(shown, -1, f"no answer in {SSH_STEP_TIMEOUT_S} s") from None
+            raise failed(-1, f"no answer in {SSH_STEP_TIMEOUT_S} s") from None
         stderr = printable_text(stderr_bytes.decode(errors="replace"))
         if stdout is None:
-            raise StepFailed(shown, status, f"it wrote more than {MAX_ANSWER_BYTES} bytes, which is no answer of "
+            raise failed(status, f"it wrote more than {MAX_ANSWER_BYTES} bytes, which is no answer of "
                              f"llmgw's; stopped. {stderr}")
         if status == 255:
             raise Refusal(_ssh_trouble(self.target, stderr))
         if status == REFUSED:
             raise Refusal(stderr.strip())
         if status != 0:
-            raise StepFailed(shown, status, stderr)
+            raise failed(status, stderr)
         try:
             answer = json.loads(stdout.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):
             answer = None
         if not isinstance(answer, dict):
-            raise StepFailed(shown, 0, f"answered no JSON object: {printable_text(stdout[-500:].decode(errors='replace'))!r} {stderr}")
+            raise failed(0, f"answered no JSON object: {printable_text(stdout[-500:].decode(errors='replace'))!r} {stderr}")
         for key, kind in ANSWERS[op].items():
             value = answer.get(key)
             if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
-                raise StepFailed(shown, 0, f"answered {key}={printable_text(repr(value))[:200]}, which is not "
+                raise failed(0, f"answered {key}={printable_text(repr(value))[:200]}, which is not "
                                  f"what llmgw's nodeside answers; is something else answering on the node?")
         return answer
 

@@ -84,6 +84,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         lambda: revocation_listener(hub_tls).prepare(catalog.config)(),
         lambda: catalog.config.tls.revocation_list(),
         lambda: catalog.config.tls.ca,
+        forget=lambda node_id: control.session.fleet.forget_node(node_id),
     )
     control.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
