@@ -238,9 +238,12 @@ def test_an_offboarded_node_is_forgotten_by_the_fleet_and_no_lost_alert_stays(ca
     clock.advance(61)
     fleet.check()
     assert fleet.nodes["edge1"].state == NodeState.LOST
+    assert [v.id for v in fleet.views()] == ["edge1", "edge2"]  # listed once: the paged order is built
     assert 'llmgw_node_state{node="edge1",state="lost"} 1.0' in generate_latest(registry).decode()
     identity.revoke_node("edge1", details=details())
     assert "edge1" not in fleet.nodes and "edge2" in fleet.nodes
+    # The listing (ctl nodes, paged in id order) forgets it too.
+    assert [v.id for v in fleet.views()] == ["edge2"]
     assert 'node="edge1"' not in generate_latest(registry).decode()
     assert (events[-1][1], events[-1][2].change) == ("edge1", "forgotten")
     assert fleet.forget_node("edge1") is False

@@ -364,6 +364,8 @@ class Fleet:
         node = self.nodes.pop(node_id, None)
         if node is None:
             return False
+        self._ids = None
+        self._wire.pop(node_id, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
         for shard_id in [s for n, s in self.claims.grants if n == node_id]:
