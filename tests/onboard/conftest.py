@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tests.support.cluster import ROOT, Cluster, cluster  # noqa: F401 (a fixture)
-from tests.support.sshd import Operator, SshNode
+from tests.support.sshd import Operator, SshNode, engine_groups_under
+from tests.support.wait import wait_for
 
 CATALOG = """
 profiles:
@@ -64,3 +65,8 @@ def nodes(tmp_path, sshd):
     yield made
     for node in made.made:
         node.stop()
+    # Nothing a node ran outlives the test (its engines included).
+    def left():
+        return {n.alias: groups for n in made.made if (groups := engine_groups_under(n.base))}
+
+    wait_for(lambda: not left(), 10, "every engine the nodes ran to end", detail=lambda: str(left()))

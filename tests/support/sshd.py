@@ -83,6 +83,23 @@ for name in names:
 '''
 
 
+def engine_groups_under(base: Path) -> set[int]:
+    """The process groups of live engines whose agent's state dir is under *base*."""
+    import psutil
+
+    from llmgw.agent.procs import MARK_STATE_DIR
+
+    groups = set()
+    for proc in psutil.process_iter():
+        try:
+            state_dir = proc.environ().get(MARK_STATE_DIR)
+            if state_dir and Path(state_dir).is_relative_to(base) and proc.status() != psutil.STATUS_ZOMBIE:
+                groups.add(os.getpgid(proc.pid))
+        except (OSError, psutil.Error):
+            continue
+    return groups
+
+
 class SshNode:
     """One sshd on 127.0.0.1 as a node: *path* is the PATH its sessions get, *env* more of their environment."""
 
@@ -145,6 +162,14 @@ SetEnv PATH={self.path} LLMGW_TEST_UNIT_DIR={self.units}{''.join(f" {k}={v}" for
         if pid is not None:
             try:
                 os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Engines outlive their agent by design (a restarted agent adopts
+        # them), so the agent's end is not theirs: stop every engine an agent
+        # on this node started, whichever of its state dirs it ran on.
+        for group in engine_groups_under(self.base):
+            try:
+                os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         if self.proc is not None and self.proc.poll() is None:
