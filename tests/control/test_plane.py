@@ -174,6 +174,26 @@ async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wi
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_shard_becoming_ready_reaches_the_routers_table_without_waiting_for_a_tick(plane, clock):
+    # ctl replicas reads the fleet live; the table followed only at the next tick, so
+    # "ready" in ctl and "its replica is starting" from the router could meet.
+    tables = []
+    plane.table_listeners.append(tables.append)
+    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", address="10.0.0.1",
+                                                           shards=[ShardStatus(spec, "starting")])))
+    echo = Entry(Model(name="echo", profile="sim"), Profile(name="sim", engine="sim"), "f1")
+    plane.catalog = type("Catalog", (), {"entries": {"echo": echo}})()
+    clock.advance(0)
+    assert tables and tables[-1].endpoints == []
+    await node.call(uris.AGENT_SHARD_STATUS,
+                    to_wire(ShardStatus(spec, "ready", endpoint="http://10.0.0.1:4001")))
+    clock.advance(0)  # the same turn's end: no tick (the server's once a second) ran
+    assert tables[-1].endpoints == [EndpointEntry("echo/0", "echo", "http://10.0.0.1:4001", "node01")]
+
+
+@pytest_twisted.ensureDeferred
 async def test_operators_are_answered_the_unwanted_weights_and_what_each_node_collected_in_their_wire_form(plane):
     fetched = "/data/weights/" + cache_name("https://example.org/dropped.gguf")
     node = await plane.attach("node01", uris.ROLE_NODE)

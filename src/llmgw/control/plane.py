@@ -46,6 +46,10 @@ class ControlSession(ApplicationSession):
         self.fleet: Fleet = fleet_factory(self._emit)
         self.catalog = catalog
         self._table: EndpointTable | None = None
+        # A shard's change reaches the routers in the same reactor turn's
+        # end, not at the next tick: ctl saying ready and the router still
+        # answering "starting" for up to a second surprised clients.
+        self._table_soon = None
         # The last push of a changed engine plan to the nodes (tests wait on it).
         self.pushing: defer.Deferred | None = None
         # In-process consumers of the endpoint table and of reloaded
@@ -116,6 +120,13 @@ class ControlSession(ApplicationSession):
             listener(kind, ident, event)
         if self.is_attached():
             self.publish(uris.EVENT_PREFIX + kind, ident, to_wire(event))
+            if kind == "shard" and self._table_soon is None:
+                # Coalesced: every shard change of one turn, one table.
+                self._table_soon = self.fleet._clock.callLater(0, self._publish_soon)
+
+    def _publish_soon(self) -> None:
+        self._table_soon = None
+        self.publish_endpoints()
 
     @staticmethod
     def _node_caller(details) -> str:
