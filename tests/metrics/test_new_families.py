@@ -6,7 +6,6 @@ import datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
-from twisted.internet.task import Clock
 
 from llmgw import pki as pkimod
 from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCollector
@@ -19,13 +18,6 @@ from .conftest import GIB
 
 def value(registry, name, /, **labels):
     return registry.get_sample_value(name, labels)
-
-
-@pytest.fixture
-def clock():
-    clock = Clock()
-    clock.advance(1_000)
-    return clock
 
 
 @pytest.fixture

@@ -68,8 +68,9 @@ class ControlSession(ApplicationSession):
         # Onboarding's signing and revoking (llmgw.control.identity), when the server sets one.
         self.identity = None
         self._configure_fleet()
+        self._clock = clock if clock is not None else self.fleet._clock
         self.reconciler = Reconciler(
-            clock if clock is not None else self.fleet._clock, self.fleet,
+            self._clock, self.fleet,
             lambda: self.catalog.entries if self.catalog is not None else {},
             self.start_shard, self.stop_shard,
             settle_s=catalog.config.fleet.settle_s if catalog is not None else 0.0,
@@ -122,7 +123,7 @@ class ControlSession(ApplicationSession):
             self.publish(uris.EVENT_PREFIX + kind, ident, to_wire(event))
             if kind == "shard" and self._table_soon is None:
                 # Coalesced: every shard change of one turn, one table.
-                self._table_soon = self.fleet._clock.callLater(0, self._publish_soon)
+                self._table_soon = self._clock.callLater(0, self._publish_soon)
 
     def _publish_soon(self) -> None:
         self._table_soon = None
