@@ -23,7 +23,7 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.session import PingWhenQuiet, quiet_cancellations
+from llmgw.link.session import PingWhenQuiet, quiet_cancellations, sweep_pings
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
@@ -78,6 +78,7 @@ def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], Applicat
         # The hub's own limit (link.hello_timeout_s, 10 s) decides instead.
         openHandshakeTimeout=HANDSHAKE_TIMEOUT_S,
     )
+    sweep_pings(factory)
     return factory
 
 

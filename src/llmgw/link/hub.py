@@ -44,7 +44,7 @@ from llmgw.errors import PKIError
 from llmgw.link import authz, inbound, uris
 from llmgw.link.local import LocalLink
 from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
-from llmgw.link.session import quiet_cancellations
+from llmgw.link.session import quiet_cancellations, sweep_pings
 
 log = Logger()
 
@@ -169,6 +169,7 @@ class Hub:
             autoPingTimeout=20,
             openHandshakeTimeout=self.settings.hello_timeout_s,
         )
+        sweep_pings(factory)
         return factory
 
     def attach_local(self, app_session, authid: str = "control", role: str = uris.ROLE_CONTROL) -> None:

@@ -10,17 +10,23 @@ Both ends ping a quiet link (autobahn's auto-ping) to find a peer that
 lost power, but a peer whose messages keep arriving is not dead: a node's
 heartbeat every few seconds already says so.  ``PingWhenQuiet`` sends the
 ping only when nothing arrived for a whole interval, so a busy fleet's
-links carry their heartbeats and not twice as many ping and pong frames.
+links carry their heartbeats and not twice as many ping and pong frames;
+and ``QuietSweep`` waits for that interval with one timer per process
+rather than one per link.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 
+from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer
 from twisted.logger import Logger
 
 log = Logger()
+
+_autobahn_ping = WebSocketProtocol._sendAutoPing
 
 
 def quiet_cancellations(session):
@@ -37,11 +43,106 @@ def quiet_cancellations(session):
     return session
 
 
-class PingWhenQuiet:
-    """Mixed into an autobahn WebSocket protocol: its auto-ping is skipped while messages arrive.
+class QuietSweep:
+    """One timer per reactor that pings the links of that process which went quiet.
 
-    ``heard()`` is called for every message; the ping then waits until the
-    link has been quiet for ``autoPingInterval``, and times out as before.
+    autobahn gives every connection its own auto-ping timer, re-armed after
+    each ping; at ten thousand links that is a timer per link every interval,
+    most of them only to find the link was not quiet.  Here a link's
+    ``_sendAutoPing`` is not scheduled: the link joins the sweep, which every
+    quarter interval pings those that heard nothing for a whole interval
+    (autobahn's own ``_sendAutoPing``, its timeout and all), so a quiet link
+    is pinged between one and one and a quarter intervals after it last
+    heard, and a busy one costs a comparison per sweep.
+    """
+
+    _of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, clock, interval: float):
+        self._clock = weakref.ref(clock)
+        self.interval = interval
+        self._links: dict = {}
+        self._timer = None
+
+    @classmethod
+    def of(cls, clock, interval: float) -> QuietSweep:
+        """The sweep of *clock* for links pinged every *interval* seconds."""
+        sweeps = cls._of.setdefault(clock, {})
+        sweep = sweeps.get(interval)
+        if sweep is None:
+            sweep = sweeps[interval] = cls(clock, interval)
+        return sweep
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+    def join(self, link) -> _InSweep:
+        clock = self._clock()
+        if not link._heard_at:
+            link._heard_at = clock.seconds()  # opening counts as hearing from it
+        self._links[link] = None
+        if self._timer is None:
+            self._timer = clock.callLater(self.interval / 4, self._sweep)
+        return _InSweep(self, link)
+
+    def leave(self, link) -> None:
+        self._links.pop(link, None)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        clock = self._clock()
+        if clock is None:
+            return
+        now = clock.seconds()
+        quiet = [link for link in self._links if now - link._heard_at >= self.interval]
+        for link in quiet:
+            del self._links[link]
+            link.autoPingPendingCall = None
+            try:
+                _autobahn_ping(link)
+            except Exception:
+                log.failure("pinging a quiet link")
+        if self._links:
+            self._timer = clock.callLater(self.interval / 4, self._sweep)
+
+
+class _InSweep:
+    """What autobahn keeps as ``autoPingPendingCall`` while its link is in a sweep: cancelling it leaves the sweep."""
+
+    __slots__ = ("_sweep", "_link")
+
+    def __init__(self, sweep: QuietSweep, link):
+        self._sweep, self._link = sweep, link
+
+    def cancel(self) -> None:
+        self._sweep.leave(self._link)
+
+
+class _SweepTimer:
+    """A factory's ``_batched_timer`` that puts auto-pings in the sweep and passes every other timer on."""
+
+    def __init__(self, real, clock):
+        self._real = real
+        self._clock = clock
+
+    def call_later(self, delay, func, *args, **kwargs):
+        link = getattr(func, "__self__", None)
+        if isinstance(link, PingWhenQuiet) and getattr(func, "__name__", None) == "_sendAutoPing":
+            return QuietSweep.of(self._clock, link.autoPingInterval).join(link)
+        return self._real.call_later(delay, func, *args, **kwargs)
+
+
+def sweep_pings(factory) -> None:
+    """Make *factory*'s links (its protocol mixes in ``PingWhenQuiet``) pinged by their reactor's sweep."""
+    factory._batched_timer = _SweepTimer(factory._batched_timer, factory.reactor)
+
+
+class PingWhenQuiet:
+    """Mixed into an autobahn WebSocket protocol: ``heard()`` on every message; a ping only after a quiet interval.
+
+    With its factory passed to ``sweep_pings``, the wait is the reactor's
+    ``QuietSweep``, not a timer per link; the ping, when due, and its
+    timeout are autobahn's.
     """
 
     _heard_at = 0.0
@@ -54,6 +155,7 @@ class PingWhenQuiet:
         self._heard_at = self._now()
 
     def _sendAutoPing(self) -> None:
+        # Reached only from a factory not given to sweep_pings (autobahn's own timer).
         quiet = self._now() - self._heard_at
         if self.autoPingInterval and quiet < self.autoPingInterval:
             self.autoPingPendingCall = self.factory._batched_timer.call_later(
