@@ -95,6 +95,9 @@ class LinkSettings:
     # Link connections held at once (nodes, operators, routers); the API gets
     # what the open-files limit leaves after these.
     max_connections: int = 1024
+    # Connections in their handshakes (TLS, WebSocket, HELLO) at once; while
+    # this many are, the listener accepts no more and the rest wait their turn.
+    max_handshakes: int = 64
     max_subscriptions_per_session: int = 256
     # How deep a message's lists and mappings may nest; llmgw's own are under 10.
     max_message_depth: int = 32
@@ -495,6 +498,7 @@ SCHEMA = Section(
                 "hello_timeout_s": Number(min=0, exclusive=True),
                 "liveness_timeout_s": Number(min=0, exclusive=True),
                 "max_connections": Int(min=1),
+                "max_handshakes": Int(min=1),
                 "max_subscriptions_per_session": Int(min=1),
                 "max_message_depth": Int(min=4),
             },

@@ -148,6 +148,9 @@ class Hub:
         self.refusals: Counter[str] = Counter()
         self.duplicates: dict[str, DuplicateSession] = {}
         self.duplicate_listeners: list[Callable[[DuplicateSession], None]] = []
+        # Told of each remote session's transport once it is welcomed: its handshakes are done
+        # (the link's ConnectionBudget paces arrivals by it).
+        self.admitted: Callable[[object], None] | None = None
         # Per in-process session: itself and the procedures it answers directly (``attach_local``).
         self._direct: dict[HubSession, tuple[object, dict[str, Callable]]] = {}
 
@@ -351,6 +354,8 @@ class Hub:
                 authprovider="llmgw",
             )
         )
+        if self.admitted is not None and session.transport is not None:
+            self.admitted(session.transport)
         log.info("session {id} joined: {role} {authid} from {peer}", id=session_id, role=ident.role,
                  authid=ident.authid, peer=session.peer)
         self._meta(META_ON_JOIN, session)

@@ -122,6 +122,11 @@ class HubSession:
         return self._identity.not_after if self._identity else None
 
     @property
+    def transport(self):
+        """The WebSocket protocol this session speaks through; None in process or once closed."""
+        return self._transport
+
+    @property
     def session_id(self) -> int | None:
         return self._session_id
 

@@ -98,6 +98,7 @@ class ProcessTree(service.MultiService):
         if budget is not None:
             budget.wrap(listener.factory)
             listener.factory = budget
+            listener.endpoint = _Paced(listener.endpoint, budget)
         # Endpoints listen at once, in privilegedStartService, so the failure
         # comes back before twistd starts the reactor.
         listener._raiseSynchronously = True
@@ -140,6 +141,17 @@ class _Named:
     def _refuse(self, failure):
         failure.trap(error.CannotListenError)
         raise CannotListen(cannot_listen(failure.value, self._key, self._config_path)) from None
+
+
+class _Paced:
+    """An endpoint that hands the port it listens on to its ``ConnectionBudget`` (which pauses it)."""
+
+    def __init__(self, inner, budget: ConnectionBudget):
+        self._inner = inner
+        self._budget = budget
+
+    def listen(self, factory):
+        return self._inner.listen(factory).addCallback(self._budget.listening)
 
 
 def cannot_listen(e: error.CannotListenError, key: str, config_path: str) -> str:
@@ -209,14 +221,29 @@ class ConnectionBudget(policies.WrappingFactory):
 
     The first refusal of a run is logged with the peer and the limit, and
     the run's count when a connection is taken again; ``refused`` counts them all.
+
+    With *max_pending*, it also paces arrivals: a connection is pending from
+    its accept until ``admit`` is told its handshakes are done (the hub, at
+    WELCOME) or it closes, and while *max_pending* are pending the port stops
+    accepting.  A fleet reconnecting all at once (after a server restart) then
+    waits in the kernel's queue and is served a few dozen at a time, each
+    handshake finishing in well under a second, instead of ten thousand
+    handshakes shared out so thinly that most outlast ``hello_timeout_s``, are
+    cut off, and come back to do it again.  The port accepts in batches, so
+    one batch may overshoot the bound by what the kernel had queued.
     """
 
-    def __init__(self, limit: int, key: str):
+    def __init__(self, limit: int, key: str, max_pending: int | None = None):
         self.limit = limit
         self.key = key
         self.refused = 0
         self._run = 0
         self.protocols = {}
+        self.max_pending = max_pending
+        self.pending: set = set()
+        self.port = None
+        self.paused = 0  # how many times arrivals were paused
+        self._paused = False
 
     def wrap(self, factory) -> None:
         policies.WrappingFactory.__init__(self, factory)
@@ -224,6 +251,12 @@ class ConnectionBudget(policies.WrappingFactory):
     @property
     def held(self) -> int:
         return len(self.protocols)
+
+    def listening(self, port):
+        """The port this factory's endpoint listens on (what is paused); returns it, for a Deferred's callback."""
+        self.port = port
+        self._pace()
+        return port
 
     def buildProtocol(self, addr):
         if len(self.protocols) >= self.limit:
@@ -239,4 +272,37 @@ class ConnectionBudget(policies.WrappingFactory):
         if self._run:
             log.info("{key}: taking connections again; refused {n} while full", key=self.key, n=self._run)
             self._run = 0
-        return policies.WrappingFactory.buildProtocol(self, addr)
+        protocol = policies.WrappingFactory.buildProtocol(self, addr)
+        if self.max_pending:
+            self.pending.add(protocol)
+            self._pace()
+        return protocol
+
+    def unregisterProtocol(self, p) -> None:
+        policies.WrappingFactory.unregisterProtocol(self, p)
+        if p in self.pending:
+            self.pending.discard(p)
+            self._pace()
+
+    def admit(self, transport) -> None:
+        """The connection under *transport* (or under what it wraps) finished its handshakes."""
+        seen = 0
+        while transport is not None and seen < 8:
+            if transport in self.pending:
+                self.pending.discard(transport)
+                self._pace()
+                return
+            transport = getattr(transport, "transport", None)
+            seen += 1
+
+    def _pace(self) -> None:
+        if self.port is None or not self.max_pending:
+            return
+        full = len(self.pending) >= self.max_pending
+        if full and not self._paused:
+            self._paused = True
+            self.paused += 1
+            self.port.stopReading()
+        elif not full and self._paused:
+            self._paused = False
+            self.port.startReading()

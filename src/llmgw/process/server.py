@@ -61,7 +61,8 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     factory = TLSMemoryBIOFactory(hub_tls, False, hub.websocket_factory())
     link = internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory)
     link.setServiceParent(top)
-    link_budget = ConnectionBudget(budgets.link, "listen.link (link.max_connections)")
+    link_budget = ConnectionBudget(budgets.link, "listen.link (link.max_connections)", config.link.max_handshakes)
+    hub.admitted = link_budget.admit
     top.must_listen("listen.link", link, link_budget)
     registry = CollectorRegistry()
     listeners = {"link": link_budget}
