@@ -52,7 +52,7 @@ def inventory(node_id, memory_gb=32, gpus=None, engines=("sim",), shards=None, l
 class World:
     """A fleet, a catalog and a reconciler, with agents' answers the test decides."""
 
-    def __init__(self, settle_s=0.0):
+    def __init__(self, settle_s=0.0, **settle):
         self.clock = Clock()
         self.fleet = Fleet(self.clock, lambda kind, ident, event: None, unreachable_after=15, lost_after=120)
         self.catalog: dict[str, Entry] = {}
@@ -63,7 +63,7 @@ class World:
         self.held: list[defer.Deferred] | None = None  # starts in flight, when holding
         self.sessions: dict[str, int] = {}
         self.reconciler = Reconciler(self.clock, self.fleet, lambda: self.catalog,
-                                     self.start_shard, self.stop_shard, settle_s=settle_s)
+                                     self.start_shard, self.stop_shard, settle_s=settle_s, **settle)
 
     # -- the fakes of the two commands to agents --
 
@@ -226,6 +226,56 @@ def test_a_replica_an_agent_reports_while_settling_is_not_started_twice():
     assert world.starts == []
     view = world.view("echo/0")
     assert (view["state"], view["endpoint"]) == ("ready", "http://10.0.0.1:40001")
+
+
+def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
+    world = World(settle_s=15, settle_quiet_s=5, settle_max_s=300)
+    world.serve(entry())
+    # A big fleet reconnecting: a node every 3 s, the replica's own node last of all, at 24 s.
+    for i, at in enumerate((3, 6, 9, 12, 15, 18, 21), start=2):
+        world.clock.advance(at - world.clock.seconds())
+        world.node(f"node{i:02d}", engines=())  # none of them can run it: only node01 can
+        world.reconciler.tick()
+        assert world.starts == []
+    assert world.view("echo/0")["reason"] == (
+        "waiting for the fleet to finish coming back before placing: a node registered 0 s ago (fleet.settle_quiet_s)")
+    world.clock.advance(3)
+    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
+                     fingerprint=world.catalog["echo"].fingerprint)
+    world.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+    for _ in range(10):
+        world.clock.advance(1)
+        world.reconciler.tick()
+    assert world.starts == []  # with settle_s alone, a second copy would have started at 15 s
+    assert world.view("echo/0")["state"] == "ready"
+
+
+def test_a_fleet_that_keeps_arriving_is_placed_on_at_settle_max_s():
+    world = World(settle_s=15, settle_quiet_s=5, settle_max_s=60)
+    world.serve(entry())
+    world.node("node01")
+    for i in range(2, 70):
+        world.clock.advance(1)
+        world.node(f"node{i:02d}", engines=())
+        world.reconciler.tick()
+        if world.clock.seconds() < 60:
+            assert world.starts == []
+    assert world.started() == [("node01", "echo/0/0")]
+
+
+def test_once_settled_a_late_registration_does_not_hold_placing_back():
+    world = World(settle_s=15, settle_quiet_s=5)
+    world.serve(entry(replicas=1))
+    world.node("node01")
+    world.clock.advance(20)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "echo/0/0")]
+    world.report("echo/0/0", "failed", reason="exited with code 1")
+    world.node("node02")  # arrives just now
+    world.reconciler.tick()  # the failure counted: retried in 1 s
+    world.clock.advance(1)
+    world.reconciler.tick()
+    assert len(world.starts) == 2  # after its backoff, not after another quiet spell
 
 
 # -- failures and backoff --

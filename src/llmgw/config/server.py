@@ -75,6 +75,11 @@ class FleetSettings:
     # places anything: agents are coming back with engines still running, and
     # a slot that looks empty for a second must not be started twice.
     settle_s: float = 15.0
+    # Then, while nodes are still registering (one did within settle_quiet_s),
+    # it waits on, up to settle_max_s from its start: ten thousand agents
+    # take longer than settle_s to come back.
+    settle_quiet_s: float = 5.0
+    settle_max_s: float = 300.0
     # A heartbeat is published to subscribers only when it changes what they
     # show, a live figure by more than node_figures_change of its whole, or
     # node_event_interval_s after the node's last event.
@@ -487,6 +492,8 @@ SCHEMA = Section(
                 "unreachable_after_s": Number(min=0, exclusive=True),
                 "lost_after_s": Number(min=0, exclusive=True),
                 "settle_s": Number(min=0),
+                "settle_quiet_s": Number(min=0),
+                "settle_max_s": Number(min=0),
                 "node_event_interval_s": Number(min=0),
                 "node_figures_change": Number(min=0),
                 "downloads_per_node": Int(min=1),

@@ -74,6 +74,8 @@ class ControlSession(ApplicationSession):
             lambda: self.catalog.entries if self.catalog is not None else {},
             self.start_shard, self.stop_shard,
             settle_s=catalog.config.fleet.settle_s if catalog is not None else 0.0,
+            settle_quiet_s=catalog.config.fleet.settle_quiet_s if catalog is not None else 0.0,
+            settle_max_s=catalog.config.fleet.settle_max_s if catalog is not None else None,
         )
 
     def onConnect(self):

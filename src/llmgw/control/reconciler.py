@@ -91,9 +91,18 @@ class Reconciler:
         start_shard: Callable[[str, ShardSpec], Awaitable],
         stop_shard: Callable[[str, str], Awaitable],
         settle_s: float = 0.0,
+        settle_quiet_s: float = 0.0,
+        settle_max_s: float | None = None,
     ):
         self._clock = clock
-        self._settled_at = clock.seconds() + settle_s
+        started = clock.seconds()
+        self._settled_at = started + settle_s
+        # After settle_s, placing waits while nodes still arrive (one registered within
+        # settle_quiet_s), but not past settle_max_s from the start.
+        self._settle_quiet_s = settle_quiet_s
+        self._settle_deadline = started + max(settle_s, settle_max_s if settle_max_s is not None else settle_s)
+        self._settled = settle_s <= 0  # settle_s 0: place at once, whatever is arriving
+        self._settle_seen: tuple[float, str | None] | None = None
         self.fleet = fleet
         self._catalog = catalog
         self._start = start_shard
@@ -172,10 +181,31 @@ class Reconciler:
         if slot.held_until is not None and now < slot.held_until:
             slot.explain(slot.held_reason)
             return
-        if now < self._settled_at:
-            slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)")
+        waiting = self._settling(now)
+        if waiting is not None:
+            slot.explain(waiting)
             return
         self._launch(replica_id, entry, slot, now)
+
+    def _settling(self, now: float) -> str | None:
+        """Why nothing is placed yet after a start, in words; None once the fleet has settled (for good)."""
+        if self._settled:
+            return None
+        if now < self._settled_at:
+            return f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)"
+        if self._settle_seen is not None and self._settle_seen[0] == now:
+            return self._settle_seen[1]  # once per pass, not once per slot
+        why = None
+        if now < self._settle_deadline and self._settle_quiet_s > 0:
+            last = max((n.registered_at for n in self.fleet.nodes.values() if n.registered_at is not None),
+                       default=None)
+            if last is not None and now - last < self._settle_quiet_s:
+                why = (f"waiting for the fleet to finish coming back before placing: a node registered "
+                       f"{now - last:.0f} s ago (fleet.settle_quiet_s)")
+        if why is None:
+            self._settled = True
+        self._settle_seen = (now, why)
+        return why
 
     def _converge_ranks(self, replica_id: str, slot: Slot, shards: list[ReportedShard],
                         live: list[ReportedShard], now: float) -> None:
@@ -204,10 +234,10 @@ class Reconciler:
             live = [s for s in live if s not in early]
             by_rank = {rank: s for rank, s in by_rank.items() if rank in expected}
         if set(by_rank) != expected:
-            if startup is None and now < self._settled_at:
+            if startup is None and self._settling(now) is not None:
                 # A restarted control plane: the other ranks' nodes may not have registered yet.
-                slot.explain(f"waiting {self._settled_at - now:.0f} s for the fleet to report its other ranks "
-                             "(fleet.settle_s)")
+                slot.explain(f"waiting {max(0.0, self._settled_at - now):.0f} s for the fleet to report its other "
+                             "ranks (fleet.settle_s)")
                 return
             why = _not_whole(shards, by_rank, expected, self.fleet.usable)
             # The ranks on lost nodes go with it: should such a node come back
