@@ -75,6 +75,18 @@ def inventory_payload(machine: str, node_id: str) -> dict:
     return payload
 
 
+#: The engine the simulated agents run replicas of (they start nothing: a replica is a record).
+SIM_ENGINE = {"name": "sim", "version": "bench"}
+
+
+def agent_inventory(machine: str, node_id: str) -> dict:
+    """What a simulated agent registers: the recording, on 127.0.0.1 (where its link comes from), with the sim engine."""
+    payload = inventory_payload(machine, node_id)
+    payload["address"] = "127.0.0.1"
+    payload["engines"] = [*(payload.get("engines") or []), SIM_ENGINE]
+    return payload
+
+
 # -- the agents' process --------------------------------------------------------------------------------
 
 
@@ -148,8 +160,10 @@ class Stats:
         self.rtts: list[float] = []
         self.errors: dict[str, int] = {}
         self.logs_answered = 0
+        self.starts = 0  # replicas the control plane started here
 
     def mark(self) -> None:
+        self.starts = 0
         self.beats = 0
         self.rtts = []
         self.errors = {}
@@ -159,7 +173,7 @@ class Stats:
 
     def status(self) -> dict:
         return {"registered": len(self.registered), "registrations": self.registrations, "beats": self.beats,
-                "errors": self.errors}
+                "errors": self.errors, "starts": self.starts}
 
     def report(self) -> dict:
         return {**self.status(), "rtts_ms": [round(r * 1000, 2) for r in self.rtts]}
@@ -172,11 +186,27 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
 
     from llmgw.link import uris
 
-    inventory = inventory_payload(machine, name)
+    inventory = agent_inventory(machine, name)
     gpus = inventory.get("gpus") or []
+    # The replicas the control plane started here, by shard id: what this node reports when it registers
+    # again (after the server's restart), as a real agent reports the engines it adopted.
+    shards: dict[str, dict] = {}
+    port = [20000]
 
     def refuse(*args, **kwargs):
         raise ApplicationError(uris.ERROR_REFUSED, f"{name} is a simulated node in bench/fleet.py: it runs nothing")
+
+    def start_shard(spec):
+        stats.starts += 1
+        port[0] += 1
+        status = {"spec": spec, "state": "ready", "pid": 100000 + port[0], "since": time.time(),
+                  "endpoint": f"http://127.0.0.1:{spec.get('port') or port[0]}"}
+        shards[spec["shard_id"]] = status
+        return status
+
+    def stop_shard(shard_id):
+        status = shards.pop(shard_id, None)
+        return dict(status, state="stopped") if status is not None else None
 
     class SimAgent(ApplicationSession):
         """One node as the control plane sees one: registered, heartbeating, answering ping and logs."""
@@ -187,8 +217,8 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
 
         async def onJoin(self, details):
             for procedure in NODE_PROCEDURES:
-                handler = {"ping": lambda: {"node_id": name, "version": "bench"},
-                           "logs": self.logs}.get(procedure, refuse)
+                handler = {"ping": lambda: {"node_id": name, "version": "bench"}, "logs": self.logs,
+                           "start_shard": start_shard, "stop_shard": stop_shard}.get(procedure, refuse)
                 await self.register(handler, uris.node_uri(name, procedure))
             await self._register()
             # A random phase, as agents started at different times have.
@@ -201,7 +231,7 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
                 self._beat.start(interval, now=True).addErrback(lambda f: stats.error("loop"))
 
         async def _register(self):
-            await self.call(uris.AGENT_REGISTER, inventory)
+            await self.call(uris.AGENT_REGISTER, dict(inventory, shards=[dict(s, adopted=True) for s in shards.values()]))
             stats.registered.add(name)
             stats.registrations += 1
 
@@ -283,6 +313,8 @@ class Run:
         self.hub = f"wss://127.0.0.1:{self.port}/"
         self.server: subprocess.Popen | None = None
         self.workers: list[Worker] = []
+        # Replicas the catalog asks for (one model, a sim engine): what a restart must adopt, not start again.
+        self.replicas = args.replicas if args.replicas is not None else max(1, n // 50)
 
     def setup(self) -> None:
         from llmgw import pki as pkimod
@@ -298,6 +330,10 @@ class Run:
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
 fleet: {{settle_s: 5}}
 link: {{max_connections: {self.n + 1024}}}
+profiles:
+  bench: {{engine: sim}}
+models:
+  bench: {{profile: bench, replicas: {self.replicas}}}
 """
         )
 
@@ -501,17 +537,22 @@ class Operator:
 
     def status(self) -> dict | None:
         from llmgw.link import uris
+
+        return self.once(uris.CP_STATUS, timeout=20)
+
+    def once(self, procedure: str, timeout: float = 60):
+        """*procedure*'s answer on a session of its own, dialled for it (the first one's server may be gone); None if it fails."""
         from llmgw.link.client import connect_once
 
         async def go():
-            session = await connect_once(self.reactor, self.hub, self.tls, timeout=10)
+            session = await connect_once(self.reactor, self.hub, self.tls, timeout=timeout / 2)
             try:
-                return await session.call(uris.CP_STATUS)
+                return await session.call(procedure)
             finally:
                 session.leave()
 
         try:
-            return self.blocking(go, timeout=20)
+            return self.blocking(go, timeout=timeout)
         except Exception:
             return None
 
@@ -562,6 +603,8 @@ def measure(args, n: int) -> dict:
         row["register_s"] = round(time.monotonic() - started, 1)
         operator = Operator(run)
         operator.connect()
+        row["replicas"] = run.replicas
+        row["replicas_ready_s"] = _wait_replicas(operator, run.replicas, started, args.connect_timeout)
         time.sleep(args.interval)  # every agent's first heartbeat, from its random phase
         for w in run.workers:
             w.ask("mark", "MARKED")
@@ -638,19 +681,56 @@ def _has_paging() -> bool:
 
 
 def _restart(run: Run, operator: Operator, n: int, args) -> dict:
-    """kill -9 the server, start it again, and time the fleet's return (agents' own backoff)."""
+    """kill -9 the server, start it again, and time the fleet's return (agents' own backoff).
+
+    Then count what the agents were asked to start after the restart: the
+    replicas they reported when they registered again are adopted, so the
+    answer should be none.
+    """
+    for w in run.workers:
+        w.ask("mark", "MARKED")
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
     deadline = killed + args.restart_timeout
     ready = 0
+    row: dict = {"reregistered_s": None, "reregistered": 0}
     while time.monotonic() < deadline:
         status = operator.status()
         ready = (status or {}).get("nodes", {}).get("ready", 0)
         if ready >= n:
-            return {"reregistered_s": round(time.monotonic() - killed, 1), "reregistered": ready}
+            row = {"reregistered_s": round(time.monotonic() - killed, 1), "reregistered": ready}
+            break
         time.sleep(0.5)
-    return {"reregistered_s": None, "reregistered": ready}
+    else:
+        row["reregistered"] = ready
+    time.sleep(5)  # a reconciler pass or more with the whole fleet back: what would it start?
+    reports = [w.ask("report", "REPORT") for w in run.workers]
+    row["started_after_restart"] = sum(r.get("starts", 0) for r in reports)
+    row["errors_after_restart"] = sum(sum(r["errors"].values()) for r in reports)
+    row["replicas_ready_after_restart"] = _ready_replicas(operator)
+    return row
+
+
+def _wait_replicas(operator: Operator, want: int, started: float, timeout: float) -> float | None:
+    """Seconds from the first agent's start until ``cp.replicas`` says *want* are ready; None if they never were."""
+    from llmgw.link import uris
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        views = operator.blocking(lambda: operator.session.call(uris.CP_REPLICAS))
+        if sum(1 for v in views if v.get("state") == "ready") >= want:
+            return round(time.monotonic() - started, 1)
+        time.sleep(1)
+    return None
+
+
+def _ready_replicas(operator: Operator) -> int | None:
+    """How many replicas ``cp.replicas`` says are ready, from a session of its own (the old one's server is gone)."""
+    from llmgw.link import uris
+
+    views = operator.once(uris.CP_REPLICAS)
+    return None if views is None else sum(1 for v in views if v.get("state") == "ready")
 
 
 _RUNNING: list = []
@@ -673,6 +753,7 @@ COLUMNS = [
     ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "all nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
     ("cp_nodes_unreachable_ms", "--state ms"), ("cp_replicas_ms", "replicas ms"), ("cp_logs_ms", "logs ms"),
     ("placement_ms_per_decision", "place ms"), ("reregistered_s", "back in s"),
+    ("started_after_restart", "started again"),
 ]
 
 
@@ -693,13 +774,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--arrivals", type=float, default=100.0, help="agents started per second at first")
     parser.add_argument("--connect-timeout", type=float, default=600.0, help="most seconds for the fleet to register")
     parser.add_argument("--restart-timeout", type=float, default=120.0, help="most seconds for it to register again")
+    parser.add_argument("--replicas", type=int, default=None,
+                        help="replicas of the one sim model the catalog asks for (default: one per 50 nodes)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
     # SIGTERM (or timeout(1)) unwinds like Ctrl-C, so every process started is stopped and every directory removed.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # A second SIGTERM while it unwinds is ignored, so the unwinding finishes.
+    def unwind(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
     # The server holds a socket per agent, a worker one per agent it runs; each has its own limit.
     print(raise_fd_limit(max(sizes) + 2048), file=sys.stderr)
 
