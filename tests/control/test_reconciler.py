@@ -250,6 +250,23 @@ def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
     assert world.view("echo/0")["state"] == "ready"
 
 
+def test_a_fleet_with_no_node_yet_is_not_settled_by_settle_s():
+    world = World(settle_s=5, settle_quiet_s=5, settle_max_s=300)
+    world.serve(entry())
+    world.clock.advance(10)
+    world.reconciler.tick()
+    assert world.view("echo/0")["reason"] == (
+        "waiting for the fleet to come back before placing: no node has registered yet")
+    world.node("node01")  # the first of a fleet arriving late: the others follow within seconds
+    world.clock.advance(1)
+    world.node("node02", engines=())
+    world.reconciler.tick()
+    assert world.starts == []
+    world.clock.advance(5)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "echo/0/0")]
+
+
 def test_a_fleet_that_keeps_arriving_is_placed_on_at_settle_max_s():
     world = World(settle_s=15, settle_quiet_s=5, settle_max_s=60)
     world.serve(entry())

@@ -199,7 +199,9 @@ class Reconciler:
         if now < self._settle_deadline and self._settle_quiet_s > 0:
             last = max((n.registered_at for n in self.fleet.nodes.values() if n.registered_at is not None),
                        default=None)
-            if last is not None and now - last < self._settle_quiet_s:
+            if last is None:
+                why = "waiting for the fleet to come back before placing: no node has registered yet"
+            elif now - last < self._settle_quiet_s:
                 why = (f"waiting for the fleet to finish coming back before placing: a node registered "
                        f"{now - last:.0f} s ago (fleet.settle_quiet_s)")
         if why is None:
