@@ -140,3 +140,41 @@ def test_a_node_that_registers_again_starts_with_no_downloads_shown(fleet):
     fleet.download("node01", progress(1))
     fleet.register("node01", 8, Inventory(node_id="node01", address="10.0.0.5"))
     assert fleet.progress == {}
+
+
+def test_a_heartbeat_is_judged_news_exactly_as_the_whole_view_would_be():
+    """``is_heartbeat_news`` (no view made) against ``is_news`` of the two views, over a thousand random heartbeats."""
+    import random
+
+    from llmgw.control.news import is_heartbeat_news, is_news
+
+    rng = random.Random(14)
+    clock = Clock()
+    fleet = Fleet(clock, lambda *a: None, unreachable_after=15, lost_after=60)
+    gpus = [GPU(index=i, uuid=f"GPU-{i}", name="NVIDIA H100", memory_total_bytes=80 * GB,
+                memory_used_bytes=10 * GB, utilization_pct=30) for i in range(4)]
+    fleet.register("node01", 7, Inventory(node_id="node01", memory_total_bytes=64 * GB,
+                                          memory_available_bytes=40 * GB, gpus=gpus,
+                                          engines=[EngineInfo("llama.cpp", "b1")]))
+    published = fleet.nodes["node01"].view(clock.seconds())
+    agreed = {True: 0, False: 0}
+    for _ in range(1000):
+        clock.advance(rng.choice((1, 5)))
+        moved = [GPU(index=g.index, uuid=g.uuid if rng.random() > 0.01 else "GPU-new", name=g.name,
+                     memory_total_bytes=g.memory_total_bytes,
+                     memory_used_bytes=rng.choice((None, 10 * GB + rng.randint(0, 6 * GB))),
+                     utilization_pct=rng.choice((None, rng.randint(0, 100), 30))) for g in gpus]
+        heartbeat = Heartbeat(
+            memory_total_bytes=rng.choice((64 * GB, 64 * GB, 64 * GB, None, 32 * GB)),
+            memory_available_bytes=rng.choice((None, 40 * GB, 40 * GB + rng.randint(-8 * GB, 8 * GB))),
+            gpus=rng.choice((moved, moved, None, moved[:2])),
+            engines=rng.choice((None, None, [EngineInfo("llama.cpp", "b1")], [EngineInfo("llama.cpp", "b2")])),
+        )
+        fleet.heartbeat("node01", 7, heartbeat)
+        node = fleet.nodes["node01"]
+        whole = is_news(published, node.view(clock.seconds()), 0.05)
+        assert is_heartbeat_news(published, node.state, node.reason, node.inventory, 0.05) == whole
+        agreed[whole] += 1
+        if whole or rng.random() < 0.1:
+            published = node.view(clock.seconds())
+    assert agreed[True] > 50 and agreed[False] > 50  # both answers were exercised

@@ -25,7 +25,7 @@ import attrs
 from twisted.logger import Logger
 
 from llmgw.control.claims import ClaimRefused, Claims, ModelSlots, Why, host_of
-from llmgw.control.news import NewsSettings, is_news
+from llmgw.control.news import NewsSettings, is_heartbeat_news
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
@@ -190,12 +190,12 @@ class Fleet:
             self._ids = None
         self.nodes[new.id] = new
         now = self._clock.seconds()
-        view = new.view(now)
         if change == "heartbeat":
             last = self._published.get(new.id)
-            if last is not None and now - last[1] < self.news.interval_s and not is_news(
-                    last[0], view, self.news.change):
+            if last is not None and now - last[1] < self.news.interval_s and not is_heartbeat_news(
+                    last[0], new.state, new.reason, new.inventory, self.news.change):
                 return
+        view = new.view(now)
         self._published[new.id] = (view, now)
         self._emit("node", new.id, NodeEvent(change, view))
 
