@@ -428,7 +428,7 @@ class Reconciler:
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
-    def _place(self, request: placement.PlacementRequest, nodes: list[placement.NodeSnapshot],
+    def _place(self, request: placement.PlacementRequest, nodes: placement.Snapshots,
                holds: frozenset[str], slot: Slot) -> placement.Placement | placement.Unplaceable:
         """Where the replica goes: a multi-node one back on its last nodes when they can all still take it."""
         if request.ranks > 1 and slot.nodes:
