@@ -63,10 +63,13 @@ class Snapshots(Sequence["NodeSnapshot"]):
 
     def __init__(self, nodes: Iterable[NodeSnapshot] = ()):
         self._nodes: list[NodeSnapshot] = list(nodes)
+        # id -> where it stands: the last place, and every place of an id given more than once
+        last = {node.id: at for at, node in enumerate(self._nodes)}
         positions: dict[str, list[int]] = {}
-        for at, node in enumerate(self._nodes):
-            positions.setdefault(node.id, []).append(at)
-        self._positions: Mapping[str, list[int]] = positions
+        if len(last) < len(self._nodes):
+            for at, node in enumerate(self._nodes):
+                positions.setdefault(node.id, []).append(at)
+        self._positions: tuple[Mapping[str, int], Mapping[str, list[int]]] = (last, positions)
         self._holding = frozenset(at for at, node in enumerate(self._nodes) if node.holds_weights)
         self._index: _Index | None = None
 
@@ -109,7 +112,7 @@ class Snapshots(Sequence["NodeSnapshot"]):
     def holding_weights(self, holds: Iterable[str]) -> Snapshots:
         """These nodes with ``holds_weights`` true exactly for the ids in *holds*; only those that change are re-made."""
         holds = frozenset(holds)
-        wanted = {at for node_id in holds for at in self._positions.get(node_id, ())}
+        wanted = {at for node_id in holds for at in self.positions(node_id)}
         changes = {at: attrs.evolve(self._nodes[at], holds_weights=at in wanted) for at in wanted ^ self._holding}
         return self.replacing(changes)
 
@@ -130,12 +133,15 @@ class Snapshots(Sequence["NodeSnapshot"]):
         derived._index, self._index = self._index, None
         if derived._index is not None:
             for node_id in {nodes[at].id for at in changes}:
-                derived._index.replace(nodes[self._positions[node_id][-1]])
+                derived._index.replace(nodes[self._positions[0][node_id]])
         return derived
 
     def positions(self, node_id: str) -> list[int]:
         """Where *node_id* stands in the sequence; [] where it is not in it."""
-        return list(self._positions.get(node_id, ()))
+        last, repeated = self._positions
+        if node_id in repeated:
+            return list(repeated[node_id])
+        return [last[node_id]] if node_id in last else []
 
     def index(self) -> _Index:
         if self._index is None:
@@ -210,9 +216,7 @@ class _Index:
     __slots__ = ("nodes", "holders", "shapes")
 
     def __init__(self, nodes: Iterable[NodeSnapshot]):
-        self.nodes: dict[str, NodeSnapshot] = {}
-        for node in nodes:
-            self.nodes[node.id] = node
+        self.nodes: dict[str, NodeSnapshot] = {node.id: node for node in nodes}
         # model -> ids of the nodes already running some of it, whose spread differs
         self.holders: dict[str, set[str]] = {}
         for node in self.nodes.values():
