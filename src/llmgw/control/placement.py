@@ -5,7 +5,10 @@ that are left (placement_scorers), and returns a ``Placement`` naming a node and
 concrete GPU indices for every rank, or an ``Unplaceable`` saying, node by node
 and in the node's own terms, why none would do ("node05: has 8 GB of memory,
 needs 24").  Nothing here does I/O, reads a clock or touches the reactor: the
-reconciler builds the snapshot, calls this, and acts on the answer.
+reconciler builds the snapshot, calls this, and acts on the answer.  It
+passes ``Snapshots`` (placement_index), which ``apply_to`` gives back and
+which remember what the filters kept, so that a decision over ten thousand
+nodes reads a few of them; ``place_plainly`` is the same answer the long way.
 
 What is already on a node is a list of ``Reservation`` records, one per
 replica: the GPUs it holds and, for a CPU profile, the host memory its
@@ -27,7 +30,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from llmgw.control import placement_filters as filters
+from llmgw.control import placement_index as index
 from llmgw.control import placement_scorers as scorers
+from llmgw.control.placement_index import Snapshots
 from llmgw.records import GPU, EngineInfo, Inventory
 from llmgw.states import NodeState
 
@@ -213,25 +218,27 @@ class Placement:
     # Host memory each rank reserves on its node; None: nothing (see PlacementRequest.memory_bytes).
     memory_bytes: int | None = None
 
-    def apply_to(self, nodes: Iterable[NodeSnapshot], model: str, replica: str | None = None) -> list[NodeSnapshot]:
+    def apply_to(self, nodes: Iterable[NodeSnapshot], model: str, replica: str | None = None) -> Snapshots:
         """*nodes* as they will be once this replica runs: its GPUs and memory held, one more replica of *model*.
 
         *replica* names it in later refusals ("after echo/0"); without it, the model's name does.
         Placing several replicas in one pass is ``place`` then ``apply_to``, again and again.
+        Only the nodes given a rank are re-made; the others are the very snapshots given.
         """
+        fleet = Snapshots.of(nodes)
         given = {r.node_id: r.gpus for r in self.ranks}
-        out = []
-        for node in nodes:
-            if node.id in given:
+        changes = {}
+        for node_id, gpus in given.items():
+            held = Reservation(replica or model, self.memory_bytes, gpus)
+            for at in fleet.positions(node_id):
+                node = fleet[at]
                 replicas = dict(node.replicas)
                 replicas[model] = replicas.get(model, 0) + 1
-                held = Reservation(replica or model, self.memory_bytes, given[node.id])
-                node = attrs.evolve(
+                changes[at] = attrs.evolve(
                     node, gpus_in_use=node.gpus_in_use | held.gpus, replicas=replicas,
                     reserved=(*node.reserved, held),
                 )
-            out.append(node)
-        return out
+        return fleet.replacing(changes)
 
 
 @attrs.frozen
@@ -256,6 +263,22 @@ def place(
     """One replica of *request* on *nodes*; *holds* is the ids of nodes that already hold its weights.
 
     Node ids are unique in a fleet; should *nodes* repeat one, the last snapshot wins.
+    """
+    fleet = Snapshots.of(nodes)
+    if index.applies(request):
+        best = fleet.best(request, holds)
+        if best is None:
+            return Unplaceable(filters.run(request, fleet.unique())[1])
+        return Placement([RankPlacement(best.id, _gpus_for(request, best))], memory_bytes=request.memory_bytes())
+    return place_plainly(request, fleet.unique(), holds)
+
+
+def place_plainly(
+    request: PlacementRequest, nodes: Iterable[NodeSnapshot], holds: frozenset[str] = frozenset()
+) -> Placement | Unplaceable:
+    """``place`` the straightforward way: every filter over every node, every node kept scored and sorted.
+
+    What ``place`` does for a replica of several ranks, and the reference its index is tested against.
     """
     fleet = list({node.id: node for node in nodes}.values())
     kept, reasons = filters.run(request, fleet)

@@ -237,6 +237,8 @@ def usable_gpus(request: PlacementRequest, node: NodeSnapshot) -> list[int]:
     not report its memory does.
     """
     want = request.min_gpu_free_bytes
+    if want is None:
+        return node.free_gpus()
     cards = {}
     for card in node.gpus or ():
         cards.setdefault(card.index, card)
@@ -244,7 +246,7 @@ def usable_gpus(request: PlacementRequest, node: NodeSnapshot) -> list[int]:
     for index in node.free_gpus():
         card = cards[index]
         total, used = card.memory_total_bytes, card.memory_used_bytes
-        if want is None or total is None or used is None or total - used >= want:
+        if total is None or used is None or total - used >= want:
             usable.append(index)
     return usable
 

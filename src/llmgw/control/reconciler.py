@@ -112,7 +112,7 @@ class Reconciler:
         # Placements whose starts are in flight: not yet in the fleet, but
         # their GPUs and their spread must count for the next placement.
         self._inflight: dict[str, tuple[str, placement.Placement]] = {}
-        self._snapshots: list[placement.NodeSnapshot] | None = None
+        self._snapshots: placement.Snapshots | None = None
 
     # -- one pass --
 
@@ -352,13 +352,13 @@ class Reconciler:
 
     # -- placing and starting --
 
-    def snapshots(self) -> list[placement.NodeSnapshot]:
+    def snapshots(self) -> placement.Snapshots:
         """The fleet as placement sees it, with in-flight starts counted once.
 
         A node may report a shard before its start is answered; that rank is
         then counted from the fleet, and not again as in flight.
         """
-        nodes = self._fleet_snapshots()
+        nodes = placement.Snapshots(self._fleet_snapshots())
         reported = {(node.id, r.replica) for node in nodes for r in node.reserved}
         for replica_id, (model, chosen) in self._inflight.items():
             unreported = [r for r in chosen.ranks if (r.node_id, replica_id) not in reported]
@@ -392,8 +392,9 @@ class Reconciler:
         if self._snapshots is None:
             self._snapshots = self.snapshots()
         # Holding the weights is a preference and lifts the disk check; it is never a filter.
+        # The flags are this model's until the next launch sets them for its own.
         holds = weights.holders(self.fleet, entry.model.source, entry.model.files)
-        nodes = [attrs.evolve(n, holds_weights=n.id in holds) for n in self._snapshots]
+        self._snapshots = nodes = self._snapshots.holding_weights(holds)
         chosen = self._place(request, nodes, holds, slot)
         if isinstance(chosen, placement.Unplaceable):
             reason = chosen.summary()
@@ -454,12 +455,12 @@ class Reconciler:
         slot.explain(None)
         slot.started_at = now
         self._inflight[replica_id] = (entry.model.name, chosen)
-        self._snapshots = chosen.apply_to(self._snapshots, entry.model.name, replica_id)
+        self._snapshots = chosen.apply_to(nodes, entry.model.name, replica_id)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
-    def _place(self, request: placement.PlacementRequest, nodes: list[placement.NodeSnapshot],
+    def _place(self, request: placement.PlacementRequest, nodes: placement.Snapshots,
                holds: frozenset[str], slot: Slot) -> placement.Placement | placement.Unplaceable:
         """Where the replica goes: a multi-node one back on its last nodes when they can all still take it."""
         if request.ranks > 1 and slot.nodes:
