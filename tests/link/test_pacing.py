@@ -82,3 +82,11 @@ async def test_a_welcomed_session_is_no_longer_pending(pki):
         for session in list(hub.sessions.values()):
             session.drop()
         await port.stopListening()
+
+
+def test_the_link_listens_with_a_deep_accept_queue_unless_listen_link_says_otherwise():
+    from llmgw.process.server import LINK_BACKLOG, link_endpoint
+
+    assert LINK_BACKLOG > 50  # Twisted's default, which a reconnecting fleet overflows
+    assert link_endpoint(reactor, "ssl:7443:interface=127.0.0.1")._backlog == LINK_BACKLOG
+    assert link_endpoint(reactor, "ssl:7443:backlog=128:interface=127.0.0.1")._backlog == 128

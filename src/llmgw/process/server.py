@@ -125,11 +125,26 @@ def connection_budgets(config: ServerConfig):
     return budgets
 
 
+#: The link's accept queue when listen.link names no backlog= (Twisted's default is 50).
+LINK_BACKLOG = 4096
+
+
 def link_endpoint(reactor, description: str):
-    """The link listener's TCP endpoint; TLS is wrapped around it from `tls:`."""
+    """The link listener's TCP endpoint; TLS is wrapped around it from `tls:`.
+
+    Its accept queue is ``LINK_BACKLOG`` unless the description says
+    ``backlog=``: while the link paces arrivals (``link.max_handshakes``) a
+    fleet reconnecting waits there, and a queue of 50 overflows, so the
+    kernel drops the rest's SYNs and they come back only after TCP's
+    retransmission backoff (1, 3, 7 s...), with the hub idle meanwhile.  The
+    kernel caps it at net.core.somaxconn.
+    """
     # listen.link is validated to start with "ssl:" and to carry no key files,
     # so what follows is a plain TCP endpoint description.
-    return endpoints.serverFromString(reactor, "tcp:" + description.split(":", 1)[1])
+    tcp = "tcp:" + description.split(":", 1)[1]
+    if not any(part.startswith("backlog=") for part in tcp.split(":")):
+        tcp += f":backlog={LINK_BACKLOG}"
+    return endpoints.serverFromString(reactor, tcp)
 
 
 def router_listener(router: Router, listen_api: str) -> Listener:
