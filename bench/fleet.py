@@ -282,6 +282,19 @@ def raise_fd_limit(needed: int) -> str:
     return f"file descriptors: soft limit {soft} raised to {want} (hard {hard}) for this bench and what it starts{enough}"
 
 
+def listen_overflows() -> int | None:
+    """The kernel's count of connections its accept queues had no room for (TcpExt ListenOverflows), machine-wide."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:]))
+            return int(row["ListenOverflows"]) if "ListenOverflows" in row else None
+    return None
+
+
 def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -328,7 +341,6 @@ class Run:
   api: null
   admin: null
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
-fleet: {{settle_s: 5}}
 link: {{max_connections: {self.n + 1024}}}
 profiles:
   bench: {{engine: sim}}
@@ -591,6 +603,7 @@ def measure(args, n: int) -> dict:
         server = psutil.Process(run.server.pid)
         rss_empty = server.memory_info().rss
         started = time.monotonic()
+        overflows = listen_overflows()
         run.start_workers()
         try:
             wait(lambda: run.registered() >= n or any(w.proc.poll() is not None for w in run.workers),
@@ -601,6 +614,7 @@ def measure(args, n: int) -> dict:
         if any(w.proc.poll() is not None for w in run.workers):
             raise SystemExit("a worker exited; its log is in " + str(run.base))
         row["register_s"] = round(time.monotonic() - started, 1)
+        row["listen_overflows_register"] = _since(overflows, listen_overflows())
         operator = Operator(run)
         operator.connect()
         row["replicas"] = run.replicas
@@ -689,6 +703,7 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     """
     for w in run.workers:
         w.ask("mark", "MARKED")
+    overflows = listen_overflows()
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
@@ -704,12 +719,17 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
         time.sleep(0.5)
     else:
         row["reregistered"] = ready
+    row["listen_overflows_restart"] = _since(overflows, listen_overflows())
     time.sleep(5)  # a reconciler pass or more with the whole fleet back: what would it start?
     reports = [w.ask("report", "REPORT") for w in run.workers]
     row["started_after_restart"] = sum(r.get("starts", 0) for r in reports)
     row["errors_after_restart"] = sum(sum(r["errors"].values()) for r in reports)
     row["replicas_ready_after_restart"] = _ready_replicas(operator)
     return row
+
+
+def _since(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
 
 
 def _wait_replicas(operator: Operator, want: int, started: float, timeout: float) -> float | None:
