@@ -338,3 +338,17 @@ async def test_a_tcp_probe_that_sends_nothing_is_no_refusal(ca, hub, other_pki, 
     # The stranger came after the probe, so the probe's line would be first.
     [line] = refusals(logged)
     assert "it was not issued by the cluster CA" in line
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_link_garbled_after_its_handshake_is_not_logged_as_a_refused_connection(hub, ca, logged) -> None:
+    """A fatal alert on an established link (a peer killed mid-record) ends it; it was not refused."""
+    from tests.link.test_limits import until
+    from tests.link.wire import wire_peer
+
+    peer = await wire_peer(hub, files(ca, "node01"))  # TLS and WebSocket open
+    tcp = peer.transport.transport  # beneath TLS: what reaches the hub's OpenSSL unencrypted
+    tcp.write(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)  # an application-data record that decrypts to nothing
+    await until(lambda: not tcp.connected, "the hub to end the link")
+    noise = [text for _, text in logged if text.startswith("refused the link connection")]
+    assert noise == []

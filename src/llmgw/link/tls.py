@@ -223,6 +223,7 @@ class _Handshake:
         # Weak: the connection refers to this object through its callbacks.
         self._protocol = weakref.ref(tlsProtocol)
         self._refused = False
+        self._established = False
 
     def _address(self) -> str:
         protocol = self._protocol()
@@ -276,7 +277,15 @@ class _Handshake:
             return False
 
     def info(self, conn, where: int, ret: int) -> None:
+        if where & SSL.SSL_CB_HANDSHAKE_DONE:
+            self._established = True
+            return
         if not where & SSL.SSL_CB_ALERT or ret >> 8 != _FATAL or self._refused:
+            return
+        if self._established:
+            # After the handshake: a link ending badly (its peer killed mid-record, say),
+            # not a connection the hub refused; its session's end is logged by the hub.
+            log.debug("link connection from {peer} ended with a TLS alert ({n})", peer=self._address(), n=ret & 0xFF)
             return
         if conn.client_random() is None:
             # No ClientHello came: a TCP probe (a health check, the port
