@@ -191,6 +191,11 @@ class HubProtocol(PingWhenQuiet, WampWebSocketServerProtocol):
         # not autobahn's.
         self.onOpen()
 
+    def dataReceived(self, data: bytes) -> None:
+        # autobahn's formats a debug line's arguments (hltype, hlval) for every
+        # chunk read, logged or not: 1.4 % of the server at 10,000 nodes.
+        self._dataReceived(data)
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         self.heard()
         if self._session is not None:
