@@ -126,7 +126,7 @@ def connection_budgets(config: ServerConfig):
 
 
 #: The link's accept queue when listen.link names no backlog= (Twisted's default is 50).
-LINK_BACKLOG = 4096
+LINK_BACKLOG = 1024
 
 
 def link_endpoint(reactor, description: str):
@@ -136,8 +136,14 @@ def link_endpoint(reactor, description: str):
     ``backlog=``: while the link paces arrivals (``link.max_handshakes``) a
     fleet reconnecting waits there, and a queue of 50 overflows, so the
     kernel drops the rest's SYNs and they come back only after TCP's
-    retransmission backoff (1, 3, 7 s...), with the hub idle meanwhile.  The
-    kernel caps it at net.core.somaxconn.
+    retransmission backoff (1, 3, 7 s...), with the hub idle meanwhile.  Not
+    deeper: at a hub's 60–100 handshakes a second, the last of 1,024 waits
+    10–17 s, inside a client's 30 s for its handshake; a queue of 4,096 made
+    the back of it give up, dial again, and leave the hub a handshake with
+    nobody on the other end (3,391 at a 10,000-node restart).  Past the
+    queue, a client's SYN goes unanswered, its connect times out in 10 s, and
+    it backs off with the jitter every agent has.  The kernel caps it at
+    net.core.somaxconn.
     """
     # listen.link is validated to start with "ssl:" and to carry no key files,
     # so what follows is a plain TCP endpoint description.
