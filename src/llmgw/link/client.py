@@ -11,7 +11,6 @@ from typing import Callable
 
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.twisted.websocket import WampWebSocketClientFactory, WampWebSocketClientProtocol
-from autobahn.wamp.serializer import JsonSerializer
 from autobahn.wamp.types import ComponentConfig
 from twisted.application.internet import ClientService
 from twisted.internet import defer, endpoints, error
@@ -23,7 +22,7 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.session import PingWhenQuiet, quiet_cancellations, sweep_pings
+from llmgw.link.session import LinkJsonSerializer, PingWhenQuiet, quiet_cancellations, sweep_pings
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
@@ -63,7 +62,7 @@ HANDSHAKE_TIMEOUT_S = 30.0
 
 def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession]):
     config = ComponentConfig(realm=uris.REALM)
-    factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[JsonSerializer()])
+    factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[LinkJsonSerializer()])
     factory.protocol = _Protocol
     factory.noisy = verbose_logs()  # "Starting factory" on every reconnect says nothing
     factory.setProtocolOptions(

@@ -34,7 +34,6 @@ import attrs
 from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.serializer import JsonSerializer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -44,7 +43,7 @@ from llmgw.errors import PKIError
 from llmgw.link import authz, inbound, uris
 from llmgw.link.local import LocalLink
 from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
-from llmgw.link.session import quiet_cancellations, sweep_pings
+from llmgw.link.session import LinkJsonSerializer, quiet_cancellations, sweep_pings
 
 log = Logger()
 
@@ -158,7 +157,7 @@ class Hub:
 
     def websocket_factory(self, url: str | None = None) -> WampWebSocketServerFactory:
         factory = WampWebSocketServerFactory(
-            lambda: HubSession(self), url=url, serializers=[JsonSerializer()]
+            lambda: HubSession(self), url=url, serializers=[LinkJsonSerializer()]
         )
         factory.protocol = HubProtocol
         factory.noisy = verbose_logs()
