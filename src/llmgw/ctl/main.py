@@ -25,8 +25,9 @@ FOLLOW_WINDOW = 500
 # hold every node's view while they read the list; at the default first
 # threshold (700 new objects) decoding 10,000 nodes walks that growing heap
 # again and again, which was more than half of a snapshot's time.  Garbage
-# is still collected, a collection per 50,000 new objects.
-GC_THRESHOLDS = (50_000, 20, 20)
+# is still collected, a collection per 10,000 new objects (at 50,000, the
+# rarer full collections of that heap landed in keystrokes, 200 ms each).
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 def fewer_collections() -> None:
