@@ -151,7 +151,8 @@ def _converter(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     return found
 
 
-def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
+def _compile(hint: Any, bounds: Bounds | None, nullable: bool = False) -> Callable[[Any, str], Any]:
+    """*hint*'s converter; *nullable*: a plain type that may also be None (``str | None``), in one call, not two."""
     if hint is Any:
         return lambda value, path: value
     origin = typing.get_origin(hint)
@@ -166,8 +167,18 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
         return _record(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum(hint)
+    # Each plain type first takes what fits at once (nearly everything a
+    # heartbeat or a listing holds); the rest goes the long way, whose
+    # checks say what does not fit.
     if hint is float:
+        f_least = -INT64 if bounds is None or bounds.least is None else bounds.least
+        f_most = INT64 if bounds is None or bounds.most is None else bounds.most
+
         def to_float(value, path):
+            if value.__class__ is float and f_least <= value <= f_most:  # NaN and infinities fail this
+                return value
+            if value is None and nullable:
+                return None
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise WireError(f"{_where(path)}: expected a number, got {_kind(value)}")
             if isinstance(value, int):
@@ -181,6 +192,10 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
         most = INT64 if bounds is None or bounds.most is None else bounds.most
 
         def to_int(value, path):
+            if value.__class__ is int and least <= value <= most:
+                return value
+            if value is None and nullable:
+                return None
             if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise WireError(f"{_where(path)}: expected an integer, got {_kind(value)}")
             if not least <= value <= most:
@@ -188,13 +203,23 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
             return value
         return to_int
     if hint is str:
+        # A name or a path within its bound, printable ASCII: nothing _text would refuse or change.
+        quick = bounds is None or bounds.text is not Text.PROSE
+        chars = INT64 if bounds is None or bounds.chars is None else bounds.chars
+
         def to_str(value, path):
+            if quick and value.__class__ is str and len(value) <= chars and value.isascii() and value.isprintable():
+                return value
+            if value is None and nullable:
+                return None
             if not isinstance(value, str):
                 raise WireError(f"{_where(path)}: expected str, got {_kind(value)}")
             return _text(value, path, bounds)
         return to_str
     if hint is bool:
         def to_bool(value, path):
+            if value is None and nullable:
+                return None
             if not isinstance(value, bool):
                 raise WireError(f"{_where(path)}: expected bool, got {_kind(value)}")
             return value
@@ -207,7 +232,10 @@ def _compile(hint: Any, bounds: Bounds | None) -> Callable[[Any, str], Any]:
 
 def _union(hint: Any, args: tuple, bounds: Bounds | None) -> Callable[[Any, str], Any]:
     optional = type(None) in args
-    choices = [_converter(arg, bounds) for arg in args if arg is not type(None)]
+    rest = [arg for arg in args if arg is not type(None)]
+    if optional and len(rest) == 1 and rest[0] in (str, int, float, bool):
+        return _compile(rest[0], bounds, nullable=True)
+    choices = [_converter(arg, bounds) for arg in rest]
     if optional and len(choices) == 1:
         (only,) = choices
 
@@ -232,10 +260,13 @@ def _sequence(args: tuple, bounds: Bounds | None, as_tuple: bool) -> Callable[[A
     (item,) = args[:1] or (Any,)
     each = _converter(item, bounds)
 
+    most = None if bounds is None else bounds.items
+
     def to_sequence(value, path):
         if not isinstance(value, (list, tuple)):
             raise WireError(f"{_where(path)}: expected a list, got {_kind(value)}")
-        value = _count(value, path, bounds)
+        if most is not None and len(value) > most:
+            value = _count(value, path, bounds)
         items = [each(v, (path, i)) for i, v in enumerate(value)]
         return tuple(items) if as_tuple else items
     return to_sequence
@@ -279,8 +310,11 @@ def _record(hint: type) -> Callable[[Any, str], Any]:
 
 def _enum(hint: type[enum.Enum]) -> Callable[[Any, str], Any]:
     known = ", ".join(str(member.value) for member in hint)
+    by_value = {member.value: member for member in hint if isinstance(member.value, str)}
 
     def to_enum(value, path):
+        if value.__class__ is str and value in by_value:
+            return by_value[value]
         if isinstance(value, hint):
             return value
         if not isinstance(value, str):

@@ -174,6 +174,11 @@ class Fleet:
         self.progress_refused: dict[str, int] = {}
         # Node ids in order, for paged listings; None once a node is new.
         self._ids: list[str] | None = None
+        # The ids of the nodes in each state, and with each label (KEY, VALUE),
+        # for the filtered listings: kept by ``_update`` and ``forget_node``,
+        # put in order when a listing first asks (``_ordered``).
+        self._members: dict[NodeState | tuple[str, str], set[str]] = {}
+        self._in_order: dict[NodeState | tuple[str, str], list[str]] = {}
         # Per node, the wire form of what it reported, as last listed: the
         # inventory it was made from, its fields, and each field beside the
         # value it was made from (a heartbeat changes the figures; the rest
@@ -186,8 +191,17 @@ class Fleet:
         self.downloads_per_node = downloads_per_node
 
     def _update(self, new: Node, change: str) -> None:
-        if new.id not in self.nodes:
+        old = self.nodes.get(new.id)
+        if old is None:
             self._ids = None
+        if old is None or old.state is not new.state:
+            self._index(new.id, None if old is None else old.state, new.state)
+        if old is None or old.inventory.labels is not new.inventory.labels:
+            before = {} if old is None else old.inventory.labels
+            for pair in before.items() - new.inventory.labels.items():
+                self._index(new.id, pair, None)
+            for pair in new.inventory.labels.items() - before.items():
+                self._index(new.id, None, pair)
         self.nodes[new.id] = new
         now = self._clock.seconds()
         if change == "heartbeat":
@@ -366,6 +380,9 @@ class Fleet:
             return False
         self._ids = None
         self._wire.pop(node_id, None)
+        self._index(node_id, node.state, None)
+        for pair in node.inventory.labels.items():
+            self._index(node_id, pair, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
         for shard_id in [s for n, s in self.claims.grants if n == node_id]:
@@ -497,11 +514,39 @@ class Fleet:
         now = self._clock.seconds()
         return [node.view(now) for node in self.listing(NodeQuery())]
 
+    def _index(self, node_id: str, left: NodeState | tuple[str, str] | None,
+               joined: NodeState | tuple[str, str] | None) -> None:
+        """*node_id* leaves the state or label *left* and joins *joined* (None: neither)."""
+        if left is not None:
+            members = self._members.get(left)
+            if members is not None:
+                members.discard(node_id)
+                if not members:
+                    del self._members[left]
+            self._in_order.pop(left, None)
+        if joined is not None:
+            self._members.setdefault(joined, set()).add(node_id)
+            self._in_order.pop(joined, None)
+
+    def _ordered(self, key: NodeState | tuple[str, str] | None) -> list[str]:
+        """The ids in *key*'s state or with its label, in order; every id for None."""
+        if key is None:
+            if self._ids is None:
+                self._ids = sorted(self.nodes)
+            return self._ids
+        ids = self._in_order.get(key)
+        if ids is None:
+            ids = self._in_order[key] = sorted(self._members.get(key, ()))
+        return ids
+
     def listing(self, query: NodeQuery) -> list[Node]:
-        """The nodes *query* asks for, in id order."""
-        if self._ids is None:
-            self._ids = sorted(self.nodes)
-        ids = self._ids
+        """The nodes *query* asks for, in id order.
+
+        A state or label is answered from its index; with both, the smaller
+        one is walked and the other condition checked on each node.
+        """
+        conditions = [key for key in (query.state, query.label) if key is not None]
+        ids = self._ordered(min(conditions, key=lambda k: len(self._members.get(k, ()))) if conditions else None)
         start = 0 if query.after is None else bisect.bisect_right(ids, query.after)
         out: list[Node] = []
         for node_id in itertools.islice(ids, start, None):

@@ -1,0 +1,124 @@
+"""What ``llmgw.cp.nodes`` costs at N nodes, part by part, in one process: no sockets, no other load.
+
+    python bench/listing.py [--nodes 10000] [--page 1000] [--repeat 5]
+
+A ``Fleet`` holds N nodes registered with the recorded inventories
+bench/fleet.py's agents send (``inventory_payload``, ``MACHINES``).  Each
+figure is this process's CPU time in milliseconds, the best of --repeat:
+
+- each query form's answer as the control plane makes it (``wire_listing``),
+  quiet (no heartbeat since the last listing) and live (every node
+  heartbeated, its GPU figures moved, before each listing);
+- the whole list's pages through the link's JSON (autobahn's serializer,
+  which the hub writes with and ctl and the dashboard read with), and the
+  pages decoded into views as ctl does (``from_wire``).
+
+bench/fleet.py measures the same call end to end through a real hub, on a
+machine shared with its agents; this says where that time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from autobahn.wamp.serializer import JsonObjectSerializer  # noqa: E402
+from twisted.internet.task import Clock  # noqa: E402
+
+from fleet import MACHINES, inventory_payload, node_name  # noqa: E402
+from llmgw.control.fleet import Fleet, NodeQuery  # noqa: E402
+from llmgw.ctl.main import fewer_collections  # noqa: E402
+from llmgw.records import Heartbeat, Inventory  # noqa: E402
+from llmgw.states import NodeState  # noqa: E402
+from llmgw.views import NodeView  # noqa: E402
+from llmgw.wire import from_wire  # noqa: E402
+
+
+def fleet_of(n: int) -> tuple[Fleet, Clock, dict]:
+    clock = Clock()
+    clock.advance(1_000)
+    fleet = Fleet(clock, lambda *event: None)
+    beats = {}
+    for i in range(n):
+        payload = inventory_payload(MACHINES[i % len(MACHINES)], node_name("sim", i))
+        fleet.register(payload["node_id"], i, from_wire(Inventory, payload))
+        beats[payload["node_id"]] = (i, {k: payload.get(k) for k in ("memory_available_bytes", "gpus")})
+    return fleet, clock, beats
+
+
+def heartbeat_all(fleet: Fleet, beats: dict, round_: int) -> None:
+    for node_id, (session, beat) in beats.items():
+        gpus = [dict(g, utilization_pct=round_ % 100) for g in beat["gpus"] or []] or None
+        free = beat["memory_available_bytes"]
+        fleet.heartbeat(node_id, session, from_wire(Heartbeat, {
+            "gpus": gpus, "memory_available_bytes": None if free is None else free - round_}))
+
+
+def best(repeat: int, work, before=None) -> tuple[float, object]:
+    times, out = [], None
+    for r in range(repeat):
+        if before is not None:
+            before(r)
+        gc.collect()
+        start = time.process_time()
+        out = work()
+        times.append(time.process_time() - start)
+    return min(times) * 1000, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--page", type=int, default=1000, help="nodes per page of the whole list (default 1000)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    fleet, clock, beats = fleet_of(args.nodes)
+
+    def pages():
+        out, after = [], None
+        while True:
+            got = fleet.wire_listing(NodeQuery(after=after, limit=args.page))
+            out.append(got)
+            if len(got) < args.page:
+                return out
+            after = got[-1]["id"]
+
+    forms = [
+        (f"whole list, pages of {args.page}", pages),
+        ("--label gpu=h100 --limit 1000", lambda: fleet.wire_listing(NodeQuery.parse(label="gpu=h100", limit=1000))),
+        ("--label gpu=b200 (none have it)", lambda: fleet.wire_listing(NodeQuery.parse(label="gpu=b200"))),
+        ("--limit 50", lambda: fleet.wire_listing(NodeQuery.parse(limit=50))),
+        ("--state unreachable (none are)", lambda: fleet.wire_listing(NodeQuery(state=NodeState.UNREACHABLE))),
+    ]
+    print(f"{args.nodes} nodes of {', '.join(MACHINES)} in turn; CPU ms, best of {args.repeat}")
+    rows = []
+    pages()  # the first listing converts every inventory; later ones only what changed
+    for name, work in forms:
+        quiet, answer = best(args.repeat, work)
+        live, _ = best(args.repeat, work, before=lambda r: (heartbeat_all(fleet, beats, r), clock.advance(1)))
+        count = sum(len(p) for p in answer) if name.startswith("whole") else len(answer)
+        rows.append((f"cp.nodes {name}", quiet, live, f"{count} nodes"))
+    link = JsonObjectSerializer()
+    answer = pages()
+    sent, text = best(args.repeat, lambda: [link.serialize(page) for page in answer])
+    size = sum(len(t) for t in text)
+    rows.append(("  the hub's JSON of those pages", sent, None, f"{size / 1e6:.1f} MB"))
+    read, _ = best(args.repeat, lambda: [link.unserialize(t) for t in text])
+    rows.append(("  ctl's and the dashboard's JSON read", read, None, "autobahn's pure-Python scanner"))
+    fewer_collections()
+    decoded, _ = best(args.repeat, lambda: [from_wire(list[NodeView], page) for page in answer])
+    rows.append(("  decoded into views (from_wire)", decoded, None, "as ctl and llmgw-tui collect"))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'':<{width}}  {'quiet ms':>9}  {'live ms':>8}")
+    for name, quiet, live, note in rows:
+        print(f"{name:<{width}}  {quiet:9.1f}  {'' if live is None else f'{live:8.1f}':>8}  {note}")
+
+
+if __name__ == "__main__":
+    main()
