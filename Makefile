@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # every run so the installed twistd plugins are the working tree's.
 STAMP  := $(VENV)/.deps-installed
 
-.PHONY: run test faults install engines clean
+.PHONY: run test slow faults install engines clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,17 @@ test: install
 	  [ $$rc -eq 0 ] || exit $$rc
 	$(BIN)/python -m pytest tests/tui -p no:twisted -q -ra; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no TUI tests: failing"; exit 1; fi; exit $$rc
+
+# The long real-engine and real-service tests, marked slow (pyproject.toml's
+# markers): vLLM and Ray over two agents, llama-server, onboarding over a real
+# sshd, the admin page in chromium, the metrics in prometheus.  About eight
+# minutes on two cores, so `make test` leaves them out (addopts) and needs
+# nothing from `make engines`; the -m here replaces that one.  CI runs both,
+# and tests/test_ci_engines.py checks that test, slow and faults together
+# select every test the suite has, each once.
+slow: install
+	$(BIN)/python -m pytest -m "slow and not faults" $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no slow tests: failing"; exit 1; fi; exit $$rc
 
 # The fault suite: real processes under load, each test killing, hanging or
 # starving one part, then a table of what it cost (docs/operations.rst,

@@ -28,7 +28,7 @@ from tests.support.cluster import ROOT
 from tests.support.modelfile import ModelFile
 from tests.support.wait import NeverHappened, _Deadline, sleep, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.integration]
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.slow]
 
 SIZE = 3_000_000
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}

@@ -202,6 +202,7 @@ def test_path_is_never_searched(script, tmp_path, monkeypatch):
 
 
 @pytest.mark.llama_server
+@pytest.mark.slow
 def test_probe_of_the_real_llama_server(llama_server):
     result = LLAMA.probe_detail(llama_server)
     assert result.info is not None, result.reason
@@ -210,6 +211,7 @@ def test_probe_of_the_real_llama_server(llama_server):
 
 
 @pytest.mark.llama_server
+@pytest.mark.slow
 def test_the_real_llama_server_accepts_the_plan_and_serves_under_the_catalog_name(llama_server, gemma):
     port = free_port()
     spec = shard("llama.cpp", model="gemma-3-270m", args=["-c", "512", "-t", "2", "--parallel", "1"])

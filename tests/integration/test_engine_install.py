@@ -20,7 +20,7 @@ import pytest
 from tests.support.engine_archives import Mirror, release_archive, sha256_of
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.llama_server]
+pytestmark = [pytest.mark.integration, pytest.mark.llama_server, pytest.mark.slow]
 
 MODEL = "gemma-3-270m"
 OLD, NEW = "b6000", "b6001"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.llama_server]
+pytestmark = [pytest.mark.integration, pytest.mark.llama_server, pytest.mark.slow]
 
 
 def test_gemma_on_llama_server_answers_through_a_placed_replica(cluster, llama_server, gemma):

@@ -22,7 +22,7 @@ from tests.support.cluster import environment
 from tests.support.net import free_port
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.llama_server]
+pytestmark = [pytest.mark.integration, pytest.mark.llama_server, pytest.mark.slow]
 
 
 def test_make_run_model_gemma_serves_gemma_through_the_router(tmp_path, llama_server, gemma):

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SYSFS = ROOT / "tests" / "fixtures" / "sysfs" / "connectx7-ib-400g"

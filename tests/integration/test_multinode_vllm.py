@@ -27,7 +27,7 @@ from tests.support.hfmirror import HubMirror
 from tests.support.tinymodel import build
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SYSFS = ROOT / "tests" / "fixtures" / "sysfs" / "connectx7-ib-400g"

@@ -31,7 +31,7 @@ from tests.support.modelfile import ModelFile
 from tests.support.net import free_port
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
+pytestmark = [pytest.mark.integration, pytest.mark.prometheus, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "sk-llmgw-metrics-token"

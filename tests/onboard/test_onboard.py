@@ -15,7 +15,7 @@ from tests.support.net import free_port
 from tests.support.procs import alive
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.sshd
+pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 
 def where(nodes) -> list[str]:

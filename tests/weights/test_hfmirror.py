@@ -61,6 +61,7 @@ def test_the_tree_is_paged_and_lfs_files_carry_their_sha256(hub):
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 def test_huggingface_hub_downloads_a_snapshot_from_the_mirror(hub, vllm_python, tmp_path):
     code = ("import sys, os\nfrom huggingface_hub import snapshot_download\n"
             "p = snapshot_download('acme/tiny', cache_dir=sys.argv[1])\n"

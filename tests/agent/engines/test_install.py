@@ -147,6 +147,7 @@ async def test_a_release_is_downloaded_checked_unpacked_proven_and_marked_last(t
 
 
 @pytest.mark.llama_server
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_a_real_llama_server_release_installs_runnable_with_its_libraries(tmp_path, mirror, make, root):
     built = tmp_path / "built"
