@@ -132,6 +132,7 @@ class Hub:
         self._identify = identify
         self.settings = settings or LinkSettings()
         self.sessions: dict[int, HubSession] = {}
+        self.sessions_left = 0  # sessions that have left since the hub started
         self._registrations: dict[str, _Registration] = {}
         self._registrations_by_id: dict[int, _Registration] = {}
         self._exact: dict[str, _Subscription] = {}
@@ -375,6 +376,7 @@ class Hub:
         self._direct.pop(session, None)
         if self.sessions.pop(session.session_id, None) is None:
             return
+        self.sessions_left += 1
         if self._nodes.get(session.authid) is session:
             del self._nodes[session.authid]
         log.info("session {id} left: {role} {authid} from {peer}", id=session.session_id, role=session.role,

@@ -41,6 +41,7 @@ from llmgw.process.common import (
     config_options,
     split_open_files,
 )
+from llmgw.process.fullgc import FullCollections
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.service import Router, check_open_api
 
@@ -107,6 +108,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     top.hub_tls = hub_tls
     top.control = control
     log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
+    FullCollections(reactor, lambda: hub.sessions_left).setServiceParent(top)
     return top
 
 
