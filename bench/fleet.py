@@ -12,8 +12,9 @@ backoff real agents use); it registers a recorded inventory from
 tests/fixtures/nodes under its own id, registers the node procedures a real
 agent does (answering ``ping`` and ``logs``; the others refuse in words),
 and heartbeats every ``--interval`` seconds from a random phase, its GPU
-figures moving a little each time.  One operator session (an operator
-certificate) subscribes to ``llmgw.event.`` and asks what `ctl` asks.
+figures moving a little each time.  One operator (an operator certificate)
+holds two sessions: one subscribed to ``llmgw.event.``, as the dashboard
+is, and one that asks what `ctl` asks and subscribes to nothing, as ctl.
 
 Printed per N, as a table and one JSON line: server CPU per heartbeat and
 as % of a core over ``--duration`` seconds of steady heartbeats; the
@@ -523,7 +524,10 @@ class Operator:
                 self.events += 1
 
             await session.subscribe(on_event, uris.EVENT_PREFIX, SubscribeOptions(match="prefix"))
-            return session
+            # What ctl is: a session of its own that subscribes to nothing.  The queries are timed
+            # on it, so they do not wait behind the events the dashboard-like session above reads.
+            self.watcher = session
+            return await connect_once(self.reactor, self.hub, self.tls, timeout=30)
 
         self.session = self.blocking(go)
 

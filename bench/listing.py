@@ -28,12 +28,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import txaio  # noqa: E402
+
+txaio.use_twisted()  # before autobahn's serializer binds txaio's time_ns
+
 from autobahn.wamp.serializer import JsonObjectSerializer  # noqa: E402
 from twisted.internet.task import Clock  # noqa: E402
 
 from fleet import MACHINES, inventory_payload, node_name  # noqa: E402
 from llmgw.control.fleet import Fleet, NodeQuery  # noqa: E402
 from llmgw.ctl.main import fewer_collections  # noqa: E402
+from llmgw.link.session import LinkJsonSerializer  # noqa: E402
 from llmgw.records import Heartbeat, Inventory  # noqa: E402
 from llmgw.states import NodeState  # noqa: E402
 from llmgw.views import NodeView  # noqa: E402
@@ -110,7 +115,10 @@ def main() -> None:
     size = sum(len(t) for t in text)
     rows.append(("  the hub's JSON of those pages", sent, None, f"{size / 1e6:.1f} MB"))
     read, _ = best(args.repeat, lambda: [link.unserialize(t) for t in text])
-    rows.append(("  ctl's and the dashboard's JSON read", read, None, "autobahn's pure-Python scanner"))
+    rows.append(("  ... read by autobahn's own JSON", read, None, "its pure-Python scanner"))
+    ours = LinkJsonSerializer()._serializer
+    read, _ = best(args.repeat, lambda: [ours.unserialize(t) for t in text])
+    rows.append(("  ctl's and the dashboard's JSON read", read, None, "the link's (LinkJsonSerializer: the C scanner)"))
     fewer_collections()
     decoded, _ = best(args.repeat, lambda: [from_wire(list[NodeView], page) for page in answer])
     rows.append(("  decoded into views (from_wire)", decoded, None, "as ctl and llmgw-tui collect"))
