@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from autobahn.wamp import message
 from autobahn.wamp.serializer import JsonSerializer
@@ -33,17 +32,3 @@ def test_a_nul_prefixed_string_stays_a_string():
     wire = json.dumps([50, 7, {}, ["\u0000aGk="]]).encode()
     [result] = LinkJsonSerializer().unserialize(wire, False)
     assert result.args == ["\u0000aGk="]
-
-
-def test_a_big_answer_is_read_faster_than_by_autobahns_pure_python_scanner():
-    """Not a timing target: the C scanner against the pure-Python one, on the same bytes, must not be slower."""
-    node = {"id": "sim00001", "state": "ready", "gpus": [{"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H100",
-                                                         "memory_total_bytes": 85899345920} for i in range(8)]}
-    wire, _ = JsonSerializer().serialize(message.Result(1, args=[[node] * 2000]))
-
-    def cost(serializer):
-        started = time.process_time()
-        serializer.unserialize(wire, False)
-        return time.process_time() - started
-
-    assert cost(LinkJsonSerializer()) < cost(JsonSerializer())

@@ -57,15 +57,17 @@ class CertificateCollector(Collector):
     """When the server's own certificates expire, read from their files at each scrape.
 
     ``paths`` names each certificate (``server``, ``ca``) and its PEM file.
-    The file is parsed again only when its size or modification time
-    changes, so a certificate renewed in place is seen at the next scrape.
+    The file is parsed again only when its inode, size or modification time
+    changes, so a certificate renewed in place (or renamed over it, as
+    ``llmgw pki issue --force`` does) is seen at the next scrape, even one
+    renewed within the file system's clock tick of the last.
     A file that cannot be read or parsed leaves its series out: absent, and
     the log of the next reload says why.
     """
 
     def __init__(self, paths: Mapping[str, str | os.PathLike]):
         self._paths = dict(paths)
-        self._seen: dict[str, tuple[tuple[int, int], float]] = {}
+        self._seen: dict[str, tuple[tuple[int, int, int], float]] = {}
 
     def describe(self) -> Iterator[Metric]:
         return iter([self._family()])
@@ -79,7 +81,7 @@ class CertificateCollector(Collector):
     def _not_after(self, name: str, path) -> float | None:
         try:
             st = os.stat(path)
-            stamp = (st.st_mtime_ns, st.st_size)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             seen = self._seen.get(name)
             if seen is not None and seen[0] == stamp:
                 return seen[1]
