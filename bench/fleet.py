@@ -10,11 +10,15 @@ a real mutual-TLS WAMP session with its own node certificate from the
 cluster CA, dialled by ``llmgw.link.client.client_service`` (the jittered
 backoff real agents use); it registers a recorded inventory from
 tests/fixtures/nodes under its own id, registers the node procedures a real
-agent does (answering ``ping`` and ``logs``; the others refuse in words),
-and heartbeats every ``--interval`` seconds from a random phase, its GPU
-figures moving a little each time.  One operator (an operator certificate)
-holds two sessions: one subscribed to ``llmgw.event.``, as the dashboard
-is, and one that asks what `ctl` asks and subscribes to nothing, as ctl.
+agent does (answering ``ping``, ``logs``, ``start_shard`` and
+``stop_shard``; the others refuse in words), and heartbeats every
+``--interval`` seconds from a random phase, its GPU figures moving a little
+each time.  The catalog asks for one sim model with a replica per 50 nodes
+(``--replicas``): an agent keeps a replica it is asked to start as a record,
+and reports it, adopted, when it registers again.  One operator (an
+operator certificate) holds two sessions: one subscribed to
+``llmgw.event.``, as the dashboard is, and one that asks what `ctl` asks and
+subscribes to nothing, as ctl.
 
 Printed per N, as a table and one JSON line: server CPU per heartbeat and
 as % of a core over ``--duration`` seconds of steady heartbeats; the
@@ -26,7 +30,8 @@ trip;
 placement time per decision for a catalog of 500 models over N recorded
 nodes (in this process, the control plane's own pure functions); and, after
 ``kill -9`` of the server and a restart, how long until all N are ready
-again.  ``uptime``'s load is printed with every N, so contention can be told
+again and how many replicas the control plane started anew (none should
+be).  ``uptime``'s load is printed with every N, so contention can be told
 from cost.
 
 It raises its file-descriptor limit to the hard limit and says so (every
