@@ -99,9 +99,6 @@ class QuietSweep:
             sweep = sweeps[interval] = cls(clock, interval)
         return sweep
 
-    def __len__(self) -> int:
-        return len(self._links)
-
     def join(self, link) -> _InSweep:
         clock = self._clock()
         if not link._heard_at:

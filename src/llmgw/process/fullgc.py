@@ -49,7 +49,6 @@ class FullCollections(service.Service):
         self._loop: task.LoopingCall | None = None
         self._last = 0.0
         self._left_at_last = 0
-        self.collections = 0
 
     def startService(self) -> None:
         super().startService()
@@ -79,7 +78,6 @@ class FullCollections(service.Service):
             return
         started = time.perf_counter()
         found = self._collect()
-        self.collections += 1
         self._last, self._left_at_last = self._clock.seconds(), left
         log.debug("a full garbage collection: {n} unreachable objects in {ms:.0f} ms",
                   n=found, ms=(time.perf_counter() - started) * 1000)
