@@ -194,14 +194,7 @@ class Fleet:
         old = self.nodes.get(new.id)
         if old is None:
             self._ids = None
-        if old is None or old.state is not new.state:
-            self._index(new.id, None if old is None else old.state, new.state)
-        if old is None or old.inventory.labels is not new.inventory.labels:
-            before = {} if old is None else old.inventory.labels
-            for pair in before.items() - new.inventory.labels.items():
-                self._index(new.id, pair, None)
-            for pair in new.inventory.labels.items() - before.items():
-                self._index(new.id, None, pair)
+        self._reindex(new.id, old, new)
         self.nodes[new.id] = new
         now = self._clock.seconds()
         if change == "heartbeat":
@@ -380,9 +373,7 @@ class Fleet:
             return False
         self._ids = None
         self._wire.pop(node_id, None)
-        self._index(node_id, node.state, None)
-        for pair in node.inventory.labels.items():
-            self._index(node_id, pair, None)
+        self._reindex(node_id, node, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
         for shard_id in [s for n, s in self.claims.grants if n == node_id]:
@@ -513,6 +504,19 @@ class Fleet:
     def views(self) -> list[NodeView]:
         now = self._clock.seconds()
         return [node.view(now) for node in self.listing(NodeQuery())]
+
+    def _reindex(self, node_id: str, old: Node | None, new: Node | None) -> None:
+        """*node_id*'s state and labels in the indexes, from *old* (None: it is new) to *new* (None: it is gone)."""
+        before, after = (None if old is None else old.state), (None if new is None else new.state)
+        if before is not after:
+            self._index(node_id, before, after)
+        had = {} if old is None else old.inventory.labels
+        has = {} if new is None else new.inventory.labels
+        if had is not has:
+            for pair in had.items() - has.items():
+                self._index(node_id, pair, None)
+            for pair in has.items() - had.items():
+                self._index(node_id, None, pair)
 
     def _index(self, node_id: str, left: NodeState | tuple[str, str] | None,
                joined: NodeState | tuple[str, str] | None) -> None:
