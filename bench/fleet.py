@@ -374,9 +374,8 @@ models:
             raise SystemExit(f"the server exited:\n{(self.base / 'server.log').read_text()[-3000:]}")
 
     def kill_server(self) -> None:
-        if self.server is not None and self.server.poll() is None:
-            os.killpg(self.server.pid, signal.SIGKILL)
-            self.server.wait(timeout=15)
+        if self.server is not None:
+            _kill_group(self.server, wait=15)
 
     def start_workers(self) -> None:
         per = self.args.per_worker
@@ -389,12 +388,8 @@ models:
     def stop(self) -> None:
         for w in self.workers:
             w.stop()
-        if self.server is not None and self.server.poll() is None:
-            os.killpg(self.server.pid, signal.SIGTERM)
-            try:
-                self.server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill_server()
+        if self.server is not None:
+            _stop_group(self.server, kill_wait=15)
         if self.args.keep:
             print(f"kept {self.base}", file=sys.stderr)
         else:
@@ -429,9 +424,7 @@ class Worker:
 
     def kill(self) -> None:
         """kill -9 the worker and its agents: every session's link closes at once."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        _kill_group(self.proc, wait=10)
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -457,12 +450,24 @@ class Worker:
             return self.answers.pop(answer)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        _stop_group(self.proc, kill_wait=10)
+
+
+def _kill_group(proc: subprocess.Popen, wait: float) -> None:
+    """kill -9 *proc*'s process group (it was started in a session of its own) and reap it."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=wait)
+
+
+def _stop_group(proc: subprocess.Popen, kill_wait: float) -> None:
+    """SIGTERM *proc*'s process group, and kill -9 it if it has not exited 10 s later."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, wait=kill_wait)
 
 
 def _listening(port: int) -> bool:
