@@ -6,12 +6,15 @@ A ``Fleet`` holds N nodes registered with the recorded inventories
 bench/fleet.py's agents send (``inventory_payload``, ``MACHINES``).  Each
 figure is this process's CPU time in milliseconds, the best of --repeat:
 
-- each query form's answer as the control plane makes it (``wire_listing``),
-  quiet (no heartbeat since the last listing) and live (every node
-  heartbeated, its GPU figures moved, before each listing);
-- the whole list's pages through the link's JSON (autobahn's serializer,
-  which the hub writes with and ctl and the dashboard read with), and the
-  pages decoded into views as ctl does (``from_wire``).
+- each query form's answer as the control plane makes it, the JSON text
+  the hub sends (``json_listing``), quiet (no heartbeat since the last
+  listing) and live (every node heartbeated, its GPU figures moved, before
+  each listing);
+- the whole list's pages as the hub's serializer writes them (the text put
+  in its RESULT as it is), and for comparison as autobahn's serializer
+  wrote the same wire form, made anew, before the text was kept;
+- the pages read by ctl's and the dashboard's JSON, and decoded into views
+  as ctl does (``from_wire``).
 
 bench/fleet.py measures the same call end to end through a real hub, on a
 machine shared with its agents; this says where that time goes.
@@ -32,6 +35,7 @@ import txaio  # noqa: E402
 
 txaio.use_twisted()  # before autobahn's serializer binds txaio's time_ns
 
+from autobahn.wamp import message  # noqa: E402
 from autobahn.wamp.serializer import JsonObjectSerializer  # noqa: E402
 from twisted.internet.task import Clock  # noqa: E402
 
@@ -85,21 +89,18 @@ def main() -> None:
     args = parser.parse_args()
     fleet, clock, beats = fleet_of(args.nodes)
 
+    ids = sorted(fleet.nodes)
+    cursors = [None, *ids[args.page - 1::args.page]]  # each page starts after the last id of the one before
+
     def pages():
-        out, after = [], None
-        while True:
-            got = fleet.wire_listing(NodeQuery(after=after, limit=args.page))
-            out.append(got)
-            if len(got) < args.page:
-                return out
-            after = got[-1]["id"]
+        return [fleet.json_listing(NodeQuery(after=after, limit=args.page)) for after in cursors]
 
     forms = [
         (f"whole list, pages of {args.page}", pages),
-        ("--label gpu=h100 --limit 1000", lambda: fleet.wire_listing(NodeQuery.parse(label="gpu=h100", limit=1000))),
-        ("--label gpu=b200 (none have it)", lambda: fleet.wire_listing(NodeQuery.parse(label="gpu=b200"))),
-        ("--limit 50", lambda: fleet.wire_listing(NodeQuery.parse(limit=50))),
-        ("--state unreachable (none are)", lambda: fleet.wire_listing(NodeQuery(state=NodeState.UNREACHABLE))),
+        ("--label gpu=h100 --limit 1000", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=h100", limit=1000))),
+        ("--label gpu=b200 (none have it)", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=b200"))),
+        ("--limit 50", lambda: fleet.json_listing(NodeQuery.parse(limit=50))),
+        ("--state unreachable (none are)", lambda: fleet.json_listing(NodeQuery(state=NodeState.UNREACHABLE))),
     ]
     print(f"{args.nodes} nodes of {', '.join(MACHINES)} in turn; CPU ms, best of {args.repeat}")
     rows = []
@@ -107,13 +108,16 @@ def main() -> None:
     for name, work in forms:
         quiet, answer = best(args.repeat, work)
         live, _ = best(args.repeat, work, before=lambda r: (heartbeat_all(fleet, beats, r), clock.advance(1)))
-        count = sum(len(p) for p in answer) if name.startswith("whole") else len(answer)
+        count = sum(len(p.value()) for p in answer) if name.startswith("whole") else len(answer.value())
         rows.append((f"cp.nodes {name}", quiet, live, f"{count} nodes"))
-    link = JsonObjectSerializer()
+    hub, link = LinkJsonSerializer(), JsonObjectSerializer()
     answer = pages()
-    sent, text = best(args.repeat, lambda: [link.serialize(page) for page in answer])
-    size = sum(len(t) for t in text)
-    rows.append(("  the hub's JSON of those pages", sent, None, f"{size / 1e6:.1f} MB"))
+    sent, wire = best(args.repeat, lambda: [hub.serialize(message.Result(7, args=[page]))[0] for page in answer])
+    size = sum(len(t) for t in wire)
+    rows.append(("  the hub's RESULT messages of those pages", sent, None, f"{size / 1e6:.1f} MB: the text put in"))
+    answer = [page.value() for page in answer]
+    made, text = best(args.repeat, lambda: [link.serialize(page) for page in answer])
+    rows.append(("  ... autobahn writing the same wire form", made, None, "what the hub did before the text was kept"))
     read, _ = best(args.repeat, lambda: [link.unserialize(t) for t in text])
     rows.append(("  ... read by autobahn's own JSON", read, None, "its pure-Python scanner"))
     ours = LinkJsonSerializer()._serializer

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
@@ -26,18 +25,7 @@ from llmgw.states import NodeState
 from llmgw.views import EndpointEntry, EndpointTable, WeightsAnswer
 from llmgw.weightnames import cache_name
 from llmgw.wire import from_wire, to_wire
-
-
-class Client(ApplicationSession):
-    def __init__(self, config):
-        super().__init__(config)
-        self.ready = defer.Deferred()
-
-    def onConnect(self):
-        self.join(self.config.realm)
-
-    def onJoin(self, details):
-        self.ready.callback(self)
+from tests.link.conftest import Joined
 
 
 @pytest.fixture
@@ -55,7 +43,7 @@ async def plane(clock):
     await joined.addTimeout(5, reactor)
 
     async def attach(authid, role):
-        client = Client(ComponentConfig(realm=uris.REALM))
+        client = Joined(ComponentConfig(realm=uris.REALM))
         hub.attach_local(client, authid=authid, role=role)
         return await client.ready.addTimeout(5, reactor)
 
@@ -254,7 +242,7 @@ async def planned(tmp_path, clock):
     await joined.addTimeout(5, reactor)
 
     async def attach(authid):
-        client = Client(ComponentConfig(realm=uris.REALM))
+        client = Joined(ComponentConfig(realm=uris.REALM))
         hub.attach_local(client, authid=authid, role=uris.ROLE_NODE)
         await client.ready.addTimeout(5, reactor)
         # engines=[]: refused by placement, so the reconciler asks these nodes for nothing.

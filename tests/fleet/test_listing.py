@@ -58,7 +58,7 @@ def test_pages_list_every_node_exactly_once_while_nodes_register_between_them():
     seen: list[str] = []
     after = None
     while True:
-        page = fleet.wire_listing(NodeQuery.parse(after=after, limit=10))
+        page = fleet.json_listing(NodeQuery.parse(after=after, limit=10)).value()
         seen += ids(page)
         if len(page) < 10:
             break
@@ -74,7 +74,7 @@ def test_pages_list_every_node_exactly_once_while_nodes_register_between_them():
 
 def test_the_listing_is_the_nodes_views_in_wire_form_after_heartbeats_and_changes():
     fleet, clock = fleet_of(6)
-    assert fleet.wire_listing(NodeQuery()) == to_wire(fleet.views())
+    assert fleet.json_listing(NodeQuery()).value() == to_wire(fleet.views())
     for step in range(3):
         clock.advance(5)
         for node in list(fleet.nodes.values()):
@@ -85,10 +85,10 @@ def test_the_listing_is_the_nodes_views_in_wire_form_after_heartbeats_and_change
             ]
             fleet.heartbeat(node.id, node.session, from_wire(Heartbeat, {"gpus": gpus, "memory_available_bytes": step}))
         fleet.set_cordoned("n002", step % 2 == 0)
-        assert fleet.wire_listing(NodeQuery()) == to_wire(fleet.views()), f"after step {step}"
+        assert fleet.json_listing(NodeQuery()).value() == to_wire(fleet.views()), f"after step {step}"
     clock.advance(20)
     fleet.check()
-    listed = fleet.wire_listing(NodeQuery())
+    listed = fleet.json_listing(NodeQuery()).value()
     assert listed == to_wire(fleet.views())
     assert {n["state"] for n in listed} == {"unreachable"}
     assert listed[3]["memory_available_bytes"] == 2

@@ -46,6 +46,20 @@ class Control(ApplicationSession):
         return self.pending[-1]
 
 
+class Joined(ApplicationSession):
+    """A session attached in process (``Hub.attach_local``) that only joins: ``ready`` fires once it has."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.ready = defer.Deferred()
+
+    def onConnect(self):
+        self.join(self.config.realm)
+
+    def onJoin(self, details):
+        self.ready.callback(self)
+
+
 async def serve(hub: Hub, pki, control: bool = True):
     """Listen for *hub* on a free port of 127.0.0.1 and attach a ``Control`` (unless not *control*); returns the port."""
     tls = TLSFiles(str(pki / "ca.crt"), str(pki / "llmgw-server.crt"), str(pki / "llmgw-server.key"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
+import math
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -29,7 +30,7 @@ from llmgw.control.news import NewsSettings, is_heartbeat_news
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
-from llmgw.wire import to_wire
+from llmgw.wire import JsonText, encode_json, json_text
 
 # server.yaml's fleet.downloads_per_node: downloads in progress one node may have shown.
 DOWNLOADS_PER_NODE = 64
@@ -179,11 +180,10 @@ class Fleet:
         # put in order when a listing first asks (``_ordered``).
         self._members: dict[NodeState | tuple[str, str], set[str]] = {}
         self._in_order: dict[NodeState | tuple[str, str], list[str]] = {}
-        # Per node, the wire form of what it reported, as last listed: the
-        # inventory it was made from, its fields, and each field beside the
-        # value it was made from (a heartbeat changes the figures; the rest
-        # is not converted again).  See ``wire_view``.
-        self._wire: dict[str, tuple[Inventory, dict[str, Any], dict[str, tuple[Any, Any]]]] = {}
+        # Per node, the JSON text of its view as last listed: each field it
+        # reported beside the value it was written from (a heartbeat changes
+        # the figures; the rest is not written again).  See ``json_view``.
+        self._text: dict[str, _NodeText] = {}
 
     def configure(self, news: NewsSettings, downloads_per_node: int) -> None:
         """server.yaml's fleet limits, at start and on every reload."""
@@ -372,7 +372,7 @@ class Fleet:
         if node is None:
             return False
         self._ids = None
-        self._wire.pop(node_id, None)
+        self._text.pop(node_id, None)
         self._reindex(node_id, node, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
@@ -564,29 +564,67 @@ class Fleet:
                 break
         return out
 
-    def wire_listing(self, query: NodeQuery) -> list[dict[str, Any]]:
-        """``llmgw.cp.nodes``'s answer: the wire form of the views of ``listing(query)``."""
+    def json_listing(self, query: NodeQuery) -> JsonText:
+        """``llmgw.cp.nodes``'s answer: the views of ``listing(query)`` as the link's JSON, ready to send."""
         now = self._clock.seconds()
-        return [self.wire_view(node, now) for node in self.listing(query)]
+        return JsonText(("[" + ",".join([self.json_view(node, now) for node in self.listing(query)]) + "]").encode())
 
-    def wire_view(self, node: Node, now: float) -> dict[str, Any]:
-        """``to_wire(node.view(now))``, converting again only what the node reported that changed since the last."""
-        held = self._wire.get(node.id)
-        if held is None or held[0] is not node.inventory:
-            parts = held[2] if held is not None else {}
+    def json_view(self, node: Node, now: float) -> str:
+        """``to_wire(node.view(now))`` as JSON text, writing again only what the node reported that changed since the last.
+
+        The same text, byte for byte, as the link's serializer writes for
+        that wire form (``tests/fleet/test_listing_text.py``): the node's own
+        fields, then its facts (``NODE_FACTS``), then the control plane's.
+        """
+        held = self._text.get(node.id)
+        if held is None or held.inventory is not node.inventory:
+            parts = held.parts if held is not None else {}
             for name in NODE_FACTS:
                 value = getattr(node.inventory, name)
                 part = parts.get(name)
                 if part is None or part[0] is not value:
-                    parts[name] = (value, to_wire(value))
-            held = self._wire[node.id] = (node.inventory, {name: parts[name][1] for name in NODE_FACTS}, parts)
-        return {
-            "id": node.id, "state": node.state.value, "reason": node.reason, "cordoned": node.cordoned,
-            "last_seen": node.last_seen, "seen_ago_s": round(max(0.0, now - node.last_seen), 1),
-            "state_since": node.state_since, "registered_at": node.registered_at,
-            **held[1],
-            "certificate_not_after": node.certificate_not_after, "link_warnings": list(node.link_warnings),
-        }
+                    parts[name] = (value, json_text(value))
+            held = self._text[node.id] = _NodeText(node.inventory, parts)
+        own = (node.state, node.reason, node.cordoned, node.state_since, node.registered_at,
+               node.certificate_not_after, tuple(node.link_warnings))
+        if held.own != own:
+            held.own = own
+            held.head = (f'{{"id":{encode_json(node.id)},"state":{encode_json(node.state.value)},'
+                         f'"reason":{_scalar(node.reason)},"cordoned":{_scalar(node.cordoned)},"last_seen":')
+            held.tail = (f',"state_since":{_scalar(node.state_since)},"registered_at":{_scalar(node.registered_at)},'
+                         + ",".join([f'"{name}":{held.parts[name][1]}' for name in NODE_FACTS])
+                         + f',"certificate_not_after":{_scalar(node.certificate_not_after)},'
+                         f'"link_warnings":{encode_json(list(node.link_warnings))}}}')
+        return f'{held.head}{_scalar(node.last_seen)},"seen_ago_s":{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
+
+
+class _NodeText:
+    """A node's listing text as last written: each fact's text, and its view's text around the two figures that move.
+
+    Made anew when the node's inventory changes; its head and tail again
+    when one of the node's own fields does (``own``).
+    """
+
+    __slots__ = ("inventory", "parts", "own", "head", "tail")
+
+    def __init__(self, inventory: Inventory, parts: dict[str, tuple[Any, str]]):
+        self.inventory = inventory
+        self.parts = parts
+        self.own: tuple | None = None
+        self.head = self.tail = ""
+
+
+def _scalar(value: Any) -> str:
+    """One of a node's own fields as the link's JSON writes it: a finite float as ``repr`` does, as ``json`` does."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is float and math.isfinite(value):
+        return float.__repr__(value)
+    return encode_json(value)
 
 
 def node_after(state: NodeState, event: NodeInput) -> NodeState:

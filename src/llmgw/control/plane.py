@@ -253,7 +253,7 @@ class ControlSession(ApplicationSession):
             query = NodeQuery.parse(state, label, after, limit)
         except ValueError as e:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.nodes: {e}") from None
-        return self.fleet.wire_listing(query)
+        return self.fleet.json_listing(query)
 
     def replicas(self):
         return to_wire(self.reconciler.views())

@@ -6,9 +6,12 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import txaio
+from autobahn.wamp import message
 from autobahn.wamp.serializer import JsonSerializer
 from autobahn.wamp.types import TransportDetails
 from twisted.logger import Logger
+
+from llmgw.wire import JsonText
 
 if TYPE_CHECKING:
     from llmgw.link.peer import HubSession
@@ -31,7 +34,7 @@ class LocalLink:
         self.hub_side = hub_side
         self.app_session = app_session
         self._to_hub = LocalEnd(self, lambda m: hub_side.onMessage(m))
-        self._to_app = LocalEnd(self, lambda m: app_session.onMessage(m))
+        self._to_app = LocalEnd(self, lambda m: app_session.onMessage(_read_texts(m)))
 
     def open(self) -> None:
         self.hub_side.onOpen(self._to_app)
@@ -59,6 +62,21 @@ class LocalLink:
         self.hub_side.onClose(True)
         self.app_session.onClose(True)
         txaio.resolve(self._to_hub.is_closed, None)
+
+
+def _read_texts(msg):
+    """*msg* for a session in this process: an answer's ``JsonText`` read back into the value it holds.
+
+    A remote caller's serializer sends such text as it is; one in process
+    would otherwise be handed the text, not the list it asked for.
+    """
+    if type(msg) is message.Result and (
+            any(type(a) is JsonText for a in msg.args or ())
+            or any(type(v) is JsonText for v in (msg.kwargs or {}).values())):
+        msg.args = [a.value() if type(a) is JsonText else a for a in msg.args or ()] or None
+        if msg.kwargs:
+            msg.kwargs = {k: v.value() if type(v) is JsonText else v for k, v in msg.kwargs.items()}
+    return msg
 
 
 class LocalEnd:

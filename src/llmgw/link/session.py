@@ -18,13 +18,16 @@ rather than one per link.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import weakref
 
-from autobahn.wamp.serializer import JsonObjectSerializer, JsonSerializer, Serializer
+from autobahn.wamp.serializer import JsonObjectSerializer, JsonSerializer, Serializer, _WAMPJsonEncoder
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer
 from twisted.logger import Logger
+
+from llmgw.wire import JsonText
 
 log = Logger()
 
@@ -46,6 +49,41 @@ class _CJsonObjectSerializer(JsonObjectSerializer):
         if self._batched:
             return super().unserialize(payload)
         return [json.loads(payload)]
+
+    def serialize(self, obj):
+        if self._batched:
+            return super().serialize(obj)
+        encoder = _SplicingEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=False)
+        text = encoder.encode(obj).encode("utf8")
+        return encoder.splice(text) if encoder.texts else text
+
+
+class _SplicingEncoder(_WAMPJsonEncoder):
+    """autobahn's JSON encoder, which also writes a ``JsonText`` as the text it holds.
+
+    The C encoder cannot emit raw text, so each ``JsonText`` is written as a
+    placeholder string first, then replaced: a NUL, a random token drawn for
+    this message, and its number.  JSON always escapes the NUL, and no peer
+    can know the token, so no string a peer sent can be taken for one.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.texts: list[bytes] = []
+        self._token = ""
+
+    def default(self, obj):
+        if type(obj) is JsonText:
+            if not self._token:
+                self._token = secrets.token_hex(8)
+            self.texts.append(obj.text)
+            return f"\x00llmgw.json-text.{self._token}.{len(self.texts) - 1}"
+        return super().default(obj)
+
+    def splice(self, text: bytes) -> bytes:
+        for i, raw in enumerate(self.texts):
+            text = text.replace(f'"\\u0000llmgw.json-text.{self._token}.{i}"'.encode(), raw, 1)
+        return text
 
 
 class LinkJsonSerializer(JsonSerializer):

@@ -1,0 +1,100 @@
+"""``llmgw.cp.nodes`` as JSON text: byte for byte what the link wrote for the views, however the fleet moved.
+
+The fleet keeps each node's reported facts as text and writes only what a
+heartbeat changed (``Fleet.json_view``).  Every check here compares that
+text with autobahn's own serializer writing ``to_wire(node.view(now))``, the
+answer as it was made before the text was kept.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import attrs
+from autobahn.wamp.serializer import JsonObjectSerializer
+from twisted.internet.task import Clock
+
+from llmgw.control.fleet import Fleet, NodeQuery
+from llmgw.records import GPU, Filesystem, Heartbeat, Inventory
+from llmgw.wire import JsonText, from_wire, to_wire
+
+NODES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
+MACHINES = sorted(p.stem for p in NODES.glob("*.json"))
+AUTOBAHN = JsonObjectSerializer()
+
+
+def recorded(machine: str, node_id: str) -> Inventory:
+    payload = json.loads((NODES / f"{machine}.json").read_text())
+    payload.pop("source", None)
+    return from_wire(Inventory, {**payload, "node_id": node_id, "shards": []})
+
+
+def as_autobahn_wrote_it(fleet: Fleet, clock: Clock, query: NodeQuery) -> bytes:
+    now = clock.seconds()
+    return AUTOBAHN.serialize([to_wire(node.view(now)) for node in fleet.listing(query)])
+
+
+def moved(inventory: Inventory, rng: random.Random) -> Heartbeat:
+    """A heartbeat whose figures moved at random, some of them to absent."""
+    gpus = None if inventory.gpus is None else [
+        GPU(index=g.index, uuid=g.uuid, name=g.name, memory_total_bytes=g.memory_total_bytes,
+            memory_used_bytes=None if rng.random() < 0.1 else rng.randrange(0, 80 * 10**9),
+            utilization_pct=rng.choice([None, 0, 37, 100])) for g in inventory.gpus]
+    filesystems = None if inventory.filesystems is None else [
+        Filesystem(mountpoint=f.mountpoint, total_bytes=f.total_bytes, free_bytes=rng.randrange(0, 10**12))
+        for f in inventory.filesystems]
+    return Heartbeat(memory_total_bytes=inventory.memory_total_bytes, gpus=gpus, filesystems=filesystems,
+                     memory_available_bytes=rng.choice([None, rng.randrange(0, 10**12)]))
+
+
+def test_the_listing_text_is_what_autobahn_wrote_through_heartbeats_cordons_and_silence():
+    clock = Clock()
+    clock.advance(1_000.25)
+    fleet = Fleet(clock, lambda *event: None, unreachable_after=15, lost_after=60)
+    rng = random.Random(14)
+    for i in range(24):
+        inventory = recorded(MACHINES[i % len(MACHINES)], f"node{i:02d}")
+        if i % 5 == 0:  # words a JSON writer must escape, and ones it must not
+            inventory = attrs.evolve(inventory, labels={"zone": 'Zürich "a"', "gpu": "h100"},
+                                     warnings=["line\nbreak", "tab\there", "🚀 ünïcode", "back\\slash"])
+        fleet.register(inventory.node_id, 100 + i, inventory, peer="127.0.0.1")
+    everything = NodeQuery.parse(None, None, None, None)
+    for round_ in range(12):
+        for query in (everything, NodeQuery.parse(label="gpu=h100"), NodeQuery.parse(after="node05", limit=7)):
+            text = fleet.json_listing(query)
+            assert isinstance(text, JsonText)
+            assert text.text == as_autobahn_wrote_it(fleet, clock, query), f"round {round_}"
+        for node_id in rng.sample(sorted(fleet.nodes), 10):  # some heartbeat, some fall silent
+            fleet.heartbeat(node_id, fleet.nodes[node_id].session, moved(fleet.nodes[node_id].inventory, rng))
+        if round_ == 3:
+            fleet.set_cordoned("node03", True)
+        clock.advance(rng.choice([0.1, 1.7, 9.3]))
+        fleet.check()
+    states = {node.state for node in fleet.nodes.values()}
+    assert len(states) > 1, f"every node stayed {states}: the silence the test means to list never came"
+
+
+def test_a_changed_figure_is_in_the_next_listing_and_a_forgotten_node_is_not():
+    clock = Clock()
+    fleet = Fleet(clock, lambda *event: None)
+    inventory = recorded("h100x8-ib-a-1", "node01")
+    fleet.register("node01", 1, inventory)
+    fleet.register("node02", 2, recorded("cpu-box", "node02"))
+    everything = NodeQuery.parse(None, None, None, None)
+    first = fleet.json_listing(everything).value()
+    gpus = [GPU(index=g.index, uuid=g.uuid, name=g.name, memory_total_bytes=g.memory_total_bytes,
+                memory_used_bytes=12345, utilization_pct=99) for g in inventory.gpus]
+    fleet.heartbeat("node01", 1, Heartbeat(memory_total_bytes=inventory.memory_total_bytes, gpus=gpus))
+    second = fleet.json_listing(everything).value()
+    assert {g["utilization_pct"] for g in second[0]["gpus"]} == {99}
+    assert {g["utilization_pct"] for g in first[0]["gpus"]} != {99}
+    assert second[1] == first[1]
+    assert fleet.forget_node("node01")
+    assert [n["id"] for n in fleet.json_listing(everything).value()] == ["node02"]
+    assert "node01" not in fleet._text
+
+
+def test_to_wire_reads_a_json_text_back():
+    assert to_wire({"nodes": JsonText(b'[{"id":"n1","gpus":null}]')}) == {"nodes": [{"id": "n1", "gpus": None}]}
