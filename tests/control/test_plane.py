@@ -26,6 +26,7 @@ from llmgw.views import EndpointEntry, EndpointTable, WeightsAnswer
 from llmgw.weightnames import cache_name
 from llmgw.wire import from_wire, to_wire
 from tests.link.conftest import Joined
+from tests.support.wait import until
 
 
 @pytest.fixture
@@ -58,6 +59,25 @@ async def test_a_node_registers_under_its_own_name_whatever_the_payload_says(pla
     assert result == {"node_id": "node01"}
     assert list(plane.fleet.nodes) == ["node01"]
     assert plane.fleet.nodes["node01"].inventory.node_id == "node01"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_session_joining_counts_as_an_arrival_before_it_registers(plane, clock):
+    """The hub's on_join for a node moves the fleet's last arrival (what a restart's settling waits on); others' do not."""
+    assert plane.fleet.last_arrival is None
+    clock.advance(7)
+    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    await alice.call(uris.CP_STATUS)  # answered after the control plane has had the hub's on_join for alice
+    assert plane.fleet.last_arrival is None
+    await plane.attach("node01", uris.ROLE_NODE)
+    await until(lambda: plane.fleet.last_arrival == 7.0, "node01's join counted")
+    assert plane.fleet.nodes == {}
+    clock.advance(3)
+    node = await plane.attach("node02", uris.ROLE_NODE)
+    await until(lambda: plane.fleet.last_arrival == 10.0, "node02's join counted")
+    clock.advance(1)
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node02")))
+    assert plane.fleet.last_arrival == 11.0
 
 
 @pytest.mark.parametrize(

@@ -238,7 +238,8 @@ def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
         world.reconciler.tick()
         assert world.starts == []
     assert world.view("echo/0")["reason"] == (
-        "waiting for the fleet to finish coming back before placing: a node registered 0 s ago (fleet.settle_quiet_s)")
+        "waiting for the fleet to finish coming back before placing: a node connected or registered 0 s ago "
+        "(fleet.settle_quiet_s)")
     world.clock.advance(3)
     spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
                      fingerprint=world.catalog["echo"].fingerprint)
@@ -247,6 +248,38 @@ def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
         world.clock.advance(1)
         world.reconciler.tick()
     assert world.starts == []  # with settle_s alone, a second copy would have started at 15 s
+    assert world.view("echo/0")["state"] == "ready"
+
+
+def test_a_node_connected_but_not_yet_registered_holds_placing_back():
+    """A hub busy registering thousands can go seconds between registrations while sessions keep joining.
+
+    Seen at 5,000 nodes after a restart: no registration for 5 s while
+    a thousand agents had joined and were registering their procedures;
+    judged by registrations alone, the fleet was settled and 24 replicas
+    were started a second time.
+    """
+    world = World(settle_s=15, settle_quiet_s=10, settle_max_s=300)
+    world.serve(entry())
+    world.node("node02")  # could run it, and is back first
+    for at in (20, 28, 36):  # sessions join; none registers
+        world.clock.advance(at - world.clock.seconds())
+        world.fleet.node_joined()
+        world.reconciler.tick()
+        assert world.starts == []
+    world.clock.advance(44 - world.clock.seconds())
+    world.reconciler.tick()
+    assert world.starts == []
+    assert world.view("echo/0")["reason"] == (
+        "waiting for the fleet to finish coming back before placing: a node connected or registered 8 s ago "
+        "(fleet.settle_quiet_s)")
+    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
+                     fingerprint=world.catalog["echo"].fingerprint)
+    world.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+    for _ in range(15):
+        world.clock.advance(1)
+        world.reconciler.tick()
+    assert world.starts == []
     assert world.view("echo/0")["state"] == "ready"
 
 

@@ -75,10 +75,12 @@ class FleetSettings:
     # places anything: agents are coming back with engines still running, and
     # a slot that looks empty for a second must not be started twice.
     settle_s: float = 15.0
-    # Then, while nodes are still registering (one did within settle_quiet_s),
-    # it waits on, up to settle_max_s from its start: ten thousand agents
-    # take longer than settle_s to come back.
-    settle_quiet_s: float = 5.0
+    # Then, while nodes are still arriving (one connected or registered within
+    # settle_quiet_s), it waits on, up to settle_max_s from its start: ten
+    # thousand agents take longer than settle_s to come back.  As long as an
+    # agent's longest wait between tries (10 s), so a busy hub's pause
+    # between arrivals is not taken for the end of the fleet.
+    settle_quiet_s: float = 10.0
     settle_max_s: float = 300.0
     # A heartbeat is published to subscribers only when it changes what they
     # show, a live figure by more than node_figures_change of its whole, or

@@ -167,6 +167,10 @@ class Fleet:
         self.claims = Claims()
         self.news = NewsSettings()
         self.downloads_per_node = DOWNLOADS_PER_NODE
+        # When a node last arrived: its session joined the hub, or it
+        # registered; None before the first.  A restarted control plane
+        # places nothing while the fleet is still arriving (Reconciler).
+        self.last_arrival: float | None = None
         # Per node, the view last published and when: a heartbeat is published when it is news.
         self._published: dict[str, tuple[NodeView, float]] = {}
         # Nodes told they are at downloads_per_node, until they are under it again: said once.
@@ -236,6 +240,10 @@ class Fleet:
 
     # -- what agents say --
 
+    def node_joined(self) -> None:
+        """A node's session joined the hub: it is arriving, and registers next (its procedures first)."""
+        self.last_arrival = self._clock.seconds()
+
     def register(self, node_id: str, session: int | None, inventory: Inventory, *, peer: str | None = None,
                  certificate_not_after: float | None = None,
                  catalog: Mapping[str, ModelSlots] | None = None) -> dict[str, str]:
@@ -246,7 +254,7 @@ class Fleet:
         shard may be adopted for, with their slots (None: no catalog to hold
         adoptions to).
         """
-        now = self._clock.seconds()
+        now = self.last_arrival = self._clock.seconds()
         if peer is not None and (inventory.address is None or host_of(inventory.address) != host_of(peer)):
             log.warn("node {id} says its address is {said}, and its link comes from {peer}: {peer} is the one "
                      "its engines must listen on", id=node_id, said=inventory.address or "nothing", peer=peer)

@@ -401,6 +401,8 @@ class ControlSession(ApplicationSession):
             self.fleet.forget_shard(node_id, shard_id)
 
     def _session_joined(self, info):
+        if isinstance(info, dict) and info.get("authrole") == uris.ROLE_NODE:
+            self.fleet.node_joined()
         host = peer_host((info.get("transport") or {}).get("peer")) if isinstance(info, dict) else None
         if host is not None and info.get("authrole") == uris.ROLE_NODE:
             self._peers[info["session"]] = host

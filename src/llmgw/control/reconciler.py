@@ -97,7 +97,7 @@ class Reconciler:
         self._clock = clock
         started = clock.seconds()
         self._settled_at = started + settle_s
-        # After settle_s, placing waits while nodes still arrive (one registered within
+        # After settle_s, placing waits while nodes still arrive (one connected or registered within
         # settle_quiet_s), but not past settle_max_s from the start.
         self._settle_quiet_s = settle_quiet_s
         self._settle_deadline = started + max(settle_s, settle_max_s if settle_max_s is not None else settle_s)
@@ -197,13 +197,12 @@ class Reconciler:
             return self._settle_seen[1]  # once per pass, not once per slot
         why = None
         if now < self._settle_deadline and self._settle_quiet_s > 0:
-            last = max((n.registered_at for n in self.fleet.nodes.values() if n.registered_at is not None),
-                       default=None)
+            last = self.fleet.last_arrival
             if last is None:
                 why = "waiting for the fleet to come back before placing: no node has registered yet"
             elif now - last < self._settle_quiet_s:
-                why = (f"waiting for the fleet to finish coming back before placing: a node registered "
-                       f"{now - last:.0f} s ago (fleet.settle_quiet_s)")
+                why = (f"waiting for the fleet to finish coming back before placing: a node connected or "
+                       f"registered {now - last:.0f} s ago (fleet.settle_quiet_s)")
         if why is None:
             self._settled = True
         self._settle_seen = (now, why)
