@@ -137,8 +137,8 @@ listen:
   api: "tcp:{api_port}:interface=127.0.0.1"
   admin: "tcp:{admin_port}:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/{SERVER_NAME}.crt, key: pki/{SERVER_NAME}.key}}
-# One local agent: it is back within seconds of a restart.
-fleet: {{unreachable_after_s: 15, lost_after_s: 120, settle_s: 3}}
+# One local agent: it is back within seconds of a restart, and no others follow it.
+fleet: {{unreachable_after_s: 15, lost_after_s: 120, settle_s: 3, settle_quiet_s: 2}}
 """ + catalog,
     )
     agent_yaml = _write_once(

@@ -36,8 +36,8 @@ def fleet(tmp_path, pki):
     path = made.write_server_config()
     # Onboarded agents heartbeat at the default 5 s (agent.yaml has only what onboarding was
     # given), so the fleet's usual 3 s to unreachable would have them flap.
-    text = path.read_text().replace("fleet: {unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}",
-                                    "fleet: {unreachable_after_s: 20, lost_after_s: 40, settle_s: 1}")
+    text = path.read_text().replace("fleet: {unreachable_after_s: 3, lost_after_s: 6, settle_s: 4, settle_quiet_s: 5}",
+                                    "fleet: {unreachable_after_s: 20, lost_after_s: 40, settle_s: 1, settle_quiet_s: 5}")
     assert "unreachable_after_s: 20" in text
     path.write_text(text + CATALOG + f"pki: {{ca_dir: {made.pki}}}\n")
     made.start_server()

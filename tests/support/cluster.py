@@ -116,7 +116,7 @@ class Cluster:
   api: "tcp:{self.api_port}:interface=127.0.0.1"
   admin: "tcp:{self.admin_port}:interface=127.0.0.1"
 tls: {{ca: pki/ca.crt, cert: pki/llmgw-server.crt, key: pki/llmgw-server.key}}
-fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4}}
+fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4, settle_quiet_s: 5}}
 {extra}"""
         )
         return path
