@@ -13,7 +13,6 @@ import random
 from pathlib import Path
 
 import attrs
-from autobahn.wamp.serializer import JsonObjectSerializer
 from twisted.internet.task import Clock
 
 from llmgw.control.fleet import Fleet, NodeQuery
@@ -22,7 +21,6 @@ from llmgw.wire import JsonText, from_wire, to_wire
 
 NODES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
 MACHINES = sorted(p.stem for p in NODES.glob("*.json"))
-AUTOBAHN = JsonObjectSerializer()
 
 
 def recorded(machine: str, node_id: str) -> Inventory:
@@ -32,8 +30,12 @@ def recorded(machine: str, node_id: str) -> Inventory:
 
 
 def as_autobahn_wrote_it(fleet: Fleet, clock: Clock, query: NodeQuery) -> bytes:
+    # Imported here: autobahn's serializer, imported before anything has chosen txaio's
+    # framework, leaves txaio unusable for the test modules collected after this one.
+    from autobahn.wamp.serializer import JsonObjectSerializer
+
     now = clock.seconds()
-    return AUTOBAHN.serialize([to_wire(node.view(now)) for node in fleet.listing(query)])
+    return JsonObjectSerializer().serialize([to_wire(node.view(now)) for node in fleet.listing(query)])
 
 
 def moved(inventory: Inventory, rng: random.Random) -> Heartbeat:
