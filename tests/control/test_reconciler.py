@@ -94,6 +94,12 @@ class World:
         self.sessions[node_id] = self.sessions.get(node_id, 0) + 1
         self.fleet.register(node_id, self.sessions[node_id], inventory(node_id, **kw))
 
+    def back_with_echo(self):
+        """node01 registers again with echo/0/0 still running, as an agent that adopted it after a restart reports it."""
+        spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
+                         fingerprint=self.catalog["echo"].fingerprint)
+        self.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+
     def shard(self, shard_id, node_id=None):
         """The one copy of *shard_id* the fleet holds (on *node_id*, when given)."""
         found = [s for (node, ident), s in self.fleet.shards.items()
@@ -217,9 +223,7 @@ def test_a_replica_an_agent_reports_while_settling_is_not_started_twice():
     world = World(settle_s=15)
     world.serve(entry())
     world.clock.advance(3)
-    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
-                     fingerprint=world.catalog["echo"].fingerprint)
-    world.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+    world.back_with_echo()
     world.node("node02")
     world.clock.advance(12)
     world.reconciler.tick()
@@ -241,9 +245,7 @@ def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
         "waiting for the fleet to finish coming back before placing: a node connected or registered 0 s ago "
         "(fleet.settle_quiet_s)")
     world.clock.advance(3)
-    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
-                     fingerprint=world.catalog["echo"].fingerprint)
-    world.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+    world.back_with_echo()
     for _ in range(10):
         world.clock.advance(1)
         world.reconciler.tick()
@@ -273,9 +275,7 @@ def test_a_node_connected_but_not_yet_registered_holds_placing_back():
     assert world.view("echo/0")["reason"] == (
         "waiting for the fleet to finish coming back before placing: a node connected or registered 8 s ago "
         "(fleet.settle_quiet_s)")
-    spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim",
-                     fingerprint=world.catalog["echo"].fingerprint)
-    world.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
+    world.back_with_echo()
     for _ in range(15):
         world.clock.advance(1)
         world.reconciler.tick()
