@@ -129,7 +129,12 @@ fleet: {{unreachable_after_s: 3, lost_after_s: 6, settle_s: 4, settle_quiet_s: 5
         self.server = proc
         self.processes.append(proc)
         if wait:
-            wait_for(lambda: listening(self.link_port) or not proc.running(), 20, "the hub to listen")
+            # Every listener the config names, not just the hub's: the services start
+            # one after another, so the link can listen a moment before the API does.
+            text = config.read_text()
+            ports = [self.link_port, *(port for port in (self.api_port, self.admin_port) if f"tcp:{port}:" in text)]
+            wait_for(lambda: all(listening(port) for port in ports) or not proc.running(), 20,
+                     "the server's listeners to listen")
             assert proc.running(), f"the server exited:\n{proc.output()}"
         return proc
 
