@@ -13,7 +13,11 @@ tests/fixtures/nodes under its own id, registers the node procedures a real
 agent does (answering ``ping``, ``logs``, ``start_shard`` and
 ``stop_shard``; the others refuse in words), and heartbeats every
 ``--interval`` seconds from a random phase, its GPU figures moving a little
-each time.  The catalog asks for one sim model with a replica per 50 nodes
+each time.  The heartbeats are CALL messages written once per machine and
+sent as they are (``--heartbeats frames``, ``FrameBeats``), so that the
+agents, which share this machine's cores with the server, cost less than
+it does; ``--heartbeats calls`` sends them through autobahn's
+``session.call`` as a real agent does, at about 1.4 times the agents' CPU.  The catalog asks for one sim model with a replica per 50 nodes
 (``--replicas``): an agent keeps a replica it is asked to start as a record,
 and reports it, adopted, when it registers again.  One operator (an
 operator certificate) holds two sessions: one subscribed to
@@ -21,7 +25,8 @@ operator certificate) holds two sessions: one subscribed to
 subscribes to nothing, as ctl.
 
 Printed per N, as a table and one JSON line: server CPU per heartbeat and
-as % of a core over ``--duration`` seconds of steady heartbeats; the
+as % of a core over ``--duration`` seconds of steady heartbeats, and the
+agents' (the worker processes') CPU per heartbeat beside it; the
 server's RSS and RSS per node; heartbeat round trip p50/p99 as the agents
 saw it; ``cp.nodes`` (the whole list as ``ctl nodes`` reads it, a page of
 1,000 at a time, and the ``--state``, ``--label`` and ``--limit`` forms
@@ -105,6 +110,9 @@ def worker_main(argv: list[str]) -> int:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
     parser.add_argument("--ramp", type=float, default=5.0, help="agents start at random times over this many seconds")
+    parser.add_argument("--heartbeats", choices=HEARTBEAT_FORMS, default="frames",
+                        help="frames: CALL messages written once per machine and sent as they are; "
+                             "calls: autobahn's session.call, as a real agent makes them")
     args = parser.parse_args(argv)
 
     from twisted.internet import reactor, stdio, task
@@ -121,11 +129,12 @@ def worker_main(argv: list[str]) -> int:
             pkimod.issue(args.pki, name, "node")
     hub = parse_hub_url(args.hub)
     stats = Stats()
+    beats = FrameBeats(reactor, args.interval, stats) if args.heartbeats == "frames" else None
     services = []
     for i, name in enumerate(names):
         tls = TLSFiles(str(args.pki / "ca.crt"), str(args.pki / f"{name}.crt"), str(args.pki / f"{name}.key"))
         machine = MACHINES[(args.first + i) % len(MACHINES)]
-        service = client_service(reactor, hub, tls, _session_factory(reactor, name, machine, args.interval, stats))
+        service = client_service(reactor, hub, tls, _session_factory(reactor, name, machine, args.interval, stats, beats))
         services.append(service)
         reactor.callLater(random.uniform(0, args.ramp), service.startService)
 
@@ -191,7 +200,133 @@ class Stats:
         return {**self.status(), "rtts_ms": [round(r * 1000, 2) for r in self.rtts]}
 
 
-def _session_factory(reactor, name: str, machine: str, interval: float, stats: Stats):
+#: How the simulated agents send their heartbeats (``worker --heartbeats``).
+HEARTBEAT_FORMS = ("frames", "calls")
+
+
+def heartbeat_variants(gpus: list[dict], count: int = 16) -> list[dict]:
+    """*count* heartbeats of one machine, its GPU figures moving a little from one to the next.
+
+    A figure the recording does not have (``memory_used_bytes`` absent or
+    null) stays absent in every one: absent is not zero.
+    """
+    variants = []
+    for k in range(count):
+        variants.append({"gpus": [dict(g, utilization_pct=(k + j) % 4, memory_used_bytes=g["memory_used_bytes"] + (k + 1) * 4096)
+                                  if g.get("memory_used_bytes") is not None else g for j, g in enumerate(gpus)]})
+    return variants
+
+
+class FrameBeats:
+    """Every agent's heartbeats in one worker, written as WAMP CALL messages by hand.
+
+    At ten thousand nodes the benchmark's own agents cost more CPU per
+    heartbeat than the server (autobahn's call path, a Deferred and a
+    coroutine per call), on the same two cores, so the round trips measured
+    the agents waiting for a CPU.  Here a machine's heartbeats are serialized
+    once (``heartbeat_variants``), and each is sent as the text of a CALL
+    (``[48, id, {}, "llmgw.cp.agent.heartbeat", [beat]]``, what autobahn
+    writes) over the agent's own WebSocket and TLS; the server reads them
+    as it reads any agent's.  The request ids start at ``FIRST_ID``, above any the
+    session's own counter reaches, and the RESULT or ERROR for one is taken
+    from the link before autobahn reads it (autobahn would take a RESULT it
+    did not ask for as a protocol violation).  Each agent keeps its own
+    random phase and a timer of its own, as real agents started at
+    different times do: beats batched into ticks would arrive in bursts.
+    """
+
+    FIRST_ID = 1 << 52
+
+    def __init__(self, reactor, interval: float, stats: Stats):
+        from llmgw.link import uris
+
+        self.reactor, self.interval, self.stats = reactor, interval, stats
+        self.head = b'[48,%d,{},' + json.dumps(uris.AGENT_HEARTBEAT).encode() + b',[%s]]'
+
+    def frames(self, gpus: list[dict]) -> list[bytes]:
+        return [json.dumps(v, separators=(",", ":")).encode() for v in heartbeat_variants(gpus)]
+
+
+class _Beating:
+    """One agent's heartbeats as frames on its link (``FrameBeats``): sent, answered, refused."""
+
+    def __init__(self, session, frames: list[bytes], stats: Stats):
+        from llmgw.link import uris
+
+        self.session, self.frames, self.stats = session, frames, stats
+        self.not_registered = uris.ERROR_NOT_REGISTERED
+        self.link = session._transport
+        self.next_id = FrameBeats.FIRST_ID
+        self.sent: dict[int, float] = {}  # request id: when it was sent (time.monotonic)
+        self.registering = False
+        self.timer = None
+        heard = self.link.onMessage
+
+        def on_message(payload, is_binary):
+            if not is_binary and self.sent and self._answer(payload):
+                self.link.heard()  # what the link's own onMessage does first (PingWhenQuiet)
+                return
+            heard(payload, is_binary)
+
+        self.link.onMessage = on_message
+
+    def start(self, beats: FrameBeats) -> None:
+        """Beat every interval from a random phase, until ``stop``."""
+        self.beats = beats
+        self.due = time.monotonic() + random.uniform(0, beats.interval)
+        self.timer = beats.reactor.callLater(self.due - time.monotonic(), self._beat)
+
+    def stop(self) -> None:
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.timer = None
+
+    def _beat(self) -> None:
+        # The next beat is due an interval after this one was, not after it ran: no drift.
+        self.due += self.beats.interval
+        self.timer = self.beats.reactor.callLater(max(0.0, self.due - time.monotonic()), self._beat)
+        self.send()
+
+    def send(self) -> None:
+        if self.registering or not self.session.is_attached():
+            return
+        beats = self.beats
+        self.next_id += 1
+        frame = beats.head % (self.next_id, self.frames[self.next_id % len(self.frames)])
+        self.sent[self.next_id] = time.monotonic()
+        self.link.sendMessage(frame, False)
+
+    def _answer(self, payload: bytes) -> bool:
+        """Whether *payload* answers a heartbeat sent here; if so it is counted and never reaches autobahn."""
+        if payload.startswith(b"[50,"):
+            try:
+                started = self.sent.pop(int(payload[4:payload.find(b",", 4)]), None)
+            except ValueError:
+                return False
+            if started is None:
+                return False
+            self.stats.beats += 1
+            self.stats.rtts.append(time.monotonic() - started)
+            return True
+        if payload.startswith(b"[8,48,"):
+            message = json.loads(payload)
+            if self.sent.pop(message[2], None) is None:
+                return False
+            if message[4] != self.not_registered:
+                self.stats.error(message[4])
+            elif not self.registering:
+                # The control plane restarted behind the same hub: register again, and beat once it has.
+                self.stats.registered.discard(self.session.node)
+                self.registering = True
+                self.session.register_again().addBoth(self._registered)
+            return True
+        return False
+
+    def _registered(self, _):
+        self.registering = False
+
+
+def _session_factory(reactor, name: str, machine: str, interval: float, stats: Stats, beats: FrameBeats | None = None):
     from autobahn.twisted.wamp import ApplicationSession
     from autobahn.wamp.exception import ApplicationError
     from twisted.internet import task
@@ -200,6 +335,8 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
 
     inventory = agent_inventory(machine, name)
     gpus = inventory.get("gpus") or []
+    variants = heartbeat_variants(gpus)
+    frames = beats.frames(gpus) if beats is not None else None
     # The replicas the control plane started here, by shard id: what this node reports when it registers
     # again (after the server's restart), as a real agent reports the engines it adopted.
     shards: dict[str, dict] = {}
@@ -223,8 +360,11 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
     class SimAgent(ApplicationSession):
         """One node as the control plane sees one: registered, heartbeating, answering ping and logs."""
 
+        node = name
+
         def onConnect(self):
             self._beat = None
+            self._frames = None
             self.join(self.config.realm, authid=name)
 
         async def onJoin(self, details):
@@ -233,6 +373,10 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
                            "start_shard": start_shard, "stop_shard": stop_shard}.get(procedure, refuse)
                 await self.register(handler, uris.node_uri(name, procedure))
             await self._register()
+            if beats is not None:
+                self._frames = _Beating(self, frames, stats)
+                self._frames.start(beats)
+                return
             # A random phase, as agents started at different times have.
             self._beat = task.LoopingCall(self._heartbeat)
             self._beat.clock = reactor
@@ -247,15 +391,18 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
             stats.registered.add(name)
             stats.registrations += 1
 
+        def register_again(self):
+            from twisted.internet import defer
+
+            return defer.ensureDeferred(self._register()).addErrback(lambda f: stats.error("register"))
+
         def logs(self, source=None, n=200):
             stats.logs_answered += 1
             return {"node": name, "source": source or "agent", "sources": ["agent"],
                     "lines": [f"{name}: a simulated node's log line {i}" for i in range(min(n, 20))]}
 
         async def _heartbeat(self):
-            beat = {"gpus": [dict(g, utilization_pct=random.randint(0, 3),
-                                  memory_used_bytes=g["memory_used_bytes"] + random.randint(0, 1 << 20))
-                             if g.get("memory_used_bytes") is not None else g for g in gpus]}
+            beat = random.choice(variants)
             started = time.monotonic()
             try:
                 await self.call(uris.AGENT_HEARTBEAT, beat)
@@ -276,6 +423,9 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
             if self._beat is not None and self._beat.running:
                 self._beat.stop()
             self._beat = None
+            if self._frames is not None:
+                self._frames.stop()
+                self._frames = None
             stats.registered.discard(name)
             super().onLeave(details)
 
@@ -383,7 +533,8 @@ models:
             # The fleet arrives at --arrivals agents a second (all workers start at once), as a
             # fleet that boots over a minute would, not in one storm of handshakes.
             self.workers.append(Worker(self.hub, self.pki, first, min(per, self.n - first), self.args.interval,
-                                       self.base / f"worker-{first}.log", ramp=max(2.0, self.n / self.args.arrivals)))
+                                       self.base / f"worker-{first}.log", ramp=max(2.0, self.n / self.args.arrivals),
+                                       heartbeats=self.args.heartbeats))
 
     def stop(self) -> None:
         for w in self.workers:
@@ -403,14 +554,14 @@ class Worker:
     """One worker process of simulated agents, talked to over its stdin and stdout (tests/fleet uses it too)."""
 
     def __init__(self, hub: str, pki: Path, first: int, count: int, interval: float, log: Path,
-                 ramp: float | None = None):
+                 ramp: float | None = None, heartbeats: str = "frames"):
         import threading
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "worker", "--hub", hub, "--pki", str(pki), "--first", str(first),
              "--count", str(count), "--interval", str(interval),
-             "--ramp", str(ramp if ramp is not None else max(2.0, count / 200))],
+             "--ramp", str(ramp if ramp is not None else max(2.0, count / 200)), "--heartbeats", heartbeats],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "ab"),
             env=env, start_new_session=True, text=True, bufsize=1,
         )
@@ -642,12 +793,15 @@ def measure(args, n: int) -> dict:
         time.sleep(args.interval)  # every agent's first heartbeat, from its random phase
         for w in run.workers:
             w.ask("mark", "MARKED")
+        agents = [psutil.Process(w.proc.pid) for w in run.workers]
+        agents_cpu0 = sum(sum(a.cpu_times()[:2]) for a in agents)
         cpu0 = sum(server.cpu_times()[:2])
         t0 = time.monotonic()
         if args.profile_s:
             _profile(run, args.profile_s)
         time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
         cpu_s = sum(server.cpu_times()[:2]) - cpu0
+        agents_cpu_s = sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0
         window = time.monotonic() - t0
         reports = [w.ask("report", "REPORT") for w in run.workers]
         beats = sum(r["beats"] for r in reports)
@@ -657,6 +811,9 @@ def measure(args, n: int) -> dict:
             window_s=round(window, 1), heartbeats=beats,
             cpu_ms_per_heartbeat=round(cpu_s * 1000 / beats, 3) if beats else None,
             cpu_pct_of_core=round(100 * cpu_s / window, 1),
+            # What the simulated agents cost, on the same cores: past the server's own, they crowd it.
+            agents_cpu_ms_per_heartbeat=round(agents_cpu_s * 1000 / beats, 3) if beats else None,
+            agents_cpu_pct_of_core=round(100 * agents_cpu_s / window, 1),
             heartbeat_rtt_p50_ms=percentile(rtts, 0.5), heartbeat_rtt_p99_ms=percentile(rtts, 0.99),
             heartbeat_errors=sum(sum(r["errors"].values()) for r in reports),
             rss_mb=round(rss / 2**20, 1), rss_kb_per_node=round((rss - rss_empty) / 1024 / n, 1),
@@ -789,7 +946,7 @@ def _reactor():
 
 COLUMNS = [
     ("nodes", "nodes"), ("cpu_ms_per_heartbeat", "ms CPU/hb"), ("cpu_pct_of_core", "% core"),
-    ("rss_mb", "RSS MB"), ("rss_kb_per_node", "KB/node"), ("heartbeat_rtt_p50_ms", "hb p50 ms"),
+    ("agents_cpu_ms_per_heartbeat", "agents ms/hb"), ("rss_mb", "RSS MB"), ("rss_kb_per_node", "KB/node"), ("heartbeat_rtt_p50_ms", "hb p50 ms"),
     ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "all nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
     ("cp_nodes_unreachable_ms", "--state ms"), ("cp_replicas_ms", "replicas ms"), ("cp_logs_ms", "logs ms"),
     ("placement_ms_per_decision", "place ms"), ("reregistered_s", "back in s"),
@@ -816,6 +973,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--restart-timeout", type=float, default=120.0, help="most seconds for it to register again")
     parser.add_argument("--replicas", type=int, default=None,
                         help="replicas of the one sim model the catalog asks for (default: one per 50 nodes)")
+    parser.add_argument("--heartbeats", choices=HEARTBEAT_FORMS, default="frames",
+                        help="how the simulated agents send heartbeats: frames (written once, sent as they are; "
+                             "the default) or calls (autobahn's session.call, about 1.4 times the agents' CPU)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")

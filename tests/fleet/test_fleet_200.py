@@ -2,10 +2,12 @@
 
 The agents are bench/fleet.py's (real mutual-TLS sessions, each with its own
 node certificate, registering recorded inventories and heartbeating every
-second), in two worker processes.  What is checked is correctness, never
-speed: all register; a state change reaches an operator's subscription; a
-paged listing returns every node exactly once; a query that does not fit is
-refused in words.
+second), in two worker processes: one sends its heartbeats as frames written
+once (the benchmark's default), the other through autobahn's session.call.
+What is checked is correctness, never speed: all register; both kinds of
+heartbeat are answered and their figures reach the listing; a state change
+reaches an operator's subscription; a paged listing returns every node
+exactly once; a query that does not fit is refused in words.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 import sys
 import threading
 
-from bench.fleet import MACHINES, Worker, node_name
+from bench.fleet import FIXTURES, MACHINES, Worker, heartbeat_variants, node_name
 from tests.support.cluster import environment
 from tests.support.wait import wait_for
 
@@ -38,8 +40,8 @@ reactor.run()
 
 def test_two_hundred_nodes_register_are_followed_and_are_listed_once_each(cluster):
     cluster.start_server()
-    workers = [Worker(cluster.hub, cluster.pki, first, 100, 1.0, cluster.base / f"worker-{first}.log", ramp=2)
-               for first in (0, 100)]
+    workers = [Worker(cluster.hub, cluster.pki, first, 100, 1.0, cluster.base / f"worker-{first}.log", ramp=2,
+                      heartbeats=form) for first, form in ((0, "frames"), (100, "calls"))]
     subscriber = subprocess.Popen(
         [sys.executable, "-c", SUBSCRIBER, cluster.hub, str(cluster.pki / "ca.crt"),
          str(cluster.pki / "alice.crt"), str(cluster.pki / "alice.key")],
@@ -52,7 +54,22 @@ def test_two_hundred_nodes_register_are_followed_and_are_listed_once_each(cluste
                  detail=cluster.logs)
         wait_for(lambda: "subscribed\n" in printed, 30, "the operator's subscription", detail=lambda: "".join(printed))
 
-        everyone = cluster.nodes()
+        # Both workers' heartbeats are answered, none refused, and what they say reaches the listing:
+        # every h100 node's GPU memory is a heartbeat's figure, not the recording's it registered with.
+        recorded = json.loads((FIXTURES / "h100x8-ib-a-1.json").read_text())["gpus"]
+        beaten = {v["gpus"][0]["memory_used_bytes"] for v in heartbeat_variants(recorded)}
+        assert recorded[0]["memory_used_bytes"] not in beaten
+        h100s = [node_name("sim", i) for i in range(200) if MACHINES[i % len(MACHINES)] == "h100x8-ib-a-1"]
+        assert any(int(n[3:]) < 100 for n in h100s) and any(int(n[3:]) >= 100 for n in h100s)
+
+        def heard_beats():
+            listed = cluster.nodes()
+            return listed if all(listed[n]["gpus"][0]["memory_used_bytes"] in beaten for n in h100s) else None
+
+        everyone = wait_for(heard_beats, 30, "every h100 node's heartbeat figures in the listing", detail=cluster.logs)
+        for w in workers:
+            report = w.ask("report", "REPORT")
+            assert report["beats"] > 0 and report["errors"] == {}, report
         assert sorted(everyone) == [node_name("sim", i) for i in range(200)]
         assert {n["state"] for n in everyone.values()} == {"ready"}
 
