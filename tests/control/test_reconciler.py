@@ -283,6 +283,52 @@ def test_a_node_connected_but_not_yet_registered_holds_placing_back():
     assert world.view("echo/0")["state"] == "ready"
 
 
+def test_connections_still_in_their_handshakes_hold_placing_back():
+    """A hub too busy to finish any handshake for settle_quiet_s is not a quiet one.
+
+    Seen at 10,000 nodes after a restart: the reactor spent 9 s taking a
+    batch of handshakes, and its overdue tick ran before the joins of that
+    same turn reached the control plane; judged by arrivals alone the fleet
+    had been quiet for 11 s, and 161 replicas were started a second time.
+    """
+    world = World(settle_s=15, settle_quiet_s=10, settle_max_s=300)
+    world.serve(entry())
+    world.node("node02")  # could run it, and is back first
+    pending = [64]
+    world.fleet.handshaking = lambda: pending[0]
+    world.clock.advance(40)  # 40 s without an arrival heard, the link's handshakes all in flight
+    world.reconciler.tick()
+    assert world.starts == []
+    assert world.view("echo/0")["reason"] == (
+        "waiting for the fleet to finish coming back before placing: the hub has 64 connections still in "
+        "handshakes (fleet.settle_quiet_s)")
+    pending[0] = 1
+    world.clock.advance(1)
+    world.reconciler.tick()
+    assert world.view("echo/0")["reason"].endswith("the hub has 1 connection still in handshakes (fleet.settle_quiet_s)")
+    world.back_with_echo()
+    pending[0] = 0
+    for _ in range(15):
+        world.clock.advance(1)
+        world.reconciler.tick()
+    assert world.starts == []
+    assert world.view("echo/0")["state"] == "ready"
+
+
+def test_handshakes_do_not_hold_placing_past_settle_max_s():
+    """A peer that opens connections and never finishes one cannot keep placing back for ever."""
+    world = World(settle_s=15, settle_quiet_s=10, settle_max_s=60)
+    world.serve(entry())
+    world.node("node01")
+    world.fleet.handshaking = lambda: 3
+    world.clock.advance(59)
+    world.reconciler.tick()
+    assert world.starts == []
+    world.clock.advance(2)
+    world.reconciler.tick()
+    assert world.started() == [("node01", "echo/0/0")]
+
+
 def test_a_fleet_with_no_node_yet_is_not_settled_by_settle_s():
     world = World(settle_s=5, settle_quiet_s=5, settle_max_s=300)
     world.serve(entry())

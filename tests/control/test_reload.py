@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer, endpoints, protocol, reactor, task
 from twisted.logger import globalLogPublisher
 
 from llmgw.config.server import load_server_config
@@ -24,6 +24,7 @@ from llmgw.errors import ConfigError
 from llmgw.link import uris
 from llmgw.process import server as server_process
 from llmgw.router.service import Router
+from tests.support.wait import until
 
 PUBLIC_API = "tcp:0:interface=0.0.0.0"  # never listened on: the router here is not started
 
@@ -211,6 +212,20 @@ def test_a_reload_of_the_server_process_reaches_its_catalog_and_its_router(serve
     assert sorted(server.control.catalog.entries) == ["echo", "echo2"]
     assert server.router.config is server.control.catalog.config.router
     assert [k.name for k in server.router.dispatcher.config.keys] == ["bob"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_fleet_counts_the_link_connections_still_in_their_handshakes(server):
+    """What the settling after a restart reads: a connection that has not finished its TLS is one arriving."""
+    fleet = server.control.session.fleet
+    assert fleet.handshaking() == 0
+    where = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", server.link_budget.port.getHost().port)
+    silent = await where.connect(protocol.Factory.forProtocol(protocol.Protocol))  # never starts its TLS
+    try:
+        await until(lambda: fleet.handshaking() == 1, "the hub to accept the silent connection")
+    finally:
+        silent.transport.loseConnection()
+    await until(lambda: fleet.handshaking() == 0, "the hub to see it close")
 
 
 def test_fleet_timings_say_they_wait_for_a_restart(running, write):

@@ -171,6 +171,10 @@ class Fleet:
         # registered; None before the first.  A restarted control plane
         # places nothing while the fleet is still arriving (Reconciler).
         self.last_arrival: float | None = None
+        # How many connections the hub has accepted that have not finished their handshakes (TLS, the
+        # WebSocket upgrade, HELLO): nodes still arriving, as far as anyone can tell.  The server sets it
+        # to its link listener's count; the reconciler's settling reads it after a restart.
+        self.handshaking: Callable[[], int] = lambda: 0
         # Per node, the view last published and when: a heartbeat is published when it is news.
         self._published: dict[str, tuple[NodeView, float]] = {}
         # Nodes told they are at downloads_per_node, until they are under it again: said once.

@@ -198,7 +198,13 @@ class Reconciler:
         why = None
         if now < self._settle_deadline and self._settle_quiet_s > 0:
             last = self.fleet.last_arrival
-            if last is None:
+            # Connections mid-handshake are arrivals not yet heard: a hub too busy to finish any
+            # handshake for settle_quiet_s (a whole fleet reconnecting) is not a quiet one.
+            handshaking = self.fleet.handshaking()
+            if handshaking > 0:
+                why = (f"waiting for the fleet to finish coming back before placing: the hub has {handshaking} "
+                       f"connection{'s' if handshaking != 1 else ''} still in handshakes (fleet.settle_quiet_s)")
+            elif last is None:
                 why = "waiting for the fleet to come back before placing: no node has registered yet"
             elif now - last < self._settle_quiet_s:
                 why = (f"waiting for the fleet to finish coming back before placing: a node connected or "

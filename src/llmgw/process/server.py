@@ -81,6 +81,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     registry.register(LinkCollector(hub, listeners))
     registry.register(CertificateCollector({"server": config.tls.cert, "ca": config.tls.ca}))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
+    control.handshaking = lambda: len(link_budget.pending)
     control.identity = Identity(
         lambda: catalog.config.pki.ca_dir,
         lambda: revocation_listener(hub_tls).prepare(catalog.config)(),
@@ -105,6 +106,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     top.registry = registry
     top.router = router
     top.hub = hub
+    top.link_budget = link_budget
     top.hub_tls = hub_tls
     top.control = control
     log.info("llmgw server: link (mutual TLS) on {link}", link=config.listen.link)
@@ -193,6 +195,8 @@ class ControlPlane(service.Service):
         self.reload_listeners = reload_listeners
         self.session: ControlSession | None = None
         self.identity: Identity | None = None
+        # The link's connections mid-handshake (its ConnectionBudget's pending), for the fleet's settling.
+        self.handshaking = lambda: 0
 
     def startService(self):
         super().startService()
@@ -209,6 +213,7 @@ class ControlPlane(service.Service):
         self.session.identity = self.identity
         self._hub.attach_local(self.session)
         fleet = self.session.fleet
+        fleet.handshaking = lambda: self.handshaking()
         self._hub.duplicate_listeners.append(lambda record: fleet.duplicate_refused(record.node_id, record.sentence))
         self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
         failures = DownloadFailures(fleet)
