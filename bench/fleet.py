@@ -14,11 +14,12 @@ agent does (answering ``ping``, ``logs``, ``start_shard`` and
 ``stop_shard``; the others refuse in words), and heartbeats every
 ``--interval`` seconds from a random phase, its GPU figures moving a little
 each time.  The heartbeats are CALL messages written once per machine and
-sent as they are (``--heartbeats frames``, ``FrameBeats``), so that the
-agents, which share this machine's cores with the server, cost less than
-it does; ``--heartbeats calls`` sends them through autobahn's
-``session.call`` as a real agent does, at about 1.4 times the agents' CPU.  The catalog asks for one sim model with a replica per 50 nodes
-(``--replicas``): an agent keeps a replica it is asked to start as a record,
+sent as they are (``--heartbeats frames``, ``FrameBeats``): the agents
+share this machine's cores with the server, so the less they cost the
+more the figures are the server's.  ``--heartbeats calls`` sends them
+through autobahn's ``session.call`` as a real agent does, at about 1.4
+times the agents' CPU.  The catalog asks for one sim model with a replica
+per 50 nodes (``--replicas``): an agent keeps a replica it is asked to start as a record,
 and reports it, adopted, when it registers again.  One operator (an
 operator certificate) holds two sessions: one subscribed to
 ``llmgw.event.``, as the dashboard is, and one that asks what `ctl` asks and
