@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 from twisted.internet.task import Clock
@@ -60,3 +61,43 @@ def test_stopping_gives_cpython_its_thresholds_back(restored):
     full.stopService()
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+class _Cyclic:
+    """An object that only a collection of cycles frees: it refers to itself."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_what_survives_a_collection_is_frozen_and_a_deep_one_frees_its_cycles(restored):
+    clock, left = Clock(), [0]
+    full = FullCollections(clock, lambda: left[0], every_s=300, after_left=1000, deep_every_s=3600)
+    full.startService()
+    kept = _Cyclic()
+    alive = weakref.ref(kept)
+    clock.advance(300)  # a full collection: kept survives it, and is frozen
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    del kept  # now garbage, but only a collection that reads frozen objects finds the cycle
+    clock.advance(300)
+    assert alive() is not None  # the next full collection read only what arrived since
+    left[0] += 1000  # a fleet's worth of sessions closed: their cycles are frozen too
+    clock.advance(1)
+    assert alive() is None  # the deep collection thawed everything and found it
+    assert gc.get_freeze_count() > 0  # and froze what survived it
+    full.stopService()
+
+
+def test_a_deep_collection_comes_at_least_every_deep_every_s(restored):
+    """With no session closing, frozen cycles are still found: each deep_every_s everything is read, thawed."""
+    clock, collected = Clock(), []
+    full = FullCollections(clock, lambda: 0, every_s=300, after_left=1000, deep_every_s=900,
+                           collect=lambda: collected.append((clock.seconds(), gc.get_freeze_count())) or 0)
+    full.startService()
+    for _ in range(1800):
+        clock.advance(1)
+    assert [at for at, _ in collected] == [300, 600, 900, 1200, 1500, 1800]
+    thawed = [at for at, frozen in collected if frozen == 0]
+    assert thawed == [900, 1800]
+    full.stopService()
