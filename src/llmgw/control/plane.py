@@ -39,6 +39,10 @@ NO_SUCH_PROCEDURE = "wamp.error.no_such_procedure"
 log = Logger()
 
 
+#: The errors the control plane's procedures answer with on purpose, in words, each logged (if at all) where it is raised.
+_ANSWERS = frozenset({uris.ERROR_REFUSED, uris.ERROR_INVALID_ARGUMENT, uris.ERROR_NOT_REGISTERED})
+
+
 class ControlSession(ApplicationSession):
     def __init__(self, config, fleet_factory, catalog=None, clock=None):
         super().__init__(config)
@@ -83,10 +87,12 @@ class ControlSession(ApplicationSession):
 
     def onUserError(self, fail, msg):
         # A refusal is the caller's answer, logged by whoever refused it on
-        # its own terms (once per node and shard, once per full node): not a
-        # line per call, which a node could otherwise write at will.
+        # its own terms (once per node and shard, once per full node, once per
+        # node and record kind until a good one): not a line per call, which a
+        # node could otherwise write at will.  "Register first" is what every
+        # node hears once after a restart: ten thousand lines say nothing.
         value = getattr(fail, "value", None)
-        if isinstance(value, ApplicationError) and value.error == uris.ERROR_REFUSED:
+        if isinstance(value, ApplicationError) and value.error in _ANSWERS:
             return
         super().onUserError(fail, msg)
 
