@@ -100,6 +100,12 @@ class World:
                          fingerprint=self.catalog["echo"].fingerprint)
         self.node("node01", shards=[ShardStatus(spec, "ready", endpoint="http://10.0.0.1:40001", adopted=True)])
 
+    def tick_for(self, seconds: int) -> None:
+        """*seconds* of the control plane's once-a-second passes."""
+        for _ in range(seconds):
+            self.clock.advance(1)
+            self.reconciler.tick()
+
     def shard(self, shard_id, node_id=None):
         """The one copy of *shard_id* the fleet holds (on *node_id*, when given)."""
         found = [s for (node, ident), s in self.fleet.shards.items()
@@ -246,9 +252,7 @@ def test_after_settle_s_placing_waits_while_nodes_are_still_coming_back():
         "(fleet.settle_quiet_s)")
     world.clock.advance(3)
     world.back_with_echo()
-    for _ in range(10):
-        world.clock.advance(1)
-        world.reconciler.tick()
+    world.tick_for(10)
     assert world.starts == []  # with settle_s alone, a second copy would have started at 15 s
     assert world.view("echo/0")["state"] == "ready"
 
@@ -276,9 +280,7 @@ def test_a_node_connected_but_not_yet_registered_holds_placing_back():
         "waiting for the fleet to finish coming back before placing: a node connected or registered 8 s ago "
         "(fleet.settle_quiet_s)")
     world.back_with_echo()
-    for _ in range(15):
-        world.clock.advance(1)
-        world.reconciler.tick()
+    world.tick_for(15)
     assert world.starts == []
     assert world.view("echo/0")["state"] == "ready"
 
@@ -308,9 +310,7 @@ def test_connections_still_in_their_handshakes_hold_placing_back():
     assert world.view("echo/0")["reason"].endswith("the hub has 1 connection still in handshakes (fleet.settle_quiet_s)")
     world.back_with_echo()
     pending[0] = 0
-    for _ in range(15):
-        world.clock.advance(1)
-        world.reconciler.tick()
+    world.tick_for(15)
     assert world.starts == []
     assert world.view("echo/0")["state"] == "ready"
 
