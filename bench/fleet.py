@@ -130,7 +130,7 @@ def worker_main(argv: list[str]) -> int:
             pkimod.issue(args.pki, name, "node")
     hub = parse_hub_url(args.hub)
     stats = Stats()
-    beats = FrameBeats(reactor, args.interval, stats) if args.heartbeats == "frames" else None
+    beats = FrameBeats(reactor, args.interval) if args.heartbeats == "frames" else None
     services = []
     for i, name in enumerate(names):
         tls = TLSFiles(str(args.pki / "ca.crt"), str(args.pki / f"{name}.crt"), str(args.pki / f"{name}.key"))
@@ -218,6 +218,16 @@ def heartbeat_variants(gpus: list[dict], count: int = 16) -> list[dict]:
     return variants
 
 
+_HEARTBEATS: dict[str, list[dict]] = {}
+
+
+def machine_heartbeats(machine: str, gpus: list[dict]) -> list[dict]:
+    """*machine*'s ``heartbeat_variants``, made once per worker: a thousand agents of six machines share them."""
+    if machine not in _HEARTBEATS:
+        _HEARTBEATS[machine] = heartbeat_variants(gpus)
+    return _HEARTBEATS[machine]
+
+
 class FrameBeats:
     """Every agent's heartbeats in one worker, written as WAMP CALL messages by hand.
 
@@ -238,14 +248,18 @@ class FrameBeats:
 
     FIRST_ID = 1 << 52
 
-    def __init__(self, reactor, interval: float, stats: Stats):
+    def __init__(self, reactor, interval: float):
         from llmgw.link import uris
 
-        self.reactor, self.interval, self.stats = reactor, interval, stats
+        self.reactor, self.interval = reactor, interval
         self.head = b'[48,%d,{},' + json.dumps(uris.AGENT_HEARTBEAT).encode() + b',[%s]]'
+        self._frames: dict[str, list[bytes]] = {}  # per machine: every agent of one shares them
 
-    def frames(self, gpus: list[dict]) -> list[bytes]:
-        return [json.dumps(v, separators=(",", ":")).encode() for v in heartbeat_variants(gpus)]
+    def frames(self, machine: str, variants: list[dict]) -> list[bytes]:
+        """*machine*'s heartbeats (``heartbeat_variants``) as JSON text, written the first time one is asked for."""
+        if machine not in self._frames:
+            self._frames[machine] = [json.dumps(v, separators=(",", ":")).encode() for v in variants]
+        return self._frames[machine]
 
 
 class _Beating:
@@ -283,15 +297,12 @@ class _Beating:
         self.timer = None
 
     def _beat(self) -> None:
+        beats = self.beats
         # The next beat is due an interval after this one was, not after it ran: no drift.
-        self.due += self.beats.interval
-        self.timer = self.beats.reactor.callLater(max(0.0, self.due - time.monotonic()), self._beat)
-        self.send()
-
-    def send(self) -> None:
+        self.due += beats.interval
+        self.timer = beats.reactor.callLater(max(0.0, self.due - time.monotonic()), self._beat)
         if self.registering or not self.session.is_attached():
             return
-        beats = self.beats
         self.next_id += 1
         frame = beats.head % (self.next_id, self.frames[self.next_id % len(self.frames)])
         self.sent[self.next_id] = time.monotonic()
@@ -335,9 +346,8 @@ def _session_factory(reactor, name: str, machine: str, interval: float, stats: S
     from llmgw.link import uris
 
     inventory = agent_inventory(machine, name)
-    gpus = inventory.get("gpus") or []
-    variants = heartbeat_variants(gpus)
-    frames = beats.frames(gpus) if beats is not None else None
+    variants = machine_heartbeats(machine, inventory.get("gpus") or [])
+    frames = beats.frames(machine, variants) if beats is not None else None
     # The replicas the control plane started here, by shard id: what this node reports when it registers
     # again (after the server's restart), as a real agent reports the engines it adopted.
     shards: dict[str, dict] = {}
