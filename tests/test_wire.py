@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llmgw.records import CPU, GPU, Filesystem, Heartbeat, IBAdapter, IBPort, Inventory, ShardSpec, ShardStatus
 from llmgw.states import ShardState
-from llmgw.wire import WireError, from_wire, to_wire
+from llmgw.wire import WireError, from_wire, sparse_json_text, to_sparse_wire, to_wire
 
 maybe_int = st.none() | st.integers(min_value=0, max_value=2**60)
 # Names hold no control characters, and no string half a UTF-16 pair (test_wire_bounds.py).
@@ -46,6 +46,24 @@ inventories = st.builds(
 @given(inventories)
 def test_an_inventory_survives_the_link(inventory):
     assert from_wire(Inventory, to_wire(inventory)) == inventory
+
+
+@settings(deadline=None)
+@given(inventories)
+def test_an_inventory_written_sparse_reads_back_the_same_and_leaves_out_only_defaults(inventory):
+    sparse = json.loads(sparse_json_text(inventory))
+    assert from_wire(Inventory, sparse) == inventory
+    whole = to_wire(inventory)
+    left_out = {key: value for key, value in whole.items() if key not in sparse}
+    assert all(value in (None, [], {}) for value in left_out.values()), left_out
+
+
+def test_sparse_wire_keeps_a_zero_false_and_an_empty_list_where_the_default_is_none():
+    beat = Heartbeat(memory_available_bytes=0, gpus=[], filesystems=[Filesystem(mountpoint="/", shared=False)])
+    assert to_sparse_wire(beat) == {"memory_available_bytes": 0, "gpus": [],
+                                    "filesystems": [{"mountpoint": "/", "shared": False}]}
+    assert to_sparse_wire(Heartbeat()) == {}
+    assert to_sparse_wire(GPU(index=0, utilization_pct=0)) == {"index": 0, "utilization_pct": 0}
 
 
 json_values = st.recursive(
