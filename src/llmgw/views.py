@@ -74,6 +74,113 @@ class NodeView:
     certificate_not_after: float | None = None
     link_warnings: list[str] = attrs.Factory(list)
 
+    @property
+    def gpu_summary(self) -> GpuSummary | None:
+        return GpuSummary.of(self.gpus)
+
+    @property
+    def disk_summary(self) -> DiskSummary | None:
+        return DiskSummary.of(self.filesystems)
+
+
+@attrs.frozen
+class GpuSummary:
+    """A node's GPUs as one line shows them: how many of each kind, their memory summed.
+
+    A sum is None when one card did not report its figure: absent is not
+    zero, and a sum of the others would read as the whole.
+    """
+
+    # Each card's name as the node gave it ("NVIDIA H100 80GB HBM3"; "GPU" for
+    # a card without one), with how many of it, in the order the node listed them.
+    kinds: dict[str, int] = attrs.Factory(dict)
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+    @classmethod
+    def of(cls, cards: list[GPU] | None) -> GpuSummary | None:
+        """None when the node reported no GPUs at all; no kinds when it reported it has none."""
+        if cards is None:
+            return None
+        kinds: dict[str, int] = {}
+        used = total = 0
+        for card in cards:
+            name = card.name or "GPU"
+            kinds[name] = kinds.get(name, 0) + 1
+            if used is not None:
+                used = None if card.memory_used_bytes is None else used + card.memory_used_bytes
+            if total is not None:
+                total = None if card.memory_total_bytes is None else total + card.memory_total_bytes
+        return cls(kinds, used if cards else None, total if cards else None)
+
+
+@attrs.frozen
+class Space:
+    """Free and total bytes of some filesystems, summed; both known, or the ``Space`` is not given."""
+
+    free_bytes: int
+    total_bytes: int
+
+    @classmethod
+    def of(cls, filesystems: list[Filesystem]) -> Space | None:
+        """None when there are none, or one did not report a figure."""
+        free = total = 0
+        for f in filesystems:
+            if f.free_bytes is None or f.total_bytes is None:
+                return None
+            free += f.free_bytes
+            total += f.total_bytes
+        return cls(free, total) if filesystems else None
+
+
+@attrs.frozen
+class DiskSummary:
+    """A node's weights filesystems as one line shows them: local space, and shared apart (a filer's is everyone's)."""
+
+    local: Space | None = None
+    shared: Space | None = None
+
+    @classmethod
+    def of(cls, filesystems: list[Filesystem] | None) -> DiskSummary | None:
+        """None when the node reported no filesystems."""
+        if filesystems is None:
+            return None
+        return cls(Space.of([f for f in filesystems if not f.shared]), Space.of([f for f in filesystems if f.shared]))
+
+
+@attrs.frozen
+class NodeBrief:
+    """A node as ``ctl nodes``' table shows it: ``llmgw.cp.nodes`` asked with ``brief=True``.
+
+    What the table prints and no more: the node's state and why, where it
+    is, its CPU, memory, GPUs counted by kind with their memory summed, its
+    filesystems' space summed, its engines, and every warning.  An
+    eight-GPU node's brief is about a third of its ``NodeView``; the full
+    view (``ctl nodes --json``, the dashboard, the admin page) has the rest.
+    Fields and absence read as in ``NodeView``.
+    """
+
+    id: str
+    state: str | None = attrs.field(default=None, converter=_known(NodeState))
+    reason: str | None = None
+    cordoned: bool | None = None
+    seen_ago_s: float | None = None
+    address: str | None = None
+    cpu: CPU | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    gpu_summary: GpuSummary | None = None
+    disk_summary: DiskSummary | None = None
+    engines: list[EngineInfo] | None = None
+    warnings: list[str] = attrs.Factory(list)
+    certificate_not_after: float | None = None
+    link_warnings: list[str] = attrs.Factory(list)
+
+    @classmethod
+    def of(cls, view: NodeView) -> NodeBrief:
+        """The brief of a full view: what a server that does not know ``brief`` is turned into."""
+        return cls(**{f.name: getattr(view, f.name) for f in attrs.fields(cls)})
+
 
 def engine_words(engine: EngineInfo) -> str:
     """One engine entry in full, as the log and node details say it.

@@ -165,6 +165,22 @@ async def test_operators_see_nodes_and_their_events(plane):
 
 
 @pytest_twisted.ensureDeferred
+async def test_an_operator_asks_for_briefs_and_a_brief_that_is_not_true_or_false_is_refused_in_words(plane):
+    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    node = await plane.attach("node01", uris.ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "address": "10.1.2.3", "gpus": []})
+    assert await alice.call(uris.CP_NODES, brief=True) == [
+        {"id": "node01", "state": "ready", "cordoned": False, "seen_ago_s": 0.0, "address": "10.1.2.3",
+         "gpu_summary": {}}]
+    (view,) = await alice.call(uris.CP_NODES, brief=False)
+    assert view["gpus"] == [] and view["hostname"] is None
+    with pytest.raises(ApplicationError) as refused:
+        await alice.call(uris.CP_NODES, brief="yes")
+    assert refused.value.error == uris.ERROR_INVALID_ARGUMENT
+    assert refused.value.args[0] == "llmgw.cp.nodes: brief 'yes' is not true or false"
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
     node = await plane.attach("node01", uris.ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})

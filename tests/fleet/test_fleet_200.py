@@ -17,7 +17,11 @@ import subprocess
 import sys
 import threading
 
+import attrs
+
 from bench.fleet import FIXTURES, MACHINES, Worker, heartbeat_variants, node_name
+from llmgw.views import NodeBrief, NodeView
+from llmgw.wire import from_wire
 from tests.support.cluster import environment
 from tests.support.wait import wait_for
 
@@ -86,6 +90,24 @@ def test_two_hundred_nodes_register_are_followed_and_are_listed_once_each(cluste
             assert f"--after {page[-1]}" in out.stderr
             after = ["--after", page[-1]]
         assert seen == sorted(everyone)
+
+        # The table reads each node's brief: what the whole views say, the GPUs counted and summed.
+        table = cluster.ctl("nodes")
+        assert table.returncode == 0, table.stderr
+        rows = {line.split()[0]: line for line in table.stdout.splitlines()[1:201]}
+        assert sorted(rows) == sorted(everyone)
+        assert all("8x H100 80GB HBM3 (" in rows[n] and " GB used)" in rows[n] for n in h100s)
+        out = cluster.ctl("nodes", "--json", "--brief")
+        assert out.returncode == 0, out.stderr
+        briefs = {b["id"]: from_wire(NodeBrief, b) for b in json.loads(out.stdout)}
+        assert sorted(briefs) == sorted(everyone)
+
+        def steady(brief: NodeBrief) -> NodeBrief:  # what heartbeats move between the two listings, left aside
+            gpus = brief.gpu_summary and attrs.evolve(brief.gpu_summary, memory_used_bytes=None)
+            return attrs.evolve(brief, seen_ago_s=None, memory_available_bytes=None, gpu_summary=gpus)
+
+        for node_id, view in everyone.items():
+            assert steady(briefs[node_id]) == steady(NodeBrief.of(from_wire(NodeView, view))), node_id
 
         h100 = cluster.ctl("nodes", "--json", "--label", "gpu=h100")
         assert h100.returncode == 0, h100.stderr

@@ -14,7 +14,8 @@ from twisted.internet import task
 
 from llmgw.control.fleet import MAX_PAGE, Fleet, NodeQuery
 from llmgw.records import Heartbeat, Inventory
-from llmgw.wire import from_wire, to_wire
+from llmgw.views import NodeBrief, Space
+from llmgw.wire import from_wire, sparse_json_text, to_wire
 
 NODES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
 MACHINES = ("h100x8-ib-a-1", "rtx4090-workstation", "cpu-box", "vm-8gb")
@@ -94,6 +95,42 @@ def test_the_listing_is_the_nodes_views_in_wire_form_after_heartbeats_and_change
     assert listed[3]["memory_available_bytes"] == 2
     assert listed[0]["gpus"][0]["memory_used_bytes"] is None  # not reported this time: absent, not zero
     assert listed[0]["gpus"][1]["utilization_pct"] == 21
+
+
+def test_the_brief_listing_is_the_nodes_briefs_after_heartbeats_and_changes():
+    fleet, clock = fleet_of(6)
+
+    def briefs() -> bytes:
+        return sparse_json_text([NodeBrief.of(v) for v in fleet.views()]).encode()
+
+    assert fleet.json_listing(NodeQuery(), brief=True).text == briefs()
+    for step in range(4):
+        clock.advance(5)
+        for node in list(fleet.nodes.values()):
+            gpus = [
+                {**to_wire(g), "memory_used_bytes": None if step == 2 and g.index == 1 else (1 << 30) * step}
+                for g in node.inventory.gpus or ()
+            ]
+            fleet.heartbeat(node.id, node.session, from_wire(Heartbeat, {
+                "gpus": gpus, "memory_available_bytes": step,
+                "filesystems": [{"mountpoint": "/", "free_bytes": step, "total_bytes": 10, "shared": step == 3}]}))
+        fleet.set_cordoned("n002", step % 2 == 0)
+        assert fleet.json_listing(NodeQuery(), brief=True).text == briefs(), f"after step {step}"
+    clock.advance(20)
+    fleet.check()
+    listed = fleet.json_listing(NodeQuery.parse(state="unreachable", limit=3), brief=True)
+    assert listed.text == sparse_json_text([NodeBrief.of(v) for v in fleet.views()[:3]]).encode()
+    h100 = from_wire(list[NodeBrief], listed.value())[0]
+    assert h100.reason == "no heartbeat for 20 s" and h100.disk_summary.shared == Space(3, 10)
+    assert h100.gpu_summary.memory_used_bytes == 8 * 3 * (1 << 30)
+
+
+def test_an_eight_gpu_nodes_brief_is_under_a_third_of_its_view():
+    fleet, _ = fleet_of(1)
+    assert fleet.nodes["n000"].inventory.gpus and len(fleet.nodes["n000"].inventory.gpus) == 8
+    brief = fleet.json_listing(NodeQuery(), brief=True).text
+    whole = fleet.json_listing(NodeQuery()).text
+    assert len(brief) * 3 < len(whole), (len(brief), len(whole))
 
 
 @pytest.mark.parametrize(("query", "words"), [

@@ -29,8 +29,10 @@ from llmgw.control.claims import ClaimRefused, Claims, ModelSlots, Why, host_of
 from llmgw.control.news import NewsSettings, is_heartbeat_news
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
-from llmgw.views import NODE_FACTS, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words
-from llmgw.wire import JsonText, encode_json, json_text
+from llmgw.views import (
+    NODE_FACTS, DiskSummary, GpuSummary, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words,
+)
+from llmgw.wire import JsonText, encode_json, json_text, sparse_json_text
 
 # server.yaml's fleet.downloads_per_node: downloads in progress one node may have shown.
 DOWNLOADS_PER_NODE = 64
@@ -192,6 +194,7 @@ class Fleet:
         # reported beside the value it was written from (a heartbeat changes
         # the figures; the rest is not written again).  See ``json_view``.
         self._text: dict[str, _NodeText] = {}
+        self._brief: dict[str, _NodeText] = {}
 
     def configure(self, news: NewsSettings, downloads_per_node: int) -> None:
         """server.yaml's fleet limits, at start and on every reload."""
@@ -385,6 +388,7 @@ class Fleet:
             return False
         self._ids = None
         self._text.pop(node_id, None)
+        self._brief.pop(node_id, None)
         self._reindex(node_id, node, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
@@ -576,10 +580,14 @@ class Fleet:
                 break
         return out
 
-    def json_listing(self, query: NodeQuery) -> JsonText:
-        """``llmgw.cp.nodes``'s answer: the views of ``listing(query)`` as the link's JSON, ready to send."""
+    def json_listing(self, query: NodeQuery, brief: bool = False) -> JsonText:
+        """``llmgw.cp.nodes``'s answer: the views of ``listing(query)`` as the link's JSON, ready to send.
+
+        *brief*: each node's ``NodeBrief`` (what ``ctl nodes``' table prints) rather than its ``NodeView``.
+        """
         now = self._clock.seconds()
-        return JsonText(("[" + ",".join([self.json_view(node, now) for node in self.listing(query)]) + "]").encode())
+        text = self.json_brief if brief else self.json_view
+        return JsonText(("[" + ",".join([text(node, now) for node in self.listing(query)]) + "]").encode())
 
     def json_view(self, node: Node, now: float) -> str:
         """``to_wire(node.view(now))`` as JSON text, writing again only what the node reported that changed since the last.
@@ -610,6 +618,45 @@ class Fleet:
         return f'{held.head}{_scalar(node.last_seen)},"seen_ago_s":{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
 
 
+    def json_brief(self, node: Node, now: float) -> str:
+        """``NodeBrief.of(node.view(now))`` as ``sparse_json_text`` writes it, kept as ``json_view`` keeps the view.
+
+        A field at its default is left out (``to_sparse_wire``).  The GPUs
+        are summed again only when a heartbeat brought new figures for them,
+        the filesystems only when they changed; the text before
+        ``seen_ago_s`` only when one of the node's own fields did.
+        """
+        held = self._brief.get(node.id)
+        if held is None:
+            held = self._brief[node.id] = _NodeText(None, {})
+        if held.inventory is not node.inventory:
+            parts = held.parts
+            for name, source, write in _BRIEF_FACTS:
+                value = getattr(node.inventory, source)
+                part = parts.get(name)
+                if part is None or part[0] is not value:
+                    text = write(value)
+                    parts[name] = (value, "" if text == _LEFT_OUT.get(name, "null") else f',"{name}":{text}')
+            held.inventory = node.inventory
+            held.tail = ""
+        own = (node.state, node.reason, node.cordoned, node.certificate_not_after, node.link_warnings)
+        if held.own != own:
+            held.own = own
+            reason = "" if node.reason is None else f',"reason":{encode_json(node.reason)}'
+            held.head = (f'{{"id":{encode_json(node.id)},"state":{encode_json(node.state.value)}{reason},'
+                         f'"cordoned":{_scalar(node.cordoned)},"seen_ago_s":')
+            held.tail = ""
+        if not held.tail:
+            expires = node.certificate_not_after
+            held.tail = "".join([
+                *(part for _, part in held.parts.values()),
+                "" if expires is None else f',"certificate_not_after":{_scalar(expires)}',
+                f',"link_warnings":{encode_json(list(node.link_warnings))}' if node.link_warnings else "",
+                "}",
+            ])
+        return f'{held.head}{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
+
+
 class _NodeText:
     """A node's listing text as last written: each fact's text, and its view's text around the two figures that move.
 
@@ -630,6 +677,8 @@ def _scalar(value: Any) -> str:
     """One of a node's own fields as the link's JSON writes it: a finite float as ``repr`` does, as ``json`` does."""
     if value is None:
         return "null"
+    if type(value) is int:
+        return int.__repr__(value)
     if value is True:
         return "true"
     if value is False:
@@ -637,6 +686,36 @@ def _scalar(value: Any) -> str:
     if type(value) is float and math.isfinite(value):
         return float.__repr__(value)
     return encode_json(value)
+
+
+def _gpu_summary_text(cards: list | None) -> str:
+    """``sparse_json_text(GpuSummary.of(cards))``, written here: it is made again at every heartbeat's listing."""
+    summary = GpuSummary.of(cards)
+    if summary is None:
+        return "null"
+    fields = [f'"kinds":{encode_json(summary.kinds)}'] if summary.kinds else []
+    if summary.memory_used_bytes is not None:
+        fields.append(f'"memory_used_bytes":{summary.memory_used_bytes}')
+    if summary.memory_total_bytes is not None:
+        fields.append(f'"memory_total_bytes":{summary.memory_total_bytes}')
+    return "{" + ",".join(fields) + "}"
+
+
+# What a node's brief (``NodeBrief``) says of its inventory, in the brief's
+# order: each field's name, the inventory's field it comes from, and how its
+# text is written; a field whose text is its default's (``null``, or
+# ``_LEFT_OUT``'s) is left out.
+_BRIEF_FACTS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("address", "address", _scalar),
+    ("cpu", "cpu", sparse_json_text),
+    ("memory_total_bytes", "memory_total_bytes", _scalar),
+    ("memory_available_bytes", "memory_available_bytes", _scalar),
+    ("gpu_summary", "gpus", _gpu_summary_text),
+    ("disk_summary", "filesystems", lambda filesystems: sparse_json_text(DiskSummary.of(filesystems))),
+    ("engines", "engines", sparse_json_text),
+    ("warnings", "warnings", sparse_json_text),
+)
+_LEFT_OUT = {"warnings": "[]"}
 
 
 def node_after(state: NodeState, event: NodeInput) -> NodeState:

@@ -248,18 +248,21 @@ class ControlSession(ApplicationSession):
 
     # What operators are answered is a view record (``llmgw.views``) in its wire form.
 
-    def nodes(self, state=None, label=None, after=None, limit=None):
+    def nodes(self, state=None, label=None, after=None, limit=None, brief=False):
         """The nodes in id order, all of them or those in *state*, with *label* (KEY=VALUE), a page at a time.
 
         A page is at most *limit* nodes after the id *after*; the next page
         starts after the last id of this one.  Without *limit*, every node
-        that matches, as before paging.
+        that matches, as before paging.  *brief*: each node as ``ctl nodes``'
+        table shows it (``NodeBrief``) rather than its whole view.
         """
         try:
             query = NodeQuery.parse(state, label, after, limit)
+            if not isinstance(brief, bool):
+                raise ValueError(f"brief {brief!r} is not true or false")
         except ValueError as e:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.nodes: {e}") from None
-        return self.fleet.json_listing(query)
+        return self.fleet.json_listing(query, brief=brief)
 
     def replicas(self):
         return to_wire(self.reconciler.views())

@@ -15,7 +15,7 @@ import sys
 from llmgw.ctl import render
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
-from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer, node_pages
+from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView, WeightsAnswer, node_pages
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -51,6 +51,8 @@ def add_parser(subparsers) -> None:
     nodes.add_argument("--label", help="only nodes with this label, KEY=VALUE (gpu=h100)")
     nodes.add_argument("--limit", type=int, help="at most this many nodes (a page, in id order)")
     nodes.add_argument("--after", metavar="NODE", help="start after this node id: the last id of the page before")
+    nodes.add_argument("--brief", action="store_true",
+                       help="with --json: each node as the table shows it (GPUs and disks summed), not its whole view")
     nodes.set_defaults(func=_run(cmd_nodes))
 
     replicas = sub.add_parser("replicas", help="list replicas: state, nodes, endpoint, stale flag, reason")
@@ -179,19 +181,33 @@ def decode(kind, answer, uri: str):
 
 
 async def cmd_nodes(session, args) -> int:
+    """The table reads each node's brief (``NodeBrief``), a third of the bytes; ``--json`` the whole view unless ``--brief``."""
+    from autobahn.wamp.exception import ApplicationError
+
     query = {k: v for k, v in (("state", args.state), ("label", args.label)) if v is not None}
+    brief = args.brief or not args.json
 
     async def fetch(after, limit):
         return await session.call(uris.CP_NODES, **query, **({"after": after} if after is not None else {}),
-                                  limit=limit)
+                                  limit=limit, **({"brief": True} if brief else {}))
 
-    if args.limit is not None:
-        answer = await fetch(args.after, args.limit)
-    elif args.after is not None:
-        answer = await node_pages(lambda after, limit: fetch(after or args.after, limit))
+    async def listing():
+        if args.limit is not None:
+            return await fetch(args.after, args.limit)
+        if args.after is not None:
+            return await node_pages(lambda after, limit: fetch(after or args.after, limit))
+        return await node_pages(fetch)
+
+    try:
+        answer = await listing()
+    except ApplicationError as e:
+        if not brief or e.error != uris.ERROR_RUNTIME:
+            raise
+        # A server older than briefs takes no ``brief``: its whole views, made brief here.
+        brief = False
+        views = [NodeBrief.of(v) for v in decode(list[NodeView], await listing(), uris.CP_NODES)]
     else:
-        answer = await node_pages(fetch)
-    views = decode(list[NodeView], answer, uris.CP_NODES)
+        views = decode(list[NodeBrief] if brief else list[NodeView], answer, uris.CP_NODES)
     if args.limit is not None and len(views) == args.limit and views:
         print(f"(at most {args.limit}; the next page: --after {views[-1].id})", file=sys.stderr)
     return _print(args, views, render.nodes_table)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any, Iterable
+from typing import Any
 
-from llmgw.records import EngineInfo, Filesystem
+from llmgw.records import EngineInfo
 from llmgw.states import EngineState, NodeState, ShardState
-from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
+from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView, Space, WeightsAnswer
 
 DASH = "-"
 
@@ -38,7 +38,7 @@ def ago(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d ago"
 
 
-def cpu(node: NodeView) -> str:
+def cpu(node: NodeView | NodeBrief) -> str:
     c = node.cpu
     if not c:
         return DASH
@@ -50,7 +50,7 @@ def cpu(node: NodeView) -> str:
     return text
 
 
-def memory(node: NodeView) -> str:
+def memory(node: NodeView | NodeBrief) -> str:
     total = node.memory_total_bytes
     available = node.memory_available_bytes
     if total is None:
@@ -60,41 +60,33 @@ def memory(node: NodeView) -> str:
     return f"{gb(available)} free / {gb(total)}"
 
 
-def gpus(node: NodeView) -> str:
-    cards = node.gpus
-    if cards is None:
+def gpus(node: NodeView | NodeBrief) -> str:
+    summary = node.gpu_summary
+    if summary is None:
         return DASH
-    if not cards:
+    if not summary.kinds:
         return "none"
     names: dict[str, int] = {}
-    for card in cards:
-        name = (card.name or "GPU").replace("NVIDIA ", "")
-        names[name] = names.get(name, 0) + 1
+    for name, n in summary.kinds.items():
+        short = name.replace("NVIDIA ", "")
+        names[short] = names.get(short, 0) + n
     kinds = ", ".join(f"{n}x {name}" for name, n in names.items())
-    used = [c.memory_used_bytes for c in cards]
-    total = [c.memory_total_bytes for c in cards]
-    if None in used or None in total:
+    if summary.memory_used_bytes is None or summary.memory_total_bytes is None:
         return kinds
-    return f"{kinds} ({gb(sum(used))} / {gb(sum(total))} used)"
+    return f"{kinds} ({gb(summary.memory_used_bytes)} / {gb(summary.memory_total_bytes)} used)"
 
 
-def _space(filesystems: Iterable[Filesystem]) -> str | None:
-    filesystems = list(filesystems)
-    free = [f.free_bytes for f in filesystems]
-    total = [f.total_bytes for f in filesystems]
-    if not filesystems or None in free or None in total:
-        return None
-    return f"{gb(sum(free))} free / {gb(sum(total))}"
+def _space(space: Space | None) -> str | None:
+    return None if space is None else f"{gb(space.free_bytes)} free / {gb(space.total_bytes)}"
 
 
-def disk(node: NodeView) -> str:
+def disk(node: NodeView | NodeBrief) -> str:
     """Local space, with shared filesystems apart: a filer's space is everyone's."""
-    filesystems = node.filesystems
-    if filesystems is None:
+    summary = node.disk_summary
+    if summary is None:
         return DASH
-    local = _space(f for f in filesystems if not f.shared)
-    shared = _space(f for f in filesystems if f.shared)
-    parts = [local or DASH]
+    parts = [_space(summary.local) or DASH]
+    shared = _space(summary.shared)
     if shared:
         parts.append(f"shared {shared}")
     return ", ".join(parts)
@@ -115,19 +107,19 @@ def engine_cell(engine: EngineInfo) -> str:
     return f"{build(engine)} ({mark})" if mark else build(engine)
 
 
-def listed_engines(node: NodeView) -> list[EngineInfo]:
+def listed_engines(node: NodeView | NodeBrief) -> list[EngineInfo]:
     """The entries worth a column: an absent engine is every node's, and is said only when asked."""
     return [e for e in node.engines or () if e.state != EngineState.ABSENT]
 
 
-def engines(node: NodeView) -> str:
+def engines(node: NodeView | NodeBrief) -> str:
     """ENGINES: every build the node has or is getting; "none" when it has looked and has none, "-" unreported."""
     if node.engines is None:
         return DASH
     return ", ".join(engine_cell(e) for e in listed_engines(node)) or "none"
 
 
-def engine_notes(node: NodeView) -> list[str]:
+def engine_notes(node: NodeView | NodeBrief) -> list[str]:
     """A line for each build that cannot run yet, in the node's words: what it is doing, or what to do."""
     return [
         f"{build(e)} {e.state}: {e.reason}" if e.reason else f"{build(e)} {e.state}"
@@ -139,7 +131,7 @@ def engine_notes(node: NodeView) -> list[str]:
 EXPIRY_WARNING_S = 30 * 86400
 
 
-def certificate_note(node: NodeView, now: float) -> str | None:
+def certificate_note(node: NodeView | NodeBrief, now: float) -> str | None:
     """"its certificate expires in 12 days (2027-01-05)…", or None while it is far off or not known."""
     expires = node.certificate_not_after
     if expires is None or expires - now > EXPIRY_WARNING_S:
@@ -151,7 +143,7 @@ def certificate_note(node: NodeView, now: float) -> str | None:
             "where the CA is, and restart its agent")
 
 
-def nodes_table(nodes: list[NodeView], now: float | None = None) -> str:
+def nodes_table(nodes: list[NodeView] | list[NodeBrief], now: float | None = None) -> str:
     if not nodes:
         return "no nodes have registered yet"
     header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "ENGINES", "LAST SEEN")

@@ -499,7 +499,7 @@ class Hub:
             # As autobahn's callee does: the session hears of it (and logs it
             # as it chooses), the caller gets the error's URI and words.
             app_session.onUserError(Failure(), f"{msg.procedure}: {e}")
-            error = e.error if isinstance(e, ApplicationError) else "wamp.error.runtime_error"
+            error = e.error if isinstance(e, ApplicationError) else uris.ERROR_RUNTIME
             session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, error, args=list(e.args),
                                        kwargs=getattr(e, "kwargs", None) or None))
             return

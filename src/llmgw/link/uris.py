@@ -74,6 +74,9 @@ EVENT_ENDPOINTS = EVENT_PREFIX + "endpoints"
 # application errors
 ERROR_NOT_AUTHORIZED = "wamp.error.not_authorized"
 ERROR_INVALID_ARGUMENT = "wamp.error.invalid_argument"
+# What autobahn answers when a procedure raised something other than an
+# ApplicationError: from an older server, a keyword it does not take.
+ERROR_RUNTIME = "wamp.error.runtime_error"
 ERROR_NO_SUCH_NODE = "llmgw.error.no_such_node"
 ERROR_NOT_REGISTERED = "llmgw.error.not_registered"
 ERROR_REFUSED = "llmgw.error.refused"  # a node or the control plane said no, in its own words
