@@ -237,7 +237,8 @@ def test_a_placed_shard_ready_at_another_hosts_endpoint_is_kept_failed_and_stopp
 def _table(world):
     from llmgw.control.routing import endpoint_table
 
-    return endpoint_table(world.fleet, world.catalog, world.reconciler.views())
+    return endpoint_table(world.fleet, {name: entry.model.replicas for name, entry in world.catalog.items()},
+                          world.reconciler.views)
 
 
 def test_the_address_a_nodes_link_comes_from_wins_over_the_one_it_reports(served):

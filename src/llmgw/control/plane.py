@@ -373,7 +373,8 @@ class ControlSession(ApplicationSession):
     def endpoint_table(self) -> EndpointTable:
         """Ready replicas the routers may send to, and why the other models have none."""
         catalog = self.catalog.entries if self.catalog is not None else {}
-        return endpoint_table(self.fleet, catalog, self.reconciler.views())
+        return endpoint_table(self.fleet, {name: entry.model.replicas for name, entry in catalog.items()},
+                              self.reconciler.views)
 
     def publish_endpoints(self) -> None:
         """Tell routers the table when it changes (each tick calls this)."""

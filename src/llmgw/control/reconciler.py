@@ -30,7 +30,7 @@ Each ``tick``:
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Collection
 
 import attrs
 from twisted.internet import defer
@@ -519,17 +519,22 @@ class Reconciler:
 
     # -- what ctl shows --
 
-    def views(self) -> list[ReplicaView]:
+    def views(self, models: Collection[str] | None = None) -> list[ReplicaView]:
+        """Every replica's view, as ``ctl replicas`` lists them; with *models*, only those models' replicas."""
         now = self._clock.seconds()
         catalog = self._catalog()
         observed = self.fleet.replicas()
         out = []
         for name, entry in sorted(catalog.items()):
+            if models is not None and name not in models:
+                continue
             for index in range(entry.model.replicas):
                 replica_id = f"{name}/{index}"
                 out.append(self._view(replica_id, name, entry, observed.pop(replica_id, []), now))
         for replica_id, shards in sorted(observed.items()):
             model, _ = _split(replica_id)
+            if models is not None and model not in models:
+                continue
             view = self._view(replica_id, model, catalog.get(model), shards, now)
             out.append(attrs.evolve(view, reason=view.reason or (
                 "its model left the catalog" if model not in catalog else "the model was scaled down"

@@ -10,27 +10,32 @@ client gets for a model with no endpoint, are the views' reasons.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Collection, Iterable, Mapping
 
 from llmgw.control.fleet import Fleet
 from llmgw.states import ShardState
 from llmgw.views import EndpointEntry, EndpointTable, ReplicaView
 
 
-def endpoint_table(fleet: Fleet, catalog: Iterable[str], views: Iterable[ReplicaView]) -> EndpointTable:
-    """The ready replicas of the models in *catalog*, and why each other model has none.
+def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
+                   views: Callable[[Collection[str]], Iterable[ReplicaView]]) -> EndpointTable:
+    """The ready replicas of the models in *catalog* (each with its replica count), and why each other model has none.
 
-    Entries come in the order of *views* and the reasons in catalog order, as
-    the table always listed them, so its wire form did not change.
+    Entries come in the order ``ctl replicas`` lists their replicas (by
+    model, then slot; a slot past the catalog's count after them) and the
+    reasons in catalog order, as the table always listed them, so its wire
+    form did not change.  *views(models)* gives the replica views of those
+    models; it is asked only for the models with no endpoint, whose reasons
+    it holds: the control plane makes this table every second, and making
+    every replica's view each time was most of that second's pass at 200
+    replicas (a 30 ms turn of the reactor, the tail of every heartbeat
+    behind it).
     """
-    catalog = list(catalog)
-    views = list(views)
-    wanted = set(catalog)
     endpoints = []
     for replica_id, shards in sorted(fleet.replicas().items()):
         usable = [s for s in shards if fleet.usable(s.node_id)]
         model = replica_id.rpartition("/")[0]
-        if not usable or model not in wanted:
+        if not usable or model not in catalog:
             continue
         if any(s.status.state != ShardState.READY for s in usable):
             continue
@@ -41,14 +46,22 @@ def endpoint_table(fleet: Fleet, catalog: Iterable[str], views: Iterable[Replica
         leader = min(usable, key=lambda s: s.status.spec.rank)
         if leader.status.spec.rank == 0 and leader.status.endpoint:
             endpoints.append(EndpointEntry(replica_id, model, leader.status.endpoint, leader.node_id))
-    order = {view.replica: index for index, view in enumerate(views)}
-    endpoints.sort(key=lambda e: (order.get(e.id, len(order)), e.id))
+    endpoints.sort(key=lambda e: _listed(e.id, catalog))
     served = {e.model for e in endpoints}
+    unserved = [name for name in catalog if name not in served]
     unavailable: dict[str, str] = {}
-    for view in views:
-        if view.model in wanted and view.model not in served and view.model not in unavailable:
+    for view in views(set(unserved)) if unserved else ():
+        if view.model in catalog and view.model not in served and view.model not in unavailable:
             unavailable[view.model] = view.reason or f"its replica is {view.state}"
-    for name in catalog:
-        if name not in served and name not in unavailable:
+    for name in unserved:
+        if name not in unavailable:
             unavailable[name] = "the catalog asks for no replicas of it"
     return EndpointTable(endpoints, unavailable)
+
+
+def _listed(replica_id: str, catalog: Mapping[str, int]) -> tuple:
+    """Where ``ctl replicas`` lists *replica_id*: the catalog's slots by model and slot, then the others by id."""
+    model, _, slot = replica_id.rpartition("/")
+    if slot.isdigit() and int(slot) < catalog.get(model, 0):
+        return (0, model, int(slot))
+    return (1, replica_id)
