@@ -22,14 +22,14 @@ from llmgw.config.common import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.session import LinkJsonSerializer, PingWhenQuiet, quiet_cancellations, sweep_pings
+from llmgw.link.session import LinkJsonSerializer, NoDelay, PingWhenQuiet, quiet_cancellations, sweep_pings
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
 
 log = Logger()
 
 
-class _Protocol(PingWhenQuiet, WampWebSocketClientProtocol):
+class _Protocol(NoDelay, PingWhenQuiet, WampWebSocketClientProtocol):
     def onMessage(self, payload, isBinary):
         self.heard()
         super().onMessage(payload, isBinary)

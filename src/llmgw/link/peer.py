@@ -18,7 +18,7 @@ from autobahn.wamp import message
 from autobahn.wamp.exception import TransportLost
 from twisted.internet import defer
 
-from llmgw.link.session import PingWhenQuiet
+from llmgw.link.session import NoDelay, PingWhenQuiet
 
 if TYPE_CHECKING:
     from llmgw.link.hub import Hub
@@ -180,7 +180,7 @@ class HubSession:
         return f"<session {self._session_id} {who} from {self.peer}>"
 
 
-class HubProtocol(PingWhenQuiet, WampWebSocketServerProtocol):
+class HubProtocol(NoDelay, PingWhenQuiet, WampWebSocketServerProtocol):
     """autobahn's server protocol with frames parsed by the hub, pongs passed on, and pings only on a quiet link."""
 
     def _onOpen(self) -> None:

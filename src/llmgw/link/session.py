@@ -18,11 +18,13 @@ rather than one per link.
 from __future__ import annotations
 
 import json
+import pprint
 import secrets
 import time
 import weakref
 
 from autobahn.wamp.serializer import JsonObjectSerializer, JsonSerializer, Serializer, _WAMPJsonEncoder
+from autobahn.websocket import protocol as _ws_protocol
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -32,6 +34,29 @@ from llmgw.wire import JsonText
 log = Logger()
 
 _autobahn_ping = WebSocketProtocol._sendAutoPing
+
+
+class WhenLogged:
+    """pprint's text of a value, made only if the line it is for is written."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return format(pprint.pformat(self.value), spec)
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.value)
+
+
+# autobahn's ``WebSocketProtocol._connectionMade`` pretty-prints every option
+# of the protocol for a debug line on every connection, whether the line is
+# logged or not: 3 % of a restarted server's time while its fleet came back
+# (py-spy, bench/fleet.py at 10,000 nodes), and as much in each agent.  Its
+# module's ``pformat`` is the only way in short of copying the method.
+_ws_protocol.pformat = WhenLogged
 
 
 class _CJsonObjectSerializer(JsonObjectSerializer):
@@ -196,6 +221,27 @@ class _SweepTimer:
 def sweep_pings(factory) -> None:
     """Make *factory*'s links (its protocol mixes in ``PingWhenQuiet``) pinged by their reactor's sweep."""
     factory._batched_timer = _SweepTimer(factory._batched_timer, factory.reactor)
+
+
+class NoDelay:
+    """Mixed into an autobahn WebSocket protocol: its TCP connection sends each message at once (``TCP_NODELAY``).
+
+    autobahn asks for ``TCP_NODELAY`` in ``connectionMade`` before it has
+    copied its factory's ``tcpNoDelay`` option onto the protocol, so the
+    attribute is missing, the call fails and is passed over, and every link
+    kept Nagle's algorithm: the last part of an answer waited for the
+    peer's delayed acknowledgement, up to 40 ms on Linux, whenever an
+    earlier part was not yet acknowledged (a page of the node list, a
+    result behind an invocation).  Through TLS and the hub's connection
+    budget the wrappers hand the call down to the TCP transport.
+    """
+
+    def connectionMade(self) -> None:
+        try:
+            self.transport.setTcpNoDelay(True)
+        except (AttributeError, OSError):  # not TCP: a UNIX socket, a test's transport in memory
+            pass
+        super().connectionMade()
 
 
 class PingWhenQuiet:
