@@ -73,7 +73,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["node_id", "gpus", "cpu", "memory_total_bytes", "filesystems",
                                         "infiniband", "labels", "warnings", "extra"]), json_values))
 def test_anything_a_peer_sends_is_taken_or_refused_with_a_wire_error(payload):
