@@ -1,7 +1,8 @@
 """How big a fleet does one server process hold?  Simulated agents against a real `twistd llmgw-server`.
 
     .venv/bin/python bench/fleet.py [--nodes 1000,5000,10000] [--duration 30] [--interval 5]
-                                    [--per-worker 1000] [--no-restart] [--profile-s 0]
+                                    [--per-worker 1000] [--agents-nice 10] [--probe 100]
+                                    [--no-restart] [--profile-s 0] [--profile-restart 0]
 
 For each N it starts one server (its own CA, server.yaml and temporary
 directory), then N simulated agents spread over worker processes of
@@ -18,7 +19,13 @@ sent as they are (``--heartbeats frames``, ``FrameBeats``): the agents
 share this machine's cores with the server, so the less they cost the
 more the figures are the server's.  ``--heartbeats calls`` sends them
 through autobahn's ``session.call`` as a real agent does, at about 1.4
-times the agents' CPU.  The catalog asks for one sim model with a replica
+times the agents' CPU.  The agents run at niceness ``--agents-nice`` (10),
+their sessions' autogroups too, so that on the cores they share the server
+and the operator come first, as on a fleet whose agents have machines of
+their own; ``--probe`` of them (100) run in a process at normal priority,
+and the heartbeat round trip is theirs: an agent's own wait for a core is
+not the server's latency.  ``--agents-nice 0`` shares the cores evenly, as
+the runs before this option did.  The catalog asks for one sim model with a replica
 per 50 nodes (``--replicas``): an agent keeps a replica it is asked to start as a record,
 and reports it, adopted, when it registers again.  One operator (an
 operator certificate) holds two sessions: one subscribed to
@@ -28,17 +35,19 @@ subscribes to nothing, as ctl.
 Printed per N, as a table and one JSON line: server CPU per heartbeat and
 as % of a core over ``--duration`` seconds of steady heartbeats, and the
 agents' (the worker processes') CPU per heartbeat beside it; the
-server's RSS and RSS per node; heartbeat round trip p50/p99 as the agents
-saw it; ``cp.nodes`` (the whole list as ``ctl nodes`` reads it, a page of
-1,000 at a time, and the ``--state``, ``--label`` and ``--limit`` forms
-where the server has them), ``cp.replicas`` and a relayed ``cp.logs`` round
-trip;
+server's RSS and RSS per node; heartbeat round trip p50/p99 as the probe
+agents saw it (as every agent saw it, in the JSON line); ``cp.nodes`` (the whole list a page of 1,000 at a time: each node's
+brief, as ``ctl nodes``' table reads it, and each node's whole view, as
+``ctl nodes --json`` and the dashboard do; and the ``--state``, ``--label``
+and ``--limit`` forms where the server has them), ``cp.replicas`` and a
+relayed ``cp.logs`` round trip;
 placement time per decision for a catalog of 500 models over N recorded
 nodes (in this process, the control plane's own pure functions); and, after
 ``kill -9`` of the server and a restart, how long until all N are ready
 again and how many replicas the control plane started anew (none should
 be).  ``uptime``'s load is printed with every N, so contention can be told
-from cost.
+from cost.  ``--profile-s`` and ``--profile-restart`` record the server with
+py-spy in the steady window and from its restart.
 
 It raises its file-descriptor limit to the hard limit and says so (every
 session is a socket in the server and in a worker), and sets server.yaml's
@@ -499,6 +508,7 @@ class Run:
         self.hub = f"wss://127.0.0.1:{self.port}/"
         self.server: subprocess.Popen | None = None
         self.workers: list[Worker] = []
+        self.probe: Worker | None = None  # also in workers
         # Replicas the catalog asks for (one model, a sim engine): what a restart must adopt, not start again.
         self.replicas = args.replicas if args.replicas is not None else max(1, n // 50)
 
@@ -540,12 +550,21 @@ models:
 
     def start_workers(self) -> None:
         per = self.args.per_worker
-        for first in range(0, self.n, per):
-            # The fleet arrives at --arrivals agents a second (all workers start at once), as a
-            # fleet that boots over a minute would, not in one storm of handshakes.
-            self.workers.append(Worker(self.hub, self.pki, first, min(per, self.n - first), self.args.interval,
-                                       self.base / f"worker-{first}.log", ramp=max(2.0, self.n / self.args.arrivals),
-                                       heartbeats=self.args.heartbeats))
+        probe = min(self.args.probe, self.n - 1) if self.args.agents_nice else 0
+        bulk = self.n - probe
+        # The fleet arrives at --arrivals agents a second (all workers start at once), as a
+        # fleet that boots over a minute would, not in one storm of handshakes.
+        ramp = max(2.0, self.n / self.args.arrivals)
+        for first in range(0, bulk, per):
+            self.workers.append(Worker(self.hub, self.pki, first, min(per, bulk - first), self.args.interval,
+                                       self.base / f"worker-{first}.log", ramp=ramp,
+                                       heartbeats=self.args.heartbeats, nice=self.args.agents_nice))
+        if probe:
+            # The last agents, at the server's own priority: their round trips are the server's, not
+            # those of a process waiting for a core (``--probe``).
+            self.probe = Worker(self.hub, self.pki, bulk, probe, self.args.interval, self.base / f"worker-{bulk}.log",
+                                ramp=ramp, heartbeats=self.args.heartbeats)
+            self.workers.append(self.probe)
 
     def stop(self) -> None:
         for w in self.workers:
@@ -565,7 +584,7 @@ class Worker:
     """One worker process of simulated agents, talked to over its stdin and stdout (tests/fleet uses it too)."""
 
     def __init__(self, hub: str, pki: Path, first: int, count: int, interval: float, log: Path,
-                 ramp: float | None = None, heartbeats: str = "frames"):
+                 ramp: float | None = None, heartbeats: str = "frames", nice: int = 0):
         import threading
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
@@ -575,6 +594,7 @@ class Worker:
              "--ramp", str(ramp if ramp is not None else max(2.0, count / 200)), "--heartbeats", heartbeats],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "ab"),
             env=env, start_new_session=True, text=True, bufsize=1,
+            preexec_fn=(lambda: _lower_priority(nice)) if nice else None,
         )
         self.status: dict = {}
         self.answers: dict[str, dict] = {}
@@ -613,6 +633,22 @@ class Worker:
 
     def stop(self) -> None:
         _stop_group(self.proc, kill_wait=10)
+
+
+def _lower_priority(nice: int) -> None:
+    """In a worker before it runs: *nice* for it and for its session's autogroup.
+
+    With the kernel's autogroups (``/proc/sys/kernel/sched_autogroup_enabled``)
+    a process's own niceness weighs only against its session's other
+    processes, and each worker is a session of its own: the autogroup's is
+    the one that gives the server the cores first.
+    """
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # no autogroups here: the process's own niceness is what counts
 
 
 def _kill_group(proc: subprocess.Popen, wait: float) -> None:
@@ -721,13 +757,14 @@ class Operator:
             times.append((time.monotonic() - started) * 1000)
         return statistics.median(times), answer
 
-    def all_nodes(self):
-        """The whole node list as ctl nodes reads it: a page at a time (``views.node_pages``)."""
+    def all_nodes(self, brief: bool = False, page: int | None = None):
+        """The whole node list a page at a time (``views.node_pages``): *brief* as ctl nodes' table reads it."""
         from llmgw.link import uris
-        from llmgw.views import node_pages
+        from llmgw.views import NODES_PAGE, node_pages
 
         return node_pages(lambda after, limit: self.session.call(
-            uris.CP_NODES, limit=limit, **({"after": after} if after is not None else {})))
+            uris.CP_NODES, limit=limit, **({"after": after} if after is not None else {}),
+            **({"brief": True} if brief else {})), page or NODES_PAGE)
 
     def status(self) -> dict | None:
         from llmgw.link import uris
@@ -817,6 +854,7 @@ def measure(args, n: int) -> dict:
         reports = [w.ask("report", "REPORT") for w in run.workers]
         beats = sum(r["beats"] for r in reports)
         rtts = [x for r in reports for x in r["rtts_ms"]]
+        probed = reports[run.workers.index(run.probe)]["rtts_ms"] if run.probe is not None else rtts
         rss = server.memory_info().rss
         row.update(
             window_s=round(window, 1), heartbeats=beats,
@@ -825,7 +863,9 @@ def measure(args, n: int) -> dict:
             # What the simulated agents cost, on the same cores: past the server's own, they crowd it.
             agents_cpu_ms_per_heartbeat=round(agents_cpu_s * 1000 / beats, 3) if beats else None,
             agents_cpu_pct_of_core=round(100 * agents_cpu_s / window, 1),
-            heartbeat_rtt_p50_ms=percentile(rtts, 0.5), heartbeat_rtt_p99_ms=percentile(rtts, 0.99),
+            heartbeat_rtt_p50_ms=percentile(probed, 0.5), heartbeat_rtt_p99_ms=percentile(probed, 0.99),
+            heartbeat_rtt_probed=len(probed),
+            all_agents_rtt_p50_ms=percentile(rtts, 0.5), all_agents_rtt_p99_ms=percentile(rtts, 0.99),
             heartbeat_errors=sum(sum(r["errors"].values()) for r in reports),
             rss_mb=round(rss / 2**20, 1), rss_kb_per_node=round((rss - rss_empty) / 1024 / n, 1),
         )
@@ -851,6 +891,11 @@ def measure(args, n: int) -> dict:
         else:  # a server from before paging: one answer (past about 9,000 8-GPU nodes, more than 16 MiB)
             listing = ask("cp_nodes_ms", lambda: operator.timed(uris.CP_NODES))
         row["cp_nodes_count"] = len(listing) if isinstance(listing, list) else None
+        if _has_briefs():  # the whole list as ctl nodes' table reads it: each node's brief
+            briefs = ask("cp_nodes_brief_ms", lambda: operator.timed_coroutine(lambda: operator.all_nodes(brief=True)))
+            row["cp_nodes_brief_count"] = len(briefs) if isinstance(briefs, list) else None
+            ask("cp_nodes_brief2000_ms", lambda: operator.timed_coroutine(lambda: operator.all_nodes(brief=True, page=2000)))
+            ask("cp_nodes_brief_page_ms", lambda: operator.timed(uris.CP_NODES, brief=True, limit=1000))
         ask("cp_nodes_unreachable_ms", lambda: operator.timed(uris.CP_NODES, state="unreachable"))
         ask("cp_nodes_label_ms", lambda: operator.timed(uris.CP_NODES, label="gpu=h100", limit=1000))
         ask("cp_nodes_limit_ms", lambda: operator.timed(uris.CP_NODES, limit=50))
@@ -866,13 +911,27 @@ def measure(args, n: int) -> dict:
     return row
 
 
-def _profile(run: Run, seconds: float) -> None:
-    """py-spy (``pip install py-spy``) records the server for *seconds*; collapsed stacks beside the temp dirs."""
-    out = run.base.parent / f"llmgw-fleet-{run.n}-profile.txt"
+def _profile(run: Run, seconds: float, phase: str = "window", wait: bool = True):
+    """py-spy (``pip install py-spy``) records the server for *seconds*; collapsed stacks beside the temp dirs.
+
+    Without *wait*, the recording goes on while the caller does; it returns the recorder's process.
+    """
+    out = run.base.parent / f"llmgw-fleet-{run.n}-{phase}-profile.txt"
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    subprocess.run([spy, "record", "--pid", str(run.server.pid), "--duration", str(int(seconds)), "--format", "raw",
-                    "--rate", "50", "-o", str(out), "--nonblocking"], capture_output=True, timeout=seconds + 60)
-    print(f"py-spy profile of the server (collapsed stacks): {out}", file=sys.stderr)
+    proc = subprocess.Popen([spy, "record", "--pid", str(run.server.pid), "--duration", str(int(seconds)),
+                             "--format", "raw", "--rate", "50", "-o", str(out), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"py-spy profile of the server's {phase} (collapsed stacks): {out}", file=sys.stderr)
+    if not wait:
+        return proc
+    proc.wait(timeout=seconds + 60)
+    return None
+
+
+def _has_briefs() -> bool:
+    from llmgw import views
+
+    return hasattr(views, "NodeBrief")
 
 
 def _has_paging() -> bool:
@@ -895,6 +954,7 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
+    spy = _profile(run, args.profile_restart, "restart", wait=False) if args.profile_restart else None
     deadline = killed + args.restart_timeout
     ready = 0
     row: dict = {"reregistered_s": None, "reregistered": 0}
@@ -908,6 +968,8 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     else:
         row["reregistered"] = ready
     row["listen_overflows_restart"] = _since(overflows, listen_overflows())
+    if spy is not None:
+        spy.wait()
     time.sleep(5)  # a reconciler pass or more with the whole fleet back: what would it start?
     reports = [w.ask("report", "REPORT") for w in run.workers]
     row["started_after_restart"] = sum(r.get("starts", 0) for r in reports)
@@ -958,7 +1020,7 @@ def _reactor():
 COLUMNS = [
     ("nodes", "nodes"), ("cpu_ms_per_heartbeat", "ms CPU/hb"), ("cpu_pct_of_core", "% core"),
     ("agents_cpu_ms_per_heartbeat", "agents ms/hb"), ("rss_mb", "RSS MB"), ("rss_kb_per_node", "KB/node"), ("heartbeat_rtt_p50_ms", "hb p50 ms"),
-    ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_ms", "all nodes ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
+    ("heartbeat_rtt_p99_ms", "hb p99 ms"), ("cp_nodes_brief_ms", "ctl nodes ms"), ("cp_nodes_ms", "all views ms"), ("cp_nodes_limit_ms", "--limit 50 ms"),
     ("cp_nodes_unreachable_ms", "--state ms"), ("cp_replicas_ms", "replicas ms"), ("cp_logs_ms", "logs ms"),
     ("placement_ms_per_decision", "place ms"), ("reregistered_s", "back in s"),
     ("started_after_restart", "started again"),
@@ -987,11 +1049,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--heartbeats", choices=HEARTBEAT_FORMS, default="frames",
                         help="how the simulated agents send heartbeats: frames (written once, sent as they are; "
                              "the default) or calls (autobahn's session.call, about 1.4 times the agents' CPU)")
+    parser.add_argument("--agents-nice", type=int, default=10,
+                        help="run the simulated agents at this niceness, their sessions' autogroups too, so that "
+                             "the server and the operator come first on the cores they share, as on a fleet of "
+                             "machines (default 10; 0 shares the cores evenly)")
+    parser.add_argument("--probe", type=int, default=100,
+                        help="with --agents-nice: this many of the N agents run in a process at normal priority, "
+                             "and the heartbeat round trip is theirs (default 100)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
+    parser.add_argument("--profile-restart", type=float, default=0,
+                        help="py-spy the restarted server for this long from its start")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.nodes.split(",") if s.strip()]
+    # The operator's sessions collect garbage as ctl's and the dashboard's processes do.
+    from llmgw.ctl.main import fewer_collections
+
+    fewer_collections()
     # SIGTERM (or timeout(1)) unwinds like Ctrl-C, so every process started is stopped and every directory removed.
     # A second SIGTERM while it unwinds is ignored, so the unwinding finishes.
     def unwind(signum, frame):

@@ -45,7 +45,7 @@ from llmgw.ctl.main import fewer_collections  # noqa: E402
 from llmgw.link.session import LinkJsonSerializer  # noqa: E402
 from llmgw.records import Heartbeat, Inventory  # noqa: E402
 from llmgw.states import NodeState  # noqa: E402
-from llmgw.views import NodeView  # noqa: E402
+from llmgw.views import NodeBrief, NodeView  # noqa: E402
 from llmgw.wire import from_wire  # noqa: E402
 
 
@@ -95,8 +95,12 @@ def main() -> None:
     def pages():
         return [fleet.json_listing(NodeQuery(after=after, limit=args.page)) for after in cursors]
 
+    def briefs():
+        return [fleet.json_listing(NodeQuery(after=after, limit=args.page), brief=True) for after in cursors]
+
     forms = [
         (f"whole list, pages of {args.page}", pages),
+        (f"whole list as briefs (ctl nodes), pages of {args.page}", briefs),
         ("--label gpu=h100 --limit 1000", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=h100", limit=1000))),
         ("--label gpu=b200 (none have it)", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=b200"))),
         ("--limit 50", lambda: fleet.json_listing(NodeQuery.parse(limit=50))),
@@ -126,6 +130,15 @@ def main() -> None:
     fewer_collections()
     decoded, _ = best(args.repeat, lambda: [from_wire(list[NodeView], page) for page in answer])
     rows.append(("  decoded into views (from_wire)", decoded, None, "as ctl and llmgw-tui collect"))
+    brief_pages = briefs()
+    sent, wire = best(args.repeat, lambda: [hub.serialize(message.Result(7, args=[page]))[0] for page in brief_pages])
+    size = sum(len(t) for t in wire)
+    rows.append(("  the hub's RESULT messages of the briefs", sent, None, f"{size / 1e6:.1f} MB"))
+    read, _ = best(args.repeat, lambda: [ours.unserialize(t) for t in wire])
+    rows.append(("  ctl's JSON read of the briefs", read, None, ""))
+    brief_pages = [page.value() for page in brief_pages]
+    decoded, _ = best(args.repeat, lambda: [from_wire(list[NodeBrief], page) for page in brief_pages])
+    rows.append(("  decoded into briefs (from_wire)", decoded, None, "as ctl nodes does"))
     width = max(len(r[0]) for r in rows)
     print(f"{'':<{width}}  {'quiet ms':>9}  {'live ms':>8}")
     for name, quiet, live, note in rows:
