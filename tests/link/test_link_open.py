@@ -55,3 +55,6 @@ async def test_a_link_opening_pretty_prints_nothing_for_a_debug_line_nobody_writ
     monkeypatch.undo()
     assert protocol.pformat is WhenLogged
     assert f"{WhenLogged([('tcpNoDelay', True)])}" == "[('tcpNoDelay', True)]"
+    timings = protocol.Timings()  # the module's other pformat: still a string
+    timings.track("onOpen")
+    assert str(timings).startswith("{'onOpen': ")

@@ -55,8 +55,10 @@ class WhenLogged:
 # of the protocol for a debug line on every connection, whether the line is
 # logged or not: 3 % of a restarted server's time while its fleet came back
 # (py-spy, bench/fleet.py at 10,000 nodes), and as much in each agent.  Its
-# module's ``pformat`` is the only way in short of copying the method.
+# module's ``pformat`` is the only way in short of copying the method; its
+# one other caller, ``Timings.__str__``, must still give a string.
 _ws_protocol.pformat = WhenLogged
+_ws_protocol.Timings.__str__ = lambda self: pprint.pformat(self._timings)
 
 
 class _CJsonObjectSerializer(JsonObjectSerializer):
