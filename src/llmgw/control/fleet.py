@@ -617,7 +617,6 @@ class Fleet:
                          f'"link_warnings":{encode_json(list(node.link_warnings))}}}')
         return f'{held.head}{_scalar(node.last_seen)},"seen_ago_s":{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
 
-
     def json_brief(self, node: Node, now: float) -> str:
         """``NodeBrief.of(node.view(now))`` as ``sparse_json_text`` writes it, kept as ``json_view`` keeps the view.
 
