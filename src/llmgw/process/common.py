@@ -25,6 +25,7 @@ from twisted.python import usage
 from zope.interface import implementer
 
 from llmgw.errors import LlmgwError
+from llmgw.process.sending import EagerWrites
 
 log = Logger()
 
@@ -231,7 +232,12 @@ class ConnectionBudget(policies.WrappingFactory):
     handshakes shared out so thinly that most outlast ``hello_timeout_s``, are
     cut off, and come back to do it again.  The port accepts in batches, so
     one batch may overshoot the bound by what the kernel had queued.
+
+    Each connection sends what it is given at once when nothing waits
+    before it (``EagerWrites``).
     """
+
+    protocol = EagerWrites
 
     def __init__(self, limit: int, key: str, max_pending: int | None = None):
         self.limit = limit

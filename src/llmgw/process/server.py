@@ -42,6 +42,7 @@ from llmgw.process.common import (
     split_open_files,
 )
 from llmgw.process.fullgc import FullCollections
+from llmgw.process.sending import TurnFlush
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.service import Router, check_open_api
 
@@ -59,7 +60,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     hub = Hub(reactor, settings=config.link)
     budgets = connection_budgets(config)
     hub_tls = server_options(config.tls)
-    factory = TLSMemoryBIOFactory(hub_tls, False, hub.websocket_factory())
+    factory = TLSMemoryBIOFactory(hub_tls, False, hub.websocket_factory(), clock=TurnFlush(reactor))
     link = internet.StreamServerEndpointService(link_endpoint(reactor, config.listen.link), factory)
     link.setServiceParent(top)
     link_budget = ConnectionBudget(budgets.link, "listen.link (link.max_connections)", config.link.max_handshakes)
