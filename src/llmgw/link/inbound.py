@@ -11,6 +11,7 @@ before anything recurses through it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -76,7 +77,9 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
     if klass is None:
         raise Violation(f"no WAMP message has type {kind}")
     request = raw[1] if len(raw) > 1 and _is_int(raw[1]) and 0 <= raw[1] <= _MAX_ID else None
-    depth = nesting(raw, max_depth)
+    # Nothing nests deeper than it has brackets: most messages (every
+    # heartbeat) have too few to need the walk.
+    depth = 0 if payload.count(b"[") + payload.count(b"{") <= max_depth else nesting(raw, max_depth)
     if depth > max_depth:
         raise _refusal(raw, kind, request, ERROR_INVALID_ARGUMENT,
                        f"{klass.__name__.upper()} nests deeper than {max_depth} levels, the most the link takes "
@@ -86,6 +89,10 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
         if not _valid_uri(kind, uri, raw[2] if len(raw) > 2 else None):
             raise _refusal(raw, kind, request, ERROR_INVALID_URI, f"{uri!r} is not a WAMP URI "
                            "(dot-separated components, none empty, no '#' or whitespace)")
+        if kind == message.Call.MESSAGE_TYPE:
+            call = plain_call(raw, request)
+            if call is not None:
+                return call
     try:
         return klass.parse(raw)
     except ProtocolError as e:
@@ -112,7 +119,48 @@ def _valid_uri(kind: int, uri, options) -> bool:
     if not isinstance(uri, str):
         return False
     prefix = kind == message.Subscribe.MESSAGE_TYPE and isinstance(options, dict) and options.get("match") == "prefix"
-    return bool((_PREFIX_URI if prefix else _URI).match(uri)) and uri != ""
+    if not uri:
+        return False
+    if len(uri) <= _REMEMBERED_URI_CHARS:
+        return _matches(prefix, uri)
+    return bool((_PREFIX_URI if prefix else _URI).match(uri))
+
+
+# A fleet calls a handful of URIs thousands of times a second: each is
+# matched once, and what it gave remembered (a bounded number of short URIs).
+_REMEMBERED_URI_CHARS = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches(prefix: bool, uri: str) -> bool:
+    return bool((_PREFIX_URI if prefix else _URI).match(uri))
+
+
+def plain_call(raw: list, request: int):
+    """The CALL in *raw*, made without autobahn's ``Call.parse`` when it is a plain one; else None (``parse`` reads it).
+
+    Plain: four to six elements, options empty or only a ``timeout``
+    (an int, not negative), arguments a list and keyword arguments a
+    mapping, as autobahn's clients send every call.  *raw* has passed
+    ``decode``'s checks: its request id and procedure URI are valid.  What
+    ``parse`` would make of it is what this makes (tests/link/test_inbound.py).
+    """
+    n = len(raw)
+    if n < 4 or n > 6:
+        return None
+    options = raw[2]
+    if type(options) is not dict:
+        return None
+    timeout = None
+    if options:
+        timeout = options.get("timeout")
+        if len(options) != 1 or type(timeout) is not int or timeout < 0:
+            return None
+    args = raw[4] if n > 4 else None
+    kwargs = raw[5] if n > 5 else None
+    if (args is not None and type(args) is not list) or (n > 5 and type(kwargs) is not dict):
+        return None
+    return message.Call(request, raw[3], args=args, kwargs=kwargs, timeout=timeout)
 
 
 def _is_int(value) -> bool:
