@@ -49,9 +49,13 @@ log = Logger()
 
 # Session and publication ids are global-scope ids (Basic Profile, "IDs"):
 # drawn at random from [1, 2^53].  Registrations and subscriptions are
-# router-scope and may count.
+# router-scope and may count.  A session id is drawn from the system's
+# generator; a publication id, one per event, from Python's own (seeded from
+# the system's), which takes no system call: 1 % of the server at 5,000
+# nodes.  Nothing is authorised by either.
 MAX_ID = 2**53
 _random = random.SystemRandom()
+_publications = random.Random()
 
 META_ON_JOIN = "wamp.session.on_join"
 META_ON_LEAVE = "wamp.session.on_leave"
@@ -625,7 +629,7 @@ class Hub:
             session.send(message.Published(msg.request, publication))
 
     def _publish_event(self, topic: str, args, kwargs, publisher: HubSession | None) -> int:
-        publication = _random.randint(1, MAX_ID)
+        publication = _publications.randint(1, MAX_ID)
         matching = [self._exact[topic]] if topic in self._exact else []
         matching += [sub for prefix, sub in list(self._prefix.items()) if topic.startswith(prefix)]
         for sub in matching:

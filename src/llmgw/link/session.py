@@ -80,9 +80,27 @@ class _CJsonObjectSerializer(JsonObjectSerializer):
     def serialize(self, obj):
         if self._batched:
             return super().serialize(obj)
+        try:
+            # Most messages hold only JSON's own types: one encoder made once.
+            return _PLAIN.encode(obj).encode("utf8")
+        except _NotPlain:
+            pass
         encoder = _SplicingEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=False)
         text = encoder.encode(obj).encode("utf8")
         return encoder.splice(text) if encoder.texts else text
+
+
+class _NotPlain(Exception):
+    """A value JSON has no type for (a ``JsonText``, bytes): the message is written by ``_SplicingEncoder``."""
+
+
+def _not_plain(obj):
+    raise _NotPlain
+
+
+# What autobahn's encoder writes for JSON's own types, without a Python
+# encoder object made for each message.
+_PLAIN = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=False, default=_not_plain)
 
 
 class _SplicingEncoder(_WAMPJsonEncoder):
