@@ -846,7 +846,7 @@ def measure(args, n: int) -> dict:
         cpu0 = sum(server.cpu_times()[:2])
         t0 = time.monotonic()
         if args.profile_s:
-            _profile(run, args.profile_s)
+            _profile(run, args.profile_s, native=args.profile_native)
         time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
         cpu_s = sum(server.cpu_times()[:2]) - cpu0
         agents_cpu_s = sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0
@@ -911,15 +911,17 @@ def measure(args, n: int) -> dict:
     return row
 
 
-def _profile(run: Run, seconds: float, phase: str = "window", wait: bool = True):
+def _profile(run: Run, seconds: float, phase: str = "window", wait: bool = True, native: bool = False):
     """py-spy (``pip install py-spy``) records the server for *seconds*; collapsed stacks beside the temp dirs.
 
     Without *wait*, the recording goes on while the caller does; it returns the recorder's process.
+    With *native*, the stacks go down into C and the kernel's calls (``epoll_ctl``, ``send``); py-spy
+    then pauses the server for each sample, so the run's own figures are not comparable.
     """
     out = run.base.parent / f"llmgw-fleet-{run.n}-{phase}-profile.txt"
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     proc = subprocess.Popen([spy, "record", "--pid", str(run.server.pid), "--duration", str(int(seconds)),
-                             "--format", "raw", "--rate", "50", "-o", str(out), "--nonblocking"],
+                             "--format", "raw", "--rate", "50", "-o", str(out), "--native" if native else "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"py-spy profile of the server's {phase} (collapsed stacks): {out}", file=sys.stderr)
     if not wait:
@@ -954,7 +956,8 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
-    spy = _profile(run, args.profile_restart, "restart", wait=False) if args.profile_restart else None
+    spy = (_profile(run, args.profile_restart, "restart", wait=False, native=args.profile_native)
+           if args.profile_restart else None)
     deadline = killed + args.restart_timeout
     ready = 0
     row: dict = {"reregistered_s": None, "reregistered": 0}
@@ -1058,6 +1061,9 @@ def main(argv: list[str]) -> int:
                              "and the heartbeat round trip is theirs (default 100)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
+    parser.add_argument("--profile-native", action="store_true",
+                        help="with --profile-s or --profile-restart: native stacks too (py-spy --native, which "
+                             "pauses the server per sample)")
     parser.add_argument("--profile-restart", type=float, default=0,
                         help="py-spy the restarted server for this long from its start")
     parser.add_argument("--keep", action="store_true", help="keep each size's temporary directory (logs)")
