@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import socket
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer, endpoints, error, protocol, reactor, task
 from zope.interface import implementer
@@ -80,14 +81,18 @@ async def test_what_a_full_socket_does_not_take_is_buffered_and_arrives_whole_an
     held, wrapper, client, port = await _pair()
     try:
         client.transport.pauseProducing()  # the client stops reading: the kernel's buffers fill
-        chunks = [bytes([i % 251]) * 1_000_000 for i in range(24)]
-        for chunk in chunks:
-            held.transport.write(chunk)
         tcp = wrapper.transport
-        assert tcp._tempDataLen > 0  # the socket took some, the rest waits in the transport
-        assert wrapper.eager < len(chunks)
-        assert not _nothing_waits(tcp)
+        chunks = []
+        # A chunk a turn, so the transport's own sends run between: the socket is
+        # full when, after a turn, the transport still holds what it could not send.
+        while len(chunks) < 256 and _nothing_waits(tcp):
+            chunks.append(bytes([len(chunks) % 251]) * 256_000)
+            held.transport.write(chunks[-1])
+            await task.deferLater(reactor, 0, lambda: None)
+        assert not _nothing_waits(tcp), "the socket never filled"
+        eager = wrapper.eager
         held.transport.write(b"end")  # after what waits, never before it
+        assert wrapper.eager == eager
         client.transport.resumeProducing()
         want = b"".join(chunks) + b"end"
         await until(lambda: len(client.got) >= len(want), "the client to read everything", timeout=60)
@@ -95,6 +100,20 @@ async def test_what_a_full_socket_does_not_take_is_buffered_and_arrives_whole_an
         assert _nothing_waits(tcp)
     finally:
         await _close(client, port)
+
+
+@pytest_twisted.ensureDeferred
+async def test_nothing_is_sent_after_the_connection_is_aborted():
+    held, wrapper, client, port = await _pair()
+    try:
+        held.transport.abortConnection()
+        held.transport.write(b"after the abort")
+        # Twisted's own write buffers it, and the abort drops it with the socket.
+        assert wrapper.eager == 0
+        assert wrapper.transport._tempDataLen == len(b"after the abort")
+        await client.lost.addTimeout(5, reactor)
+    finally:
+        await port.stopListening()
 
 
 @implementer(IPullProducer)
@@ -173,19 +192,37 @@ def test_a_cancelled_flush_does_not_run_and_one_asked_for_while_flushing_waits_f
     turns = TurnFlush(clock)
     ran = []
     cancelled = turns.callLater(0, ran.append, "cancelled")
-    reactor_calls = []
-
-    def flushing():
-        turns.callLater(0, ran.append, "next turn")
-        reactor_calls.extend(clock.getDelayedCalls())  # a call of its own, not this batch's
-        assert ran == []
-
-    turns.callLater(0, flushing)
+    turns.callLater(0, lambda: turns.callLater(0, ran.append, "next turn"))
     cancelled.cancel()
     assert not cancelled.active()
+    (batch,) = clock.getDelayedCalls()
+    clock.calls.remove(batch)
+    batch.func()  # the reactor's call for this turn, run as the reactor would
+    assert ran == []  # the cancelled one did not run; the one asked for meanwhile waits
+    (following,) = clock.getDelayedCalls()  # a reactor call of its own for the next turn
+    assert following is not batch
     clock.advance(0)
-    assert len(reactor_calls) == 1 and reactor_calls[0].called
     assert ran == ["next turn"]
+
+
+def test_a_batch_cut_short_flushes_the_rest_next_turn():
+    clock = task.Clock()
+    turns = TurnFlush(clock)
+    ran = []
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    turns.callLater(0, ran.append, "first")
+    turns.callLater(0, interrupted)
+    turns.callLater(0, ran.append, "after")
+    (batch,) = clock.getDelayedCalls()
+    clock.calls.remove(batch)
+    with pytest.raises(KeyboardInterrupt):
+        batch.func()
+    assert ran == ["first"]
+    clock.advance(0)
+    assert ran == ["first", "after"]
 
 
 def test_a_flush_that_fails_is_logged_and_the_others_still_run():

@@ -17,7 +17,7 @@ import pytest
 import pytest_twisted
 from autobahn.wamp import message
 from autobahn.websocket.protocol import WebSocketProtocol
-from twisted.internet import reactor
+from twisted.internet import reactor, task
 from twisted.internet.testing import StringTransport
 
 from llmgw.link import uris
@@ -51,11 +51,18 @@ def call(request: int, pad: int = 0) -> bytes:
     return json.dumps([CALL, request, {}, WHOAMI, ["x" * pad] if pad else []]).encode()
 
 
+def _ping_of_a_frame() -> bytes:
+    """A masked ping whose payload, as it is on the wire, is a whole CALL frame (request 20)."""
+    inner = frame(call(20))
+    return frame(unmask(inner, MASK), opcode=9)
+
+
 def fragmented(payload: bytes) -> bytes:
     """*payload* as one text message in three frames."""
     return frame(payload[:10], fin=False) + frame(payload[10:20], opcode=0, fin=False) + frame(payload[20:], opcode=0)
 
 
+PING_OF_A_FRAME = _ping_of_a_frame()
 HELLO = json.dumps([1, uris.REALM, {"roles": {"caller": {}}}]).encode()
 
 # autobahn fails a connection by dropping it (its ``failByDrop``): the peer
@@ -76,11 +83,19 @@ CASES = {
     "length not in its shortest form": (frame(call(11), long_form=126), [], DROPPED),
     "unmasked": (frame(call(12), mask=None), [], DROPPED),
     "a reserved opcode": (frame(call(13), opcode=3), [], DROPPED),
+    "a whole text frame inside a fragmented message": (frame(b"[48,", fin=False) + frame(call(14)), [], DROPPED),
+    # In pieces with a turn of the reactor between (each its own TLS record, its own read).
+    "a frame cut after its header": ([frame(call(15, pad=200))[:12], frame(call(15, pad=200))[12:]], [15], None),
+    "a two-byte length cut in two": ([frame(call(16, pad=200))[:3], frame(call(16, pad=200))[3:]], [16], None),
+    # A ping cut after its header, whose payload on the wire is a whole CALL frame: a ping's, not a call.
+    "a ping cut after its header, its payload a frame's bytes": (
+        [PING_OF_A_FRAME[:6], PING_OF_A_FRAME[6:] + frame(call(21))], [21], None),
+    "a frame cut in its mask": ([frame(call(17))[:4], frame(call(17))[4:] + frame(call(18))], [17, 18], None),
 }
 
 
-async def _outcome(hub, pki, raw: bytes, answers: int, closes: bool, *, limit: tuple[str, int] | None = None):
-    """What a peer that joined and then wrote *raw* gets: (message type, request) for *answers* messages, and the close code.
+async def _outcome(hub, pki, raw: bytes | list[bytes], answers: int, closes: bool, *, limit: tuple[str, int] | None = None):
+    """What a peer that joined and then wrote *raw* (or its pieces, a turn apart) gets: (message type, request) for *answers* messages, and the close code.
 
     With *closes*, the hub is waited on to close the connection; else the peer closes it.
     """
@@ -91,7 +106,9 @@ async def _outcome(hub, pki, raw: bytes, answers: int, closes: bool, *, limit: t
     if limit is not None:
         (remote,) = [s for s in hub.sessions.values() if s.authid == "node01"]
         setattr(remote.transport, *limit)
-    peer.transport.write(raw)
+    for piece in raw if isinstance(raw, list) else [raw]:
+        peer.transport.write(piece)
+        await task.deferLater(reactor, 0, lambda: None)
     got = [await peer.next() for _ in range(answers)]
     if closes:
         code = (await peer.until_closed())[0]

@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 import attrs
+import txaio
 from autobahn.exception import Disconnected
 from autobahn.twisted.websocket import WampWebSocketServerProtocol
 from autobahn.wamp import message
@@ -260,7 +261,8 @@ class HubProtocol(NoDelay, PingWhenQuiet, WampWebSocketServerProtocol):
             self._cancelAutoPingTimeoutCall()
         self._onMessage(payload, False)
         if self._listeners is not None or self._parent is not None:
-            self.fire("message", payload, is_binary=False)
+            fired = self.fire("message", payload, is_binary=False)
+            txaio.add_callbacks(fired, None, lambda f: log.error("Firing signal 'message' failed: {f}", f=f))
         return len(self.data) > 0
 
     def send(self, msg) -> None:

@@ -34,6 +34,8 @@ def _nothing_waits(transport) -> bool:
     """
     try:
         return (transport.connected and not transport.disconnecting and not transport._writeDisconnected
+                # Aborted: Twisted's own write would buffer and then drop it with the socket.
+                and not transport._aborting
                 and not transport._tempDataLen and transport.offset == len(transport.dataBuffer)
                 # A pull producer is asked for more only by the transport's doWrite.
                 and (transport.producer is None or (transport.streamingProducer and not transport.producerPaused)))
@@ -109,11 +111,21 @@ class TurnFlush:
     def _run(self) -> None:
         self._call = None
         batch, self._due = self._due, []
-        for due in batch:
-            if due.cancelled:
-                continue
-            due.called = True
-            try:
-                due.call(*due.args, **due.kwargs)
-            except Exception:
-                log.failure("flushing a connection's TLS writes")
+        done = 0
+        try:
+            for due in batch:
+                done += 1
+                if due.cancelled:
+                    continue
+                due.called = True
+                try:
+                    due.call(*due.args, **due.kwargs)
+                except Exception:
+                    log.failure("flushing a connection's TLS writes")
+        finally:
+            if done < len(batch):
+                # Interrupted (a BaseException): the rest flush next turn rather than never,
+                # since each connection's TLS layer waits on its flush before asking again.
+                self._due[:0] = batch[done:]
+                if self._call is None:
+                    self._call = self._reactor.callLater(0, self._run)
