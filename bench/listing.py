@@ -92,15 +92,12 @@ def main() -> None:
     ids = sorted(fleet.nodes)
     cursors = [None, *ids[args.page - 1::args.page]]  # each page starts after the last id of the one before
 
-    def pages():
-        return [fleet.json_listing(NodeQuery(after=after, limit=args.page)) for after in cursors]
-
-    def briefs():
-        return [fleet.json_listing(NodeQuery(after=after, limit=args.page), brief=True) for after in cursors]
+    def pages(brief: bool = False):
+        return [fleet.json_listing(NodeQuery(after=after, limit=args.page), brief=brief) for after in cursors]
 
     forms = [
         (f"whole list, pages of {args.page}", pages),
-        (f"whole list as briefs (ctl nodes), pages of {args.page}", briefs),
+        (f"whole list as briefs (ctl nodes), pages of {args.page}", lambda: pages(brief=True)),
         ("--label gpu=h100 --limit 1000", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=h100", limit=1000))),
         ("--label gpu=b200 (none have it)", lambda: fleet.json_listing(NodeQuery.parse(label="gpu=b200"))),
         ("--limit 50", lambda: fleet.json_listing(NodeQuery.parse(limit=50))),
@@ -130,7 +127,7 @@ def main() -> None:
     fewer_collections()
     decoded, _ = best(args.repeat, lambda: [from_wire(list[NodeView], page) for page in answer])
     rows.append(("  decoded into views (from_wire)", decoded, None, "as ctl and llmgw-tui collect"))
-    brief_pages = briefs()
+    brief_pages = pages(brief=True)
     sent, wire = best(args.repeat, lambda: [hub.serialize(message.Result(7, args=[page]))[0] for page in brief_pages])
     size = sum(len(t) for t in wire)
     rows.append(("  the hub's RESULT messages of the briefs", sent, None, f"{size / 1e6:.1f} MB"))

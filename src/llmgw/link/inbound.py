@@ -121,9 +121,7 @@ def _valid_uri(kind: int, uri, options) -> bool:
     prefix = kind == message.Subscribe.MESSAGE_TYPE and isinstance(options, dict) and options.get("match") == "prefix"
     if not uri:
         return False
-    if len(uri) <= _REMEMBERED_URI_CHARS:
-        return _matches(prefix, uri)
-    return bool((_PREFIX_URI if prefix else _URI).match(uri))
+    return (_matches if len(uri) <= _REMEMBERED_URI_CHARS else _matches.__wrapped__)(prefix, uri)
 
 
 # A fleet calls a handful of URIs thousands of times a second: each is
