@@ -16,6 +16,7 @@ from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
 from llmgw.agent.statefiles import safe_name
 from llmgw.engines.base import LaunchPlan
 from llmgw.states import ShardState
+from tests.support.net import free_port
 from tests.support.procs import alive
 from tests.support.wait import sleep, until
 
@@ -62,11 +63,7 @@ async def test_an_engine_becomes_ready_in_a_process_group_of_its_own(harness):
 
 @pytest_twisted.ensureDeferred
 async def test_a_fixed_port_in_the_spec_is_the_port_it_serves_on(harness):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     sup = harness.supervisor()
     sup.start(make_spec("tiny/0/0", port=port))
     ready = await harness.reports.reach("ready")

@@ -3,14 +3,51 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
+from pathlib import Path
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+# Below the kernel's ephemeral range and above the usual services; 10,000 ports
+# at most, fewer where the range starts low.
+_FIXED = range(max(10000, _EPHEMERAL[0] - 10000), _EPHEMERAL[0])
+_handed_out: set[int] = set()
+_pick = random.Random()
 
 
 def free_port() -> int:
-    """A port nobody listens on now (bound, then closed): for a listener yet to start, or a dead endpoint."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now, for a listener yet to start, or a dead endpoint.
+
+    It is drawn from below the kernel's ephemeral range, never from bind(0):
+    a port bind(0) hands out can be taken, before the listener starts, as the
+    local end of any outgoing connection on the machine (a test's own probe of
+    another listener, an agent dialling the hub), and the listener then fails
+    with "address already in use".  A port is not handed out twice in one
+    process, and is checked free by binding it.
+    """
+    if len(_FIXED) < 100:
+        raise RuntimeError(f"no room below the ephemeral ports {_EPHEMERAL}; lower ip_local_port_range")
+    for _ in range(1000):
+        port = _pick.choice(_FIXED)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_FIXED.start}-{_FIXED.stop - 1} after 1,000 tries")
 
 
 def listening(port: int) -> bool:

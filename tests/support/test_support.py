@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +13,8 @@ import pytest
 import pytest_twisted
 
 from tests.support.modelfile import ModelFile
-from tests.support.net import post
+from tests.support import net
+from tests.support.net import free_port, post
 from tests.support.procs import alive
 from tests.support.wait import NeverHappened, until, wait_for
 
@@ -80,3 +82,24 @@ def test_post_sends_json_with_its_length_and_lets_a_test_replace_a_header():
     head = post("/v1/x", b"", headers={"Content-Length": "12", "Expect": "100-continue"}, version="1.0")
     assert head == (b"POST /v1/x HTTP/1.0\r\nHost: router\r\nContent-Type: application/json\r\n"
                     b"Content-Length: 12\r\nExpect: 100-continue\r\n\r\n")
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_never_handed_out_twice():
+    # bind(0) hands out ephemeral ports, which any outgoing connection may take
+    # before the listener starts (CI once lost a server's link port that way).
+    low = net._ephemeral_range()[0]
+    ports = [free_port() for _ in range(50)]
+    assert all(1024 <= port < low for port in ports), ports
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_port_someone_listens_on_is_passed_over(monkeypatch):
+    held = socket.create_server(("127.0.0.1", 0))
+    with held:
+        taken = held.getsockname()[1]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            spare = probe.getsockname()[1]
+        draws = iter([taken, spare])
+        monkeypatch.setattr(net, "_pick", type("Draws", (), {"choice": staticmethod(lambda _: next(draws))})())
+        assert free_port() == spare
