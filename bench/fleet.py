@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fleet.py [--nodes 1000,5000,10000] [--duration 30] [--interval 5]
                                     [--per-worker 1000] [--agents-nice 10] [--probe 100]
-                                    [--no-restart] [--profile-s 0] [--profile-restart 0]
+                                    [--no-restart] [--pin] [--profile-s 0] [--profile-restart 0]
 
 For each N it starts one server (its own CA, server.yaml and temporary
 directory), then N simulated agents spread over worker processes of
@@ -25,7 +25,10 @@ and the operator come first, as on a fleet whose agents have machines of
 their own; ``--probe`` of them (100) run in a process at normal priority,
 and the heartbeat round trip is theirs: an agent's own wait for a core is
 not the server's latency.  ``--agents-nice 0`` shares the cores evenly, as
-the runs before this option did.  The catalog asks for one sim model with a replica
+the runs before this option did.  ``--pin`` puts the server alone on the
+first CPU for the steady window (the agents, the probes and this process on
+the others), as on a fleet whose agents are elsewhere: niceness says who
+runs first, not whose caches the server comes back to.  The catalog asks for one sim model with a replica
 per 50 nodes (``--replicas``): an agent keeps a replica it is asked to start as a record,
 and reports it, adopted, when it registers again.  One operator (an
 operator certificate) holds two sessions: one subscribed to
@@ -45,7 +48,7 @@ placement time per decision for a catalog of 500 models over N recorded
 nodes (in this process, the control plane's own pure functions); and, after
 ``kill -9`` of the server and a restart, how long until all N are ready
 again and how many replicas the control plane started anew (none should
-be).  ``uptime``'s load is printed with every N, so contention can be told
+be), with the server's and the agents' CPU while it came back.  ``uptime``'s load is printed with every N, so contention can be told
 from cost.  ``--profile-s`` and ``--profile-restart`` record the server with
 py-spy in the steady window and from its restart.
 
@@ -809,6 +812,26 @@ def placement_ms(n: int, models: int = 500) -> float:
     return (time.monotonic() - started) * 1000 / models
 
 
+def _pin(server, agents) -> list:
+    """The window's CPUs: the server alone on the first, its agents and this process on the rest."""
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs at least")
+    me = psutil.Process()
+    saved = [(p, p.cpu_affinity()) for p in (server, me, *agents)]
+    server.cpu_affinity(cpus[:1])
+    for p in (me, *agents):
+        p.cpu_affinity(cpus[1:])
+    return saved
+
+
+def _unpin(saved: list) -> None:
+    for p, cpus in saved:
+        p.cpu_affinity(cpus)
+
+
 def measure(args, n: int) -> dict:
     import psutil
 
@@ -842,13 +865,18 @@ def measure(args, n: int) -> dict:
         for w in run.workers:
             w.ask("mark", "MARKED")
         agents = [psutil.Process(w.proc.pid) for w in run.workers]
+        pinned = _pin(server, agents) if args.pin else None
         agents_cpu0 = sum(sum(a.cpu_times()[:2]) for a in agents)
         cpu0 = sum(server.cpu_times()[:2])
+        sys0 = server.cpu_times().system
         t0 = time.monotonic()
         if args.profile_s:
             _profile(run, args.profile_s, native=args.profile_native)
         time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
         cpu_s = sum(server.cpu_times()[:2]) - cpu0
+        sys_s = server.cpu_times().system - sys0
+        if pinned is not None:
+            _unpin(pinned)
         agents_cpu_s = sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0
         window = time.monotonic() - t0
         reports = [w.ask("report", "REPORT") for w in run.workers]
@@ -860,6 +888,8 @@ def measure(args, n: int) -> dict:
             window_s=round(window, 1), heartbeats=beats,
             cpu_ms_per_heartbeat=round(cpu_s * 1000 / beats, 3) if beats else None,
             cpu_pct_of_core=round(100 * cpu_s / window, 1),
+            cpu_sys_ms_per_heartbeat=round(sys_s * 1000 / beats, 3) if beats else None,
+            pinned=bool(args.pin),
             # What the simulated agents cost, on the same cores: past the server's own, they crowd it.
             agents_cpu_ms_per_heartbeat=round(agents_cpu_s * 1000 / beats, 3) if beats else None,
             agents_cpu_pct_of_core=round(100 * agents_cpu_s / window, 1),
@@ -952,10 +982,15 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     """
     for w in run.workers:
         w.ask("mark", "MARKED")
+    import psutil
+
     overflows = listen_overflows()
+    agents = [psutil.Process(w.proc.pid) for w in run.workers]
+    agents_cpu0 = sum(sum(a.cpu_times()[:2]) for a in agents)
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
+    server = psutil.Process(run.server.pid)
     spy = (_profile(run, args.profile_restart, "restart", wait=False, native=args.profile_native)
            if args.profile_restart else None)
     deadline = killed + args.restart_timeout
@@ -970,6 +1005,12 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
         time.sleep(0.5)
     else:
         row["reregistered"] = ready
+    # Who had the cores while the fleet came back: a server short of 100 % of
+    # its core was waiting for the agents (their own handshakes, here on the
+    # same cores), not the other way round.
+    back = time.monotonic() - killed
+    row["restart_server_cpu_pct"] = round(100 * sum(server.cpu_times()[:2]) / back, 1)
+    row["restart_agents_cpu_pct"] = round(100 * (sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0) / back, 1)
     row["listen_overflows_restart"] = _since(overflows, listen_overflows())
     if spy is not None:
         spy.wait()
@@ -1033,7 +1074,9 @@ COLUMNS = [
 def _cell(value) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):  # a cost per heartbeat is read to the microsecond
+        return f"{value:.3f}" if abs(value) < 1 else f"{value:.1f}"
+    return str(value)
 
 
 def main(argv: list[str]) -> int:
@@ -1060,6 +1103,8 @@ def main(argv: list[str]) -> int:
                         help="with --agents-nice: this many of the N agents run in a process at normal priority, "
                              "and the heartbeat round trip is theirs (default 100)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the kill -9 and restart")
+    parser.add_argument("--pin", action="store_true",
+                        help="in the window, the server alone on one CPU and the agents on the others")
     parser.add_argument("--profile-s", type=float, default=0, help="py-spy the server for this long in the window")
     parser.add_argument("--profile-native", action="store_true",
                         help="with --profile-s or --profile-restart: native stacks too (py-spy --native, which "
