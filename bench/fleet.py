@@ -813,7 +813,7 @@ def placement_ms(n: int, models: int = 500) -> float:
 
 
 def _pin(server, agents) -> list:
-    """The window's CPUs: the server alone on the first, its agents and this process on the rest."""
+    """The window's CPUs: the server alone on the first; its agents and this process (every thread) on the rest."""
     import psutil
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -821,15 +821,25 @@ def _pin(server, agents) -> list:
         raise SystemExit("--pin needs two CPUs at least")
     me = psutil.Process()
     saved = [(p, p.cpu_affinity()) for p in (server, me, *agents)]
-    server.cpu_affinity(cpus[:1])
+    _affinity(server, cpus[:1])
     for p in (me, *agents):
-        p.cpu_affinity(cpus[1:])
+        _affinity(p, cpus[1:])
     return saved
 
 
 def _unpin(saved: list) -> None:
     for p, cpus in saved:
-        p.cpu_affinity(cpus)
+        _affinity(p, cpus)
+
+
+def _affinity(proc, cpus: list[int]) -> None:
+    """*cpus* for every thread of *proc*: sched_setaffinity on a pid sets only its first thread's
+    (this process's reactor thread holds the operator's sessions)."""
+    for thread in proc.threads():
+        try:
+            os.sched_setaffinity(thread.id, cpus)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
 
 
 def measure(args, n: int) -> dict:
@@ -870,13 +880,15 @@ def measure(args, n: int) -> dict:
         cpu0 = sum(server.cpu_times()[:2])
         sys0 = server.cpu_times().system
         t0 = time.monotonic()
-        if args.profile_s:
-            _profile(run, args.profile_s, native=args.profile_native)
-        time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
-        cpu_s = sum(server.cpu_times()[:2]) - cpu0
-        sys_s = server.cpu_times().system - sys0
-        if pinned is not None:
-            _unpin(pinned)
+        try:
+            if args.profile_s:
+                _profile(run, args.profile_s, native=args.profile_native)
+            time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
+            cpu_s = sum(server.cpu_times()[:2]) - cpu0
+            sys_s = server.cpu_times().system - sys0
+        finally:
+            if pinned is not None:
+                _unpin(pinned)
         agents_cpu_s = sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0
         window = time.monotonic() - t0
         reports = [w.ask("report", "REPORT") for w in run.workers]
