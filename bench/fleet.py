@@ -812,6 +812,11 @@ def placement_ms(n: int, models: int = 500) -> float:
     return (time.monotonic() - started) * 1000 / models
 
 
+def _cpu_s(procs) -> float:
+    """The user plus system CPU seconds of *procs* (psutil processes), summed."""
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+
 def _pin(server, agents) -> list:
     """The window's CPUs: the server alone on the first; its agents and this process (every thread) on the rest."""
     import psutil
@@ -876,20 +881,20 @@ def measure(args, n: int) -> dict:
             w.ask("mark", "MARKED")
         agents = [psutil.Process(w.proc.pid) for w in run.workers]
         pinned = _pin(server, agents) if args.pin else None
-        agents_cpu0 = sum(sum(a.cpu_times()[:2]) for a in agents)
-        cpu0 = sum(server.cpu_times()[:2])
-        sys0 = server.cpu_times().system
+        agents_cpu0 = _cpu_s(agents)
+        server0 = server.cpu_times()
         t0 = time.monotonic()
         try:
             if args.profile_s:
                 _profile(run, args.profile_s, native=args.profile_native)
             time.sleep(max(0.0, args.duration - (time.monotonic() - t0)))
-            cpu_s = sum(server.cpu_times()[:2]) - cpu0
-            sys_s = server.cpu_times().system - sys0
+            server1 = server.cpu_times()
         finally:
             if pinned is not None:
                 _unpin(pinned)
-        agents_cpu_s = sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0
+        cpu_s = sum(server1[:2]) - sum(server0[:2])
+        sys_s = server1.system - server0.system
+        agents_cpu_s = _cpu_s(agents) - agents_cpu0
         window = time.monotonic() - t0
         reports = [w.ask("report", "REPORT") for w in run.workers]
         beats = sum(r["beats"] for r in reports)
@@ -992,13 +997,13 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     replicas they reported when they registered again are adopted, so the
     answer should be none.
     """
-    for w in run.workers:
-        w.ask("mark", "MARKED")
     import psutil
 
+    for w in run.workers:
+        w.ask("mark", "MARKED")
     overflows = listen_overflows()
     agents = [psutil.Process(w.proc.pid) for w in run.workers]
-    agents_cpu0 = sum(sum(a.cpu_times()[:2]) for a in agents)
+    agents_cpu0 = _cpu_s(agents)
     run.kill_server()
     killed = time.monotonic()
     run.start_server()
@@ -1021,8 +1026,8 @@ def _restart(run: Run, operator: Operator, n: int, args) -> dict:
     # its core was waiting for the agents (their own handshakes, here on the
     # same cores), not the other way round.
     back = time.monotonic() - killed
-    row["restart_server_cpu_pct"] = round(100 * sum(server.cpu_times()[:2]) / back, 1)
-    row["restart_agents_cpu_pct"] = round(100 * (sum(sum(a.cpu_times()[:2]) for a in agents) - agents_cpu0) / back, 1)
+    row["restart_server_cpu_pct"] = round(100 * _cpu_s([server]) / back, 1)
+    row["restart_agents_cpu_pct"] = round(100 * (_cpu_s(agents) - agents_cpu0) / back, 1)
     row["listen_overflows_restart"] = _since(overflows, listen_overflows())
     if spy is not None:
         spy.wait()
