@@ -8,18 +8,18 @@ import socket
 from pathlib import Path
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _first_ephemeral_port() -> int:
+    """The lowest port the kernel picks for an outgoing connection (Linux's default where it cannot be read)."""
     try:
-        low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
-_EPHEMERAL = _ephemeral_range()
+_EPHEMERAL = _first_ephemeral_port()
 # Below the kernel's ephemeral range and above the usual services; 10,000 ports
 # at most, fewer where the range starts low.
-_FIXED = range(max(10000, _EPHEMERAL[0] - 10000), _EPHEMERAL[0])
+_FIXED = range(max(10000, _EPHEMERAL - 10000), _EPHEMERAL)
 _handed_out: set[int] = set()
 _pick = random.Random()
 
@@ -35,7 +35,7 @@ def free_port() -> int:
     process, and is checked free by binding it.
     """
     if len(_FIXED) < 100:
-        raise RuntimeError(f"no room below the ephemeral ports {_EPHEMERAL}; lower ip_local_port_range")
+        raise RuntimeError(f"no room below the ephemeral ports (from {_EPHEMERAL}); raise ip_local_port_range's first")
     for _ in range(1000):
         port = _pick.choice(_FIXED)
         if port in _handed_out:

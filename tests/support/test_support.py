@@ -87,7 +87,7 @@ def test_post_sends_json_with_its_length_and_lets_a_test_replace_a_header():
 def test_a_free_port_is_below_the_ephemeral_range_and_never_handed_out_twice():
     # bind(0) hands out ephemeral ports, which any outgoing connection may take
     # before the listener starts (CI once lost a server's link port that way).
-    low = net._ephemeral_range()[0]
+    low = net._first_ephemeral_port()
     ports = [free_port() for _ in range(50)]
     assert all(1024 <= port < low for port in ports), ports
     assert len(set(ports)) == len(ports)
