@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 
 from llmgw.errors import LlmgwError
+from llmgw.text import printable
 
 SSH_CONNECT_TIMEOUT_S = 10
 # One ssh command: the install step's pip is the longest.
@@ -90,7 +91,7 @@ class Ssh:
             raise Refusal("there is no ssh on this machine's PATH; install the OpenSSH client") from None
         except subprocess.TimeoutExpired:
             raise failed(-1, f"no answer in {SSH_STEP_TIMEOUT_S} s") from None
-        stderr = printable_text(stderr_bytes.decode(errors="replace"))
+        stderr = printable(stderr_bytes.decode(errors="replace"), keep="\n\t")
         if stdout is None:
             raise failed(status, f"it wrote more than {MAX_ANSWER_BYTES} bytes, which is no answer of "
                              f"llmgw's; stopped. {stderr}")
@@ -105,11 +106,12 @@ class Ssh:
         except (ValueError, IndexError):
             answer = None
         if not isinstance(answer, dict):
-            raise failed(0, f"answered no JSON object: {printable_text(stdout[-500:].decode(errors='replace'))!r} {stderr}")
+            said = printable(stdout[-500:].decode(errors="replace"), keep="\n\t")
+            raise failed(0, f"answered no JSON object: {said!r} {stderr}")
         for key, kind in ANSWERS[op].items():
             value = answer.get(key)
             if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
-                raise failed(0, f"answered {key}={printable_text(repr(value))[:200]}, which is not "
+                raise failed(0, f"answered {key}={printable(repr(value))[:200]}, which is not "
                                  f"what llmgw's nodeside answers; is something else answering on the node?")
         return answer
 
@@ -154,11 +156,6 @@ def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, by
         for thread in threads:
             thread.join(timeout=10)
     return status, (None if over else bytes(out)), bytes(err)
-
-
-def printable_text(text: str) -> str:
-    """*text* from a node with its control characters shown escaped (newlines and tabs kept), for a terminal."""
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def _with_python(python: str) -> str:

@@ -16,6 +16,8 @@ from cryptography.x509.oid import NameOID
 
 from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES
+# Whatever a certificate says reaches a log line through this (re-exported by llmgw.pki).
+from llmgw.text import printable  # noqa: F401
 
 # RFC 5280's upper bound on a CN, which cryptography enforces: a longer
 # hostname could not be carried as an identity at all.
@@ -39,17 +41,6 @@ class CertificateSubject:
     role: str
     serial: int | None = attrs.field(default=None, eq=False)
     not_after: datetime.datetime | None = attrs.field(default=None, eq=False)
-
-
-def printable(text: str) -> str:
-    """*text* with every character that is not printable escaped (``\\n``, ``\\x1b``, ``\\u202e``).
-
-    Whatever a certificate says reaches a log line through this: a CN with a
-    newline in it would otherwise write a line of its own choosing.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def describe_subject(cert: x509.Certificate) -> str:
