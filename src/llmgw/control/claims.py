@@ -26,7 +26,10 @@ from urllib.parse import urlsplit
 import attrs
 from twisted.logger import Logger
 
-from llmgw.records import ShardSpec, ShardStatus
+from llmgw.control import adoption
+from llmgw.control.placement import PlacementRequest
+from llmgw.records import Inventory, ShardSpec, ShardStatus
+from llmgw.states import ShardState
 
 log = Logger()
 
@@ -46,6 +49,7 @@ class Why(enum.Enum):
     NOT_IN_CATALOG = "not in catalog"
     ENDPOINT = "endpoint"
     RENDEZVOUS = "rendezvous"
+    PROFILE = "profile"
 
 
 class ClaimRefused(Exception):
@@ -62,6 +66,14 @@ class ModelSlots:
 
     replicas: int
     ranks: int
+    # What one rank asks of its node (the model's profile); None: adoption is not held to placement.
+    request: PlacementRequest | None = None
+
+    @classmethod
+    def of(cls, name: str, entry) -> ModelSlots:
+        """The slots of the catalog's *entry* for the model *name*, with the request placement would make."""
+        request = PlacementRequest.from_profile(name, entry.profile, entry.engine_version)
+        return cls(entry.model.replicas, entry.profile.ranks, request)
 
 
 @attrs.frozen
@@ -198,12 +210,14 @@ class Claims:
         adopting: bool = False,
         catalog: Mapping[str, ModelSlots] | None = None,
         usable: Callable[[str], bool] = lambda node_id: True,
+        inventory: Inventory | None = None,
     ) -> Grant:
         """The grant *status* is reported under, made now when *adopting* it is allowed; else ``ClaimRefused``.
 
         *catalog* is the models adoption is allowed for, with their slots
         (None: no catalog to hold it to); *usable* says whether a node's
-        grants still serve.
+        grants still serve; *inventory* is what the adopting node registered
+        with, which an adoption is held to as placement would hold it.
         """
         spec = status.spec
         shard_id = spec.shard_id
@@ -220,6 +234,7 @@ class Claims:
                                f"it was placed as {_words(grant.spec)}, and is reported as {_words(spec)}")
         if grant is None:
             self._adoptable(node_id, spec, catalog, usable)
+            self._placeable(node_id, spec, catalog, inventory)
         if status.endpoint is not None:
             bad = endpoint_refusal(status.endpoint, node_id, address)
             if bad is not None:
@@ -257,6 +272,22 @@ class Claims:
                 raise self._refuse(node_id, spec.shard_id, Why.SPEC,
                                    f"its replica {spec.replica_id} runs with {grant.spec.ranks} rank(s) "
                                    f"({holder} serves {shard_id}), not {spec.ranks}")
+
+    def _placeable(self, node_id: str, spec: ShardSpec, catalog: Mapping[str, ModelSlots] | None,
+                   inventory: Inventory | None) -> None:
+        """Refuse an adoption placement could not have made: the node lacks what the model's profile requires."""
+        slots = None if catalog is None else catalog.get(spec.model)
+        if slots is None or slots.request is None or inventory is None:
+            return
+        running = {s.spec.shard_id for s in inventory.shards or () if s.state != ShardState.STOPPED}
+        others = [adoption.reservation(g.spec, getattr(catalog.get(g.spec.model), "request", None))
+                  for (holder, shard_id), g in self.grants.items()
+                  if holder == node_id and shard_id != spec.shard_id and shard_id in running]
+        why = adoption.misfit(node_id, inventory, spec, slots.request, others)
+        if why is not None:
+            raise self._refuse(node_id, spec.shard_id, Why.PROFILE,
+                               f"placement would not have put it there ({node_id}: {why}); "
+                               f"the catalog's profile for {spec.model} decides where it runs")
 
     def _refuse(self, node_id: str, shard_id: str, why: Why, words: str) -> ClaimRefused:
         refused = ClaimRefused(node_id, shard_id, why, words)

@@ -308,7 +308,7 @@ class Fleet:
                 continue
             try:
                 grant = self.claims.check(node_id, status, inventory.address, adopting=True, catalog=catalog,
-                                          usable=self.usable)
+                                          usable=self.usable, inventory=inventory)
             except ClaimRefused as e:
                 refused[status.spec.shard_id] = str(e)
                 continue

@@ -14,6 +14,7 @@ from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from llmgw.control import relay
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
 from llmgw.control.fleet import Fleet, NodeQuery, NotRegistered, TooManyDownloads
 from llmgw.control.news import NewsSettings
@@ -30,7 +31,6 @@ from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
 COMMAND_TIMEOUT_MS = 30_000
-LOGS_TIMEOUT_MS = 10_000
 # Taking a new engine plan only starts the installs; the node answers at once.
 SET_ENGINES_TIMEOUT_MS = 10_000
 # What the router says when the callee is not there: an agent older than the procedure.
@@ -172,7 +172,7 @@ class ControlSession(ApplicationSession):
             )
             inv = attrs.evolve(inv, node_id=node_id)
         catalog = None if self.catalog is None else {
-            name: ModelSlots(entry.model.replicas, entry.profile.ranks) for name, entry in self.catalog.entries.items()}
+            name: ModelSlots.of(name, entry) for name, entry in self.catalog.entries.items()}
         refused = self.fleet.register(node_id, details.caller, inv, peer=self._peers.get(details.caller),
                                      certificate_not_after=self._expiry.get(details.caller),
                                      catalog=catalog)
@@ -241,9 +241,9 @@ class ControlSession(ApplicationSession):
             for node_id, files in found.items():
                 if not files or self.fleet.nodes[node_id].state != NodeState.READY:
                     continue
-                answer = await self.call(uris.node_uri(node_id, uris.NODE_COLLECT_WEIGHTS), [f.path for f in files],
-                                         options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
-                results[node_id] = self._decode(CollectResult, answer)
+                answer = await relay.ask(self, node_id, uris.NODE_COLLECT_WEIGHTS, [f.path for f in files],
+                                         timeout_ms=COMMAND_TIMEOUT_MS)
+                results[node_id] = relay.answer(node_id, uris.NODE_COLLECT_WEIGHTS, CollectResult, answer)
         return to_wire(WeightsAnswer(unwanted=found, collected=results if collect else None))
 
     # What operators are answered is a view record (``llmgw.views``) in its wire form.
@@ -282,8 +282,7 @@ class ControlSession(ApplicationSession):
         self._known(node_id)
         # The agent keeps the cordon in its state directory, so it outlives
         # this process, which keeps no database.
-        await self.call(uris.node_uri(node_id, uris.NODE_CORDON), bool(cordoned),
-                        options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        await relay.ask(self, node_id, uris.NODE_CORDON, bool(cordoned), timeout_ms=COMMAND_TIMEOUT_MS)
         self.fleet.set_cordoned(node_id, bool(cordoned))
         return {"node": node_id, "cordoned": bool(cordoned)}
 
@@ -295,8 +294,7 @@ class ControlSession(ApplicationSession):
         await self.cordon(node_id, True)
         shards = [s for s in self.fleet.shards.values() if s.node_id == node_id and s.status.state != ShardState.FAILED]
         for shard in shards:
-            await self.call(uris.node_uri(node_id, uris.NODE_DRAIN_SHARD), shard.id,
-                            options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+            await relay.ask(self, node_id, uris.NODE_DRAIN_SHARD, shard.id, timeout_ms=COMMAND_TIMEOUT_MS)
         for shard in shards:
             await self.stop_shard(node_id, shard.id)
         return {"node": node_id, "cordoned": True, "stopped": [s.id for s in shards]}
@@ -355,18 +353,11 @@ class ControlSession(ApplicationSession):
                      id=node_id, why=why)
 
     async def logs(self, node_id, source=None, n=200):
-        """A node's log lines, relayed; a node that does not answer in 10 s says so, not a hang."""
+        """A node's log lines (``LogsAnswer``), checked and relayed; a node that does not answer in 10 s says so."""
         self._known(node_id)
-        try:
-            return await self.call(uris.node_uri(node_id, uris.NODE_LOGS), source, n,
-                                   options=CallOptions(timeout=LOGS_TIMEOUT_MS))
-        except ApplicationError as e:
-            if e.error in ("wamp.error.timeout", "wamp.error.no_such_procedure", "wamp.error.canceled"):
-                raise ApplicationError(
-                    uris.ERROR_NOT_ANSWERING,
-                    f"{node_id}: agent too old or not answering ({e.args[0] if e.args else e.error})",
-                ) from None
-            raise
+        n = relay.lines_asked(n)
+        answer = await relay.ask(self, node_id, uris.NODE_LOGS, source, n, timeout_ms=relay.LOGS_TIMEOUT_MS)
+        return to_wire(relay.logs(node_id, answer, n))
 
     # -- the routers' endpoint table --
 
@@ -403,10 +394,9 @@ class ControlSession(ApplicationSession):
         return status
 
     async def stop_shard(self, node_id: str, shard_id: str):
-        result = await self.call(uris.node_uri(node_id, uris.NODE_STOP_SHARD), shard_id,
-                                 options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+        result = await relay.ask(self, node_id, uris.NODE_STOP_SHARD, shard_id, timeout_ms=COMMAND_TIMEOUT_MS)
         if result is not None:
-            self.fleet.shard_status(node_id, self._decode(ShardStatus, result))
+            self.fleet.shard_status(node_id, relay.answer(node_id, uris.NODE_STOP_SHARD, ShardStatus, result))
         else:
             self.fleet.forget_shard(node_id, shard_id)
 
