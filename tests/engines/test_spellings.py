@@ -1,11 +1,12 @@
 """Options llmgw sets are refused however the engine's own parser would let a profile spell them.
 
-vLLM, SGLang and the simulator parse with argparse, which takes any prefix of
-a long option that names one option (``--hos`` is ``--host``) and reads
-``--opt=value``; vLLM also reads ``--a_b`` as ``--a-b`` and ``--key.sub V``
-as part of ``--key``; llama.cpp reads ``--a_b`` as ``--a-b`` and takes no
-prefixes.  A profile that spells a reserved option any of those ways would
-otherwise set it after llmgw has: the last one wins.
+vLLM and SGLang parse with argparse, which takes any prefix of a long option
+that names one option (``--hos`` is ``--host``) and reads ``--opt=value``;
+vLLM also reads ``--a_b`` as ``--a-b`` and ``--key.sub V`` as part of
+``--key``; llama.cpp reads ``--a_b`` as ``--a-b`` and takes no prefixes, nor
+does the simulator (``allow_abbrev=False``).  A profile that spells a
+reserved option any of those ways would otherwise set it after llmgw has:
+the last one wins.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def sets(engine: str, spelled: str, option: str) -> str:
         ("sglang", ["--n", "2"], ["sglang profiles may not set --n: sglang may read it as --nnodes or --node-rank, "
                                    "which llmgw sets for each shard"]),
         ("sglang", ["--tp", "1"], []),
-        ("sim", ["--hos", "0.0.0.0", "--p", "1"], [sets("sim", "--hos", "--host"), sets("sim", "--p", "--port")]),
-        ("sim", ["--mo=x"], [sets("sim", "--mo", "--model")]),
+        # The simulator reads no prefix: "--hos" is no option of its (refused as unknown: tests/engines/test_overrides.py).
+        ("sim", ["--hos", "0.0.0.0", "--p", "1"], []),
+        ("sim", ["--mo=x"], []),
+        ("sim", ["--port=1"], ["sim profiles may not set --port: llmgw sets it for each shard"]),
         # llama.cpp reads --a_b as --a-b, takes no prefixes (it refuses --hos itself), and has aliases.
         ("llama.cpp", ["--hf_repo", "org/other"], [sets("llama.cpp", "--hf_repo", "--hf-repo")]),
         ("llama.cpp", ["--model_url", "https://x/m.gguf"], [sets("llama.cpp", "--model_url", "--model-url")]),

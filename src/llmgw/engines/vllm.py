@@ -105,7 +105,8 @@ class VLLM(EngineAdapter):
     name = "vllm"
     # --tensor-parallel-size is not here: a profile may set it, if it agrees
     # with gpus:.
-    reserved_args = ("--model", "--host", "--port", "--served-model-name")
+    # --uds: a Unix socket instead of the host and port llmgw gives it.
+    reserved_args = ("--model", "--host", "--port", "--served-model-name", "--uds")
     spelling = SPELLING
     launchers = ("native", "ray")
 

@@ -1,0 +1,91 @@
+"""No profile arg can undo an option llmgw writes into an engine's command line, however it is spelled.
+
+A profile's args come after llmgw's own and the engine keeps the last one it
+reads, so every option in llmgw's part of a plan's argv must be refused when a
+profile names it: as written, with the engine's ``--a_b`` spelling, and (for
+an argparse engine) by any prefix.  The simulator is llmgw's own and takes no
+prefix at all; what it would refuse when the shard starts is refused when the
+profile is read.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmgw.engines import ADAPTERS, validate_profile
+from llmgw.sim.options import parse, parser
+from tests.engines.helpers import shard
+from tests.support.cluster import ROOT
+from tests.support.sim import MODEL
+
+SHAPES = [("llama.cpp", 1, None), ("vllm", 1, None), ("vllm", 2, "native"), ("sglang", 1, None),
+          ("sglang", 2, "native"), ("sim", 1, None)]
+
+
+def llmgw_flags(engine: str, ranks: int, launcher: str) -> list[str]:
+    """The options llmgw writes for a shard of this shape, before the profile's args."""
+    spec = shard(engine, ranks=ranks, gpus=[0], leader="10.0.0.1:29500" if ranks > 1 else None, launcher=launcher)
+    argv = ADAPTERS[engine].plan(spec, binary=None if engine == "sim" else "/opt/engine/bin/engine", host="127.0.0.1",
+                                 port=9, model_path="/m", **({"rendezvous_port": 29500} if ranks > 1 else {})).argv
+    # "-m MODULE" of a Python-run engine is Python's own option, not the engine's.
+    return [a for i, a in enumerate(argv) if a.startswith("-") and not (a == "-m" and argv[i + 1].count("."))]
+
+
+def spellings(engine: str, flag: str) -> list[str]:
+    spelling = ADAPTERS[engine].spelling
+    out = [flag]
+    if spelling.underscores and flag.startswith("--") and "-" in flag[2:]:
+        out.append("--" + flag[2:].replace("-", "_"))
+    if spelling.prefixes and flag.startswith("--") and len(flag) > 4:
+        out.append(flag[:-1])
+    return out
+
+
+@pytest.mark.parametrize("engine, ranks, launcher", SHAPES, ids=[f"{e}-{r}" for e, r, _ in SHAPES])
+def test_every_option_llmgw_writes_is_refused_in_a_profile_however_spelled(engine, ranks, launcher):
+    flags = llmgw_flags(engine, ranks, launcher)
+    assert "--port" in flags
+    source = None if engine == "sim" else "/m"
+    for flag in flags:
+        for spelled in spellings(engine, flag):
+            for args in ([spelled, "7"], [f"{spelled}=7"]):
+                assert validate_profile(engine, args, 1, ranks, source, launcher), \
+                    f"{engine} (ranks {ranks}) takes {args} from a profile over llmgw's {flag}"
+
+
+def test_vllm_refuses_a_unix_socket_which_would_replace_the_address_llmgw_gives_it():
+    (problem,) = validate_profile("vllm", ["--uds", "/tmp/x.sock"], 1, 1, "/m")
+    assert problem == "vllm profiles may not set --uds: llmgw sets it for each shard"
+
+
+def test_the_simulator_reads_no_option_by_a_prefix():
+    base = ["--model", "m", "--host", "127.0.0.1", "--port", "0"]
+    for action in parser()._actions:
+        for option in (o for o in action.option_strings if o.startswith("--")):
+            for end in range(3, len(option)):
+                with pytest.raises(SystemExit):
+                    parse([*base, option[:end], "1"])
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--hos", "0.0.0.0"], "unrecognized arguments: --hos 0.0.0.0"),
+    (["--ttft", "5"], "unrecognized arguments: --ttft 5"),
+    (["--fail-rate", "2"], "argument --fail-rate: '2' is not a fraction from 0 to 1"),
+    (["--help"], "unrecognized arguments: --help"),
+])
+def test_a_sim_profile_the_simulator_would_refuse_at_start_is_refused_when_read(args, said):
+    assert validate_profile("sim", args, 0, 1, None) == [
+        f"sim would refuse these args when the shard starts ({said}); see python -m llmgw.sim --help"]
+    assert validate_profile("sim", ["--ttft-ms", "5", "--quiet"], 0, 1, None) == []
+
+
+def test_a_simulator_given_an_abbreviated_port_after_its_own_exits_and_serves_nothing():
+    done = subprocess.run([sys.executable, "-m", "llmgw.sim", "--model", MODEL, "--host", "127.0.0.1", "--port", "0",
+                           "--por", "1"], capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert done.returncode == 2 and "unrecognized arguments: --por 1" in done.stderr
+    assert "serving" not in done.stdout
