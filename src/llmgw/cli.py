@@ -8,6 +8,7 @@ import sys
 
 from llmgw import __version__
 from llmgw.errors import LlmgwError
+from llmgw.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or 0
     except LlmgwError as e:
-        print(f"llmgw: {e}", file=sys.stderr)
+        # The words may be a node's (a refusal relayed): shown, never obeyed by the terminal.
+        words = printable(str(e), keep="\n")
+        print(f"llmgw: {words}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -18,10 +18,11 @@ from typing import Callable
 import attrs
 
 from llmgw.records import (
-    CPU, GPU, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus, WeightsFile,
-    WeightsReport,
+    CPU, GPU, IDENT, PROSE, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus,
+    WeightsFile, WeightsReport,
 )
 from llmgw.states import NodeState, ReplicaState, ShardState
+from llmgw.wire import Text, field
 
 #: The inventory's facts a node view carries, flattened beside the node's own
 #: fields; the view's id and cordon are the fleet's, its shards have their own views.
@@ -296,6 +297,28 @@ class WeightsAnswer:
 
     unwanted: dict[str, list[WeightsFile]] = attrs.Factory(dict)
     collected: dict[str, CollectResult] | None = None
+
+
+#: The most lines ``llmgw.cp.logs`` relays: the agent's own cap on ``n``.
+LOG_LINES = 10_000
+#: A node's log sources: the agent's own and one per shard it runs.
+LOG_SOURCES = 1024
+
+
+@attrs.frozen
+class LogsAnswer:
+    """``llmgw.cp.logs`` (``ctl logs``, the dashboard's and the admin page's log): a node's last lines, as it sent them.
+
+    The control plane checks a node's answer against this before it relays
+    it: a line longer than ``PROSE`` characters is cut, more than
+    ``LOG_LINES`` lines keep the last ones, and a source that is not a
+    name refuses the whole answer, naming the node.
+    """
+
+    node: str = field(chars=IDENT)
+    source: str = field(chars=IDENT)
+    sources: list[str] = field(factory=list, chars=IDENT, items=LOG_SOURCES)
+    lines: list[str] = field(factory=list, chars=PROSE, items=LOG_LINES, text=Text.PROSE)
 
 
 @attrs.frozen

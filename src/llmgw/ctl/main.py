@@ -12,10 +12,13 @@ import gc
 import json
 import sys
 
+import attrs
+
 from llmgw.ctl import render
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
-from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView, WeightsAnswer, node_pages
+from llmgw.text import printable
+from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReplicaView, WeightsAnswer, node_pages
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -118,7 +121,7 @@ def _run(command):
             try:
                 return await command(session, args)
             except ApplicationError as e:
-                raise Refused(f"{e.error}: {e.args[0] if e.args else ''}") from None
+                raise Refused(printable(f"{e.error}: {e.args[0] if e.args else ''}")) from None
             finally:
                 session.leave()
 
@@ -158,11 +161,17 @@ def react(main, reactor=None) -> int:
 
 
 def _print(args, result, text) -> int:
+    """*result* as JSON (every character outside ASCII written as ``\\u…``) or as *text* made it.
+
+    *text* escapes each word a node sent where it places it (``render.said``);
+    what it lays out itself is lines, so nothing else that reaches the
+    terminal is a control character.
+    """
     if args.json:
         json.dump(to_wire(result), sys.stdout, indent=2)
         print()
     else:
-        print(text(result))
+        print(printable(text(result), keep="\n"))
     return 0
 
 
@@ -176,8 +185,8 @@ def decode(kind, answer, uri: str):
     try:
         return from_wire(kind, answer)
     except WireError as e:
-        raise LlmgwError(f"{uri} answered something this ctl cannot read ({e}); is the server a much "
-                      "older or newer llmgw?") from None
+        raise LlmgwError(f"{uri} answered something this ctl cannot read ({printable(str(e))}); is the server a "
+                         "much older or newer llmgw?") from None
 
 
 async def cmd_nodes(session, args) -> int:
@@ -201,7 +210,8 @@ async def cmd_nodes(session, args) -> int:
     try:
         answer = await listing()
     except ApplicationError as e:
-        if not brief or e.error != uris.ERROR_RUNTIME:
+        # An older server's hub answered an unknown keyword as a runtime error; a newer one as invalid_argument.
+        if not brief or e.error not in (uris.ERROR_RUNTIME, uris.ERROR_INVALID_ARGUMENT):
             raise
         # A server older than briefs takes no ``brief``: its whole views, made brief here.
         brief = False
@@ -209,7 +219,7 @@ async def cmd_nodes(session, args) -> int:
     else:
         views = decode(list[NodeBrief] if brief else list[NodeView], answer, uris.CP_NODES)
     if args.limit is not None and len(views) == args.limit and views:
-        print(f"(at most {args.limit}; the next page: --after {views[-1].id})", file=sys.stderr)
+        print(f"(at most {args.limit}; the next page: --after {printable(views[-1].id)})", file=sys.stderr)
     return _print(args, views, render.nodes_table)
 
 
@@ -231,24 +241,26 @@ def _node_verb(verb: str):
 
 
 async def cmd_logs(session, args) -> int:
+    async def read(n: int) -> LogsAnswer:
+        return decode(LogsAnswer, await session.call(uris.CP_LOGS, args.node, args.source, n), uris.CP_LOGS)
+
     if not args.follow:
-        answer = await session.call(uris.CP_LOGS, args.node, args.source, args.n)
-        return _print(args, answer, render.logs_text)
+        return _print(args, await read(args.n), render.logs_text)
     from twisted.internet import reactor, task
 
     # Every poll reads the same window, wider than -n, so the seam between
     # two reads is found even when more was written than -n lines.
     window = max(args.n, FOLLOW_WINDOW)
-    answer = await session.call(uris.CP_LOGS, args.node, args.source, window)
-    seen = answer["lines"]
-    print(render.logs_text({**answer, "lines": seen[len(seen) - min(args.n, len(seen)):]}), flush=True)
+    answer = await read(window)
+    seen = answer.lines
+    print(render.logs_text(attrs.evolve(answer, lines=seen[len(seen) - min(args.n, len(seen)):])), flush=True)
     while True:
         await task.deferLater(reactor, FOLLOW_POLL_S, lambda: None)
-        answer = await session.call(uris.CP_LOGS, args.node, args.source, window)
-        fresh = render.new_lines(seen, answer["lines"])
+        answer = await read(window)
+        fresh = render.new_lines(seen, answer.lines)
         if fresh:
-            print("\n".join(fresh), flush=True)
-        seen = answer["lines"]
+            print("\n".join(render.log_lines(fresh)), flush=True)
+        seen = answer.lines
 
 
 async def cmd_weights(session, args) -> int:

@@ -1,7 +1,11 @@
 """Turning the control plane's views (``llmgw.views``) into text a person reads.
 
 What a node did not report shows as ``-``, never as 0: an old agent is not a
-small machine, and an unmounted filer is not a full disk.
+small machine, and an unmounted filer is not a full disk.  Every word a node
+or an engine wrote goes through :func:`said` (``llmgw.text.printable``) as
+it is placed: an escape sequence shows as ``\\x1b[2J``, not a cleared
+screen, and a newline in a reason as ``\\n``, not a line of its own.  The
+dashboard and the admin page use these same functions.
 """
 
 from __future__ import annotations
@@ -12,9 +16,15 @@ from typing import Any
 
 from llmgw.records import EngineInfo
 from llmgw.states import EngineState, NodeState, ShardState
-from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView, Space, WeightsAnswer
+from llmgw.text import printable
+from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReplicaView, Space, WeightsAnswer
 
 DASH = "-"
+
+
+def said(value: Any) -> str:
+    """A value a node (or an engine, or a newer server) sent, as one line of text: ``-`` when not sent."""
+    return DASH if value is None else printable(str(value))
 
 
 def gb(n: int | float | None) -> str:
@@ -42,7 +52,7 @@ def cpu(node: NodeView | NodeBrief) -> str:
     c = node.cpu
     if not c:
         return DASH
-    model = c.model or DASH
+    model = said(c.model or None)
     cores = c.logical_cores
     text = f"{model} ({cores})" if cores else model
     if c.avx2 is False:
@@ -68,7 +78,7 @@ def gpus(node: NodeView | NodeBrief) -> str:
         return "none"
     names: dict[str, int] = {}
     for name, n in summary.kinds.items():
-        short = name.replace("NVIDIA ", "")
+        short = said(name.replace("NVIDIA ", ""))
         names[short] = names.get(short, 0) + n
     kinds = ", ".join(f"{n}x {name}" for name, n in names.items())
     if summary.memory_used_bytes is None or summary.memory_total_bytes is None:
@@ -98,7 +108,8 @@ ENGINE_MARKS = {EngineState.INSTALLING: "installing", EngineState.BROKEN: "broke
 
 def build(engine: EngineInfo) -> str:
     """"llama.cpp b6000", or the name alone when the node gave no version."""
-    return f"{engine.name or '?'} {engine.version}" if engine.version else engine.name or "?"
+    name = said(engine.name or "?")
+    return f"{name} {said(engine.version)}" if engine.version else name
 
 
 def engine_cell(engine: EngineInfo) -> str:
@@ -122,7 +133,7 @@ def engines(node: NodeView | NodeBrief) -> str:
 def engine_notes(node: NodeView | NodeBrief) -> list[str]:
     """A line for each build that cannot run yet, in the node's words: what it is doing, or what to do."""
     return [
-        f"{build(e)} {e.state}: {e.reason}" if e.reason else f"{build(e)} {e.state}"
+        f"{build(e)} {said(e.state)}: {said(e.reason)}" if e.reason else f"{build(e)} {said(e.state)}"
         for e in node.engines or () if e.state in ENGINE_MARKS
     ]
 
@@ -151,26 +162,29 @@ def nodes_table(nodes: list[NodeView] | list[NodeBrief], now: float | None = Non
     notes = []
     now = time.time() if now is None else now
     for n in nodes:
-        state = n.state or DASH
+        state = said(n.state or None)
         if n.cordoned:
             state += ",cordoned"
-        rows.append((n.id, state, n.address or DASH, cpu(n), memory(n), gpus(n), disk(n), engines(n),
+        node = said(n.id)
+        rows.append((node, state, said(n.address or None), cpu(n), memory(n), gpus(n), disk(n), engines(n),
                      ago(n.seen_ago_s)))
         for warning in [*(n.warnings or []), *(n.link_warnings or [])]:
-            notes.append(f"  {n.id}: {warning}")
+            notes.append(f"  {node}: {said(warning)}")
         expiry = certificate_note(n, now)
         if expiry:
-            notes.append(f"  {n.id}: {expiry}")
+            notes.append(f"  {node}: {expiry}")
         for line in engine_notes(n):
-            notes.append(f"  {n.id}: {line}")
+            notes.append(f"  {node}: {line}")
         if n.reason and n.state != NodeState.READY:
-            notes.append(f"  {n.id}: {n.state}: {n.reason}")
+            notes.append(f"  {node}: {said(n.state)}: {said(n.reason)}")
     return table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    """Columns two spaces apart; a cell is one line, whatever it holds (``said``)."""
+    cells = [[said(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
@@ -183,8 +197,8 @@ def failed_tail(replica: ReplicaView) -> list[str]:
     out = []
     for shard in replica.shards:
         if shard.state == ShardState.FAILED and shard.output_tail:
-            out.append(f"last lines of {shard.shard} on {shard.node or DASH}:")
-            out.extend(shard.output_tail[-TAIL_LINES:])
+            out.append(f"last lines of {said(shard.shard)} on {said(shard.node)}:")
+            out.extend(said(line) for line in shard.output_tail[-TAIL_LINES:])
     return out
 
 
@@ -199,10 +213,10 @@ def rank_lines(replica: ReplicaView) -> list[str]:
         return []
     out = []
     for s in sorted(shards, key=lambda s: (s.rank is None, s.rank or 0, s.shard)):
-        state = "not started" if s.started is False else s.state or DASH
+        state = "not started" if s.started is False else said(s.state or None)
         words = s.waiting or s.reason
-        line = f"rank {DASH if s.rank is None else s.rank} {s.node or DASH} {state} {age(s.age_s)}"
-        out.append(f"{line}: {words}" if words else line)
+        line = f"rank {DASH if s.rank is None else s.rank} {said(s.node)} {state} {age(s.age_s)}"
+        out.append(f"{line}: {said(words)}" if words else line)
     return out
 
 
@@ -217,7 +231,7 @@ def replicas_table(replicas: list[ReplicaView]) -> str:
         rows.append((
             r.model, r.replica, r.state or DASH, ",".join(r.nodes or []) or DASH, r.endpoint or DASH, age(r.age_s), stale,
         ))
-        below = [f"    {r.reason}"] if r.reason else []
+        below = [f"    {said(r.reason)}"] if r.reason else []
         below += [f"    {line}" for line in rank_lines(r)]
         below += [f"      {line}" for line in failed_tail(r)]
         if below:
@@ -255,26 +269,31 @@ def status_text(status: FleetStatus) -> str:
          ", ".join(f"{fabric}: {n}" for fabric, n in sorted((m.weights_by_fabric or {}).items())) or DASH)
         for m in status.models
     ]
-    fleet = ", ".join(f"{n} {state}" for state, n in sorted(status.nodes.items())) or "no nodes"
+    fleet = ", ".join(f"{n} {said(state)}" for state, n in sorted(status.nodes.items())) or "no nodes"
     body = table(header, rows) if rows else "the catalog has no models"
     return f"{body}\nnodes: {fleet}"
 
 
 def node_verb_text(result: dict[str, Any]) -> str:
-    text = f"{result['node']}: {'cordoned' if result.get('cordoned') else 'uncordoned'}"
+    text = f"{said(result['node'])}: {'cordoned' if result.get('cordoned') else 'uncordoned'}"
     stopped = result.get("stopped")
     if stopped is not None:
-        text += f"; asked to stop {len(stopped)} shard(s)" + (f": {', '.join(stopped)}" if stopped else "")
+        text += f"; asked to stop {len(stopped)} shard(s)" + (f": {', '.join(map(said, stopped))}" if stopped else "")
     return text
 
 
-def logs_text(answer: dict[str, Any]) -> str:
-    lines = answer.get("lines") or []
-    others = [s for s in answer.get("sources") or [] if s != answer.get("source")]
-    head = f"# {answer.get('node')} {answer.get('source')}: last {len(lines)} lines"
+def logs_text(answer: LogsAnswer) -> str:
+    """A header naming the node, the source and the others it has, then each line as the node wrote it, escaped."""
+    others = [said(s) for s in answer.sources if s != answer.source]
+    head = f"# {said(answer.node)} {said(answer.source)}: last {len(answer.lines)} lines"
     if others:
         head += f" (other sources: {', '.join(others)})"
-    return "\n".join([head, *lines])
+    return "\n".join([head, *log_lines(answer.lines)])
+
+
+def log_lines(lines: list[str]) -> list[str]:
+    """Each log line as a line of text: its escape sequences, carriage returns and newlines shown, not obeyed."""
+    return [said(line) for line in lines]
 
 
 def new_lines_start(before: list[str], after: list[str]) -> int | None:
@@ -309,7 +328,7 @@ def weights_text(answer: WeightsAnswer) -> str:
     lines = []
     for node, files in sorted(answer.unwanted.items()):
         for f in files:
-            lines.append(f"{node}  {gb(f.size_bytes)}  {f.path}")
+            lines.append(f"{said(node)}  {gb(f.size_bytes)}  {said(f.path)}")
     if not lines:
         lines.append("no node holds weights llmgw fetched that the catalog no longer wants")
     elif answer.collected is None:
@@ -320,5 +339,5 @@ def weights_text(answer: WeightsAnswer) -> str:
         lines.append(f"asked to remove {asked} file(s) on {len(answer.collected)} node(s): {removed} removed")
         for node, result in sorted(answer.collected.items()):
             for path, why in sorted(result.refused.items()):
-                lines.append(f"  {node} refused: {why}")
+                lines.append(f"  {said(node)} refused: {said(why)}")
     return "\n".join(lines)
