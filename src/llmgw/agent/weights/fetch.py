@@ -42,6 +42,7 @@ from .body import Writer, describe, discard
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
 from .partial import check_local, finished, lock_partial
 from .records import Progress
+from .room import Room, free_bytes
 from .sources import request_headers
 
 log = Logger()
@@ -63,6 +64,9 @@ class Fetcher:
     *check* names what to check when the server has no such file (the
     engine installer fetches release archives too).  *max_listing_bytes*
     and *max_files* bound what llmgw reads of a repository's listing.
+    A download whose size is known is refused when it does not fit in the
+    free space (*free*, statvfs unless testing) beside the downloads under
+    way (``room``); *node_id* begins those refusals.
     """
 
     def __init__(self, reactor, weights_dir: str | os.PathLike, clock=None,
@@ -72,7 +76,7 @@ class Fetcher:
                  progress_interval_s: float = 1.0, lock_poll_s: float = 5.0,
                  tls_policy=None, redirect_limit: int = 10, max_bytes: int | None = None,
                  check: str = "the model's source", max_listing_bytes: int = 16 << 20,
-                 max_files: int = 10_000):
+                 max_files: int = 10_000, node_id: str | None = None, free=free_bytes):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         self.weights_dir = Path(weights_dir)
@@ -86,6 +90,7 @@ class Fetcher:
         self._check = check
         self.max_listing_bytes = max_listing_bytes
         self.max_files = max_files
+        self.room = Room(node_id, free)
         pool = connection_pool(reactor, persistent=False)
         agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
                       connectTimeout=connect_timeout_s, pool=pool)
@@ -260,6 +265,8 @@ class _Download:
         # A file of a listing is the size the listing says: more is an error.
         self.max_bytes = fetcher._max_bytes if expected_size is None else expected_size
         self.report_to = report
+        # A repository's files were given room together, before the first of them (snapshot).
+        self.room = report is None
         # Who gave the sha256, and what to do when the bytes are not those.
         self.said_by, self.advice = "the catalog", "Check the model's source and sha256 in server.yaml"
         if report is not None:
@@ -281,6 +288,7 @@ class _Download:
             self._report(final=True, error=str(e) or type(e).__name__)
             raise
         finally:
+            self.f.room.give_back(self)
             if ticker.running:
                 ticker.stop()
         self._report(final=True)
@@ -326,6 +334,14 @@ class _Download:
             if self.total is not None and self.max_bytes is not None and self.total > self.max_bytes:
                 await discard(response, self.clock, self.idle_timeout_s)
                 raise self.too_large(self.total)
+            size = self.total if self.total is not None else self.expected_size
+            if self.room and size is not None:
+                try:
+                    self.f.room.take(self, self.partial.parent, size - offset, self.src.text,
+                                     lambda: size - self.done)
+                except FetchError:
+                    await discard(response, self.clock, self.idle_timeout_s)
+                    raise
             self.done = offset
             if offset:
                 log.info("resuming {name} at byte {offset}", name=self.src.file_name, offset=offset)

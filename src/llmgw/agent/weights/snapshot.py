@@ -153,6 +153,7 @@ class Snapshot:
         self.total = 0
         self.before = 0  # bytes of the files already complete
         self.received = 0
+        self.current = None  # the download of one file under way
         self.started = fetcher._clock.seconds()
 
     def target(self) -> Path:
@@ -197,11 +198,18 @@ class Snapshot:
         if self.f._max_bytes is not None and self.total > self.f._max_bytes:
             raise FetchError(f"{self.src.text} is {self.total} bytes in {len(wanted)} files, over the limit of "
                              f"{self.f._max_bytes}; choose fewer with the model's files: patterns")
-        self._begin(fd, listing, wanted)
-        revision = listing.commit or self.src.revision
-        for item in wanted:
-            await self._file(item, revision)
-            self.before += item.size
+        reuse = self._reusable(fd, listing)
+        needs = _still_needed(self.staging, wanted) if reuse else self.total
+        # Before the staging directory is touched: a download refused for room changes nothing.
+        self.f.room.take(self, self.f.weights_dir, needs, self.src.text, lambda: needs - self._written())
+        try:
+            self._begin(fd, listing, wanted, reuse)
+            revision = listing.commit or self.src.revision
+            for item in wanted:
+                await self._file(item, revision)
+                self.before += item.size
+        finally:
+            self.f.room.give_back(self)
         # Every file's data is on disk (each download syncs it); make their names so too, then the rename.
         folders = {self.staging / "/".join(item.path.split("/")[:i])
                    for item in wanted for i in range(item.path.count("/") + 1)}
@@ -239,16 +247,20 @@ class Snapshot:
             raise FetchError(f"{at} has no files{allowed}; check the source and the patterns")
         return wanted
 
-    def _begin(self, fd: int, listing: Listing, wanted: list[RepoFile]) -> None:
-        """Start the staging directory afresh unless it holds an earlier try at this very commit."""
-        manifest = {"source": self.src.text, "revision": self.src.revision, "commit": listing.commit,
-                    "files": [attrs.asdict(f) for f in wanted]}
+    def _reusable(self, fd: int, listing: Listing) -> bool:
+        """Whether the staging directory holds an earlier try at this very commit, whose files are kept."""
         try:
             with open(MANIFEST, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW, dir_fd=fd)) as f:
                 earlier = json.loads(f.read(self.f.max_listing_bytes * 2))
         except (OSError, ValueError):
             earlier = None
-        if not isinstance(earlier, dict) or earlier.get("commit") != listing.commit or listing.commit is None:
+        return isinstance(earlier, dict) and earlier.get("commit") == listing.commit and listing.commit is not None
+
+    def _begin(self, fd: int, listing: Listing, wanted: list[RepoFile], reuse: bool) -> None:
+        """Start the staging directory afresh unless it holds an earlier try at this very commit."""
+        manifest = {"source": self.src.text, "revision": self.src.revision, "commit": listing.commit,
+                    "files": [attrs.asdict(f) for f in wanted]}
+        if not reuse:
             _empty(fd)
         data = json.dumps(manifest, indent=1).encode()
         tmp = MANIFEST + ".tmp"
@@ -274,12 +286,17 @@ class Snapshot:
             if locked is None:  # only a process that does not hold the directory's lock writes it
                 raise FetchError(f"{partial} is locked by a process outside llmgw's own; stop it")
             try:
-                download = _Download(self.f, one, locked, partial, final, item.sha256, item.size,
-                                     report=self._from_download)
+                download = self.current = _Download(self.f, one, locked, partial, final, item.sha256, item.size,
+                                                    report=self._from_download)
                 await download.run()
                 self.received += download.received
             finally:
+                self.current = None
                 _release(locked, partial)
+
+    def _written(self) -> int:
+        """Bytes this fetch has written so far, the file under way included."""
+        return self.received + (self.current.received if self.current is not None else 0)
 
     def _from_download(self, download, rate, final: bool, error: str | None) -> None:
         if error is None:  # the snapshot reports the end, and an error, itself
@@ -298,6 +315,27 @@ class Snapshot:
             self.f._progress(report)
         except Exception:
             log.failure("progress callback failed for {source}", source=self.src.text)
+
+
+def _still_needed(staging: Path, wanted: list[RepoFile]) -> int:
+    """Bytes still to write into *staging* for *wanted*: a file already whole, or the part of one to resume, is there."""
+    needs = 0
+    for item in wanted:
+        final = staging / item.path
+        if _size_of(final) == item.size:
+            continue
+        resumed = _size_of(final.with_name(final.name + PARTIAL_SUFFIX))
+        needs += item.size - (resumed if resumed is not None and resumed <= item.size else 0)
+    return needs
+
+
+def _size_of(path: Path) -> int | None:
+    """The size of the regular file at *path*; None for anything else, or nothing."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def _make_parents(staging: Path, path: str) -> None:
