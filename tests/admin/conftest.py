@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 from http.cookies import SimpleCookie
 
 import attrs
@@ -137,6 +138,25 @@ class _From:
 
     def endpointForURI(self, uri):
         return TCP4ClientEndpoint(reactor, uri.host.decode(), uri.port, bindAddress=(self.address, 0))
+
+
+def raw(port: int, head: str, body: bytes = b"", source: str = "127.0.0.1") -> Answer:
+    """One request written byte for byte from *source* (a hostile Host, two, none, a URL for a target).
+
+    *head* is the request line and headers, one a line, without the blank
+    line that ends them; the answer is read until the server closes.
+    Blocking: from a test on the reactor, ``await threads.deferToThread(raw, ...)``.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
+        s.sendall(head.strip().replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
+        data = b"".join(iter(lambda: s.recv(65536), b""))
+    top, _, text = data.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    headers = Headers()
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.addRawHeader(name.strip(), value.strip())
+    return Answer(int(lines[0].split(" ", 2)[1]), headers, text.decode("utf-8", "replace"))
 
 
 class Client:

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.admin.conftest import OPERATOR_KEY
+from tests.admin.conftest import OPERATOR_KEY, raw
 
 pytestmark = pytest.mark.integration
 
@@ -85,3 +85,39 @@ def test_admin_on_api_false_leaves_admin_on_the_api_listener_to_the_router(clust
     assert code == 404 and "sign in" not in page and "<html" not in page
     code, page = From(cluster.admin_port, "127.0.0.1").request("GET", "/")
     assert code == 200 and "local: 127.0.0.1" in page
+
+
+def test_a_page_that_rebinds_its_name_to_the_admin_listener_reads_nothing_and_cordons_nothing(cluster):
+    # DNS rebinding: the operator's browser, on the server's host, runs a page whose name now points at
+    # 127.0.0.1.  Its requests come from 127.0.0.1 (admin.local) and name the page's own host.
+    cluster.start_server()
+    cluster.start_agent("node01")
+    cluster.wait_node("node01", "ready")
+    port = cluster.admin_port
+    browser = From(port, "127.0.0.1")
+    form = urlencode({"csrf": token(browser.request("GET", "/confirm?node=node01&action=cordon")[1]),
+                      "node": "node01", "action": "cordon"})
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.jar.items())
+
+    def ask(host: str, target: str = "/", method: str = "GET", origin: str | None = None):
+        head = f"{method} {target} HTTP/1.1\nHost: {host}\nConnection: close\nCookie: {cookie}"
+        if method == "POST":
+            head += f"\nOrigin: {origin}\nContent-Type: application/x-www-form-urlencoded\nContent-Length: {len(form)}"
+        return raw(port, head, form.encode() if method == "POST" else b"")
+
+    rebound = f"rebind.attacker.example:{port}"
+    for target in ("/", "/node?id=node01", "/logs.json?node=node01", "/confirm?node=node01&action=cordon", "/metrics"):
+        answer = ask(rebound, target)
+        assert answer.code == 421 and "node01" not in answer.body and "admin.hosts" in answer.body, target
+    assert ask(rebound, "/action", "POST", f"http://{rebound}").code == 421
+    assert ask(f"localhost:{port}", "/action", "POST", f"http://localhost:{port}").code == 403  # token drawn under 127.0.0.1
+    assert cluster.nodes()["node01"]["cordoned"] is False
+    assert ask(f"127.0.0.1:{port}", "/action", "POST", f"http://127.0.0.1:{port}").code == 303
+    assert cluster.nodes()["node01"]["cordoned"] is True
+
+    # A name of the server's own is listed in admin.hosts; a reload applies it (and the list replaces the defaults).
+    cluster.write_server_config("admin: {hosts: [gw01.test]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    answer = ask(f"gw01.test:{port}")
+    assert answer.code == 200 and "node01" in answer.body
+    assert ask(f"localhost:{port}").code == 421 and ask(f"127.0.0.1:{port}", "/metrics").code == 200

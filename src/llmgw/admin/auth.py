@@ -1,9 +1,11 @@
 """Who may see the admin page, and proof that a form was the page's own.
 
 A peer on one of ``admin.local``'s networks is trusted as the person at
-the machine, on ``listen.admin`` only: under ``/admin`` on the API listener,
-which a reverse proxy on the same host may face (every visitor then comes
-from the proxy's address), everyone signs in.  ``X-Forwarded-For`` is never
+the machine, on ``listen.admin`` only, and only when it asks for one of this
+server's names (``admin.hosts``, ``llmgw.admin.hosts``): a web page whose
+DNS name was re-pointed at this listener asks for its own.  Under
+``/admin`` on the API listener, which a reverse proxy on the same host may
+face (every visitor then comes from the proxy's address), everyone signs in.  ``X-Forwarded-For`` is never
 believed.  Anyone else logs in with an operator key from ``admin.keys``
 (compared by sha256, never stored) and gets a session cookie: random,
 HttpOnly, SameSite=Strict, Secure on a TLS listener, kept in memory for
@@ -12,9 +14,11 @@ oldest goes first).  A restart logs everybody out; a reload that removes or chan
 key ends that key's sessions.
 
 Every state-changing request carries a CSRF token: an HMAC, under a secret
-this process draws at start, of a random cookie the browser holds.  A page
-on another site can make the browser send the cookie but cannot read the
-token, and SameSite=Strict keeps the cookie off its requests anyway.
+this process draws at start, of a random cookie the browser holds and the
+host the page was asked for (a token drawn under one name is no good under
+another).  A page on another site can make the browser send the cookie but
+cannot read the token, and SameSite=Strict keeps the cookie off its
+requests anyway.
 
 A peer whose sign-in fails waits before its next one is looked at:
 ``admin.login_backoff_s`` after the first, doubling with each failure in a
@@ -33,6 +37,7 @@ import secrets
 
 import attrs
 
+from llmgw.admin.hosts import BadHost, HostNames, asked
 from llmgw.config.server import AdminSettings
 
 SESSION_COOKIE = b"llmgw_admin_session"
@@ -68,6 +73,7 @@ class Guard:
         self.settings = settings
         self.backoff.reconfigure(settings)
         self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.local]
+        self.names = HostNames.from_setting(settings.hosts)
         self._keys = {key.sha256.lower(): key.name for key in settings.keys}
         for sid in [sid for sid, (name, sha, _) in self._sessions.items() if self._keys.get(sha) != name]:
             del self._sessions[sid]
@@ -84,9 +90,9 @@ class Guard:
         return any(address in network for network in self._networks)
 
     def operator(self, request, trust_local: bool = True) -> Operator | None:
-        """The local peer (when *trust_local*), or the logged-in operator, or None: ask for a key."""
+        """The local peer (when *trust_local*) asking for this server's name, or the logged-in operator, or None."""
         host = getattr(request.getClientAddress(), "host", None)
-        if trust_local and self.is_local(host):
+        if trust_local and self.is_local(host) and self.asks_for_us(request):
             return Operator(host, True)
         sid = _cookie(request, SESSION_COOKIE)
         if sid is None:
@@ -99,6 +105,10 @@ class Guard:
             del self._sessions[sid]
             return None
         return Operator(name, False)
+
+    def asks_for_us(self, request) -> bool:
+        """Whether *request* names one of this server's hosts (``admin.hosts``, or an IP address)."""
+        return self.names.refusal(request) is None
 
     def login(self, request, key: str) -> str | None:
         """The key's operator name, with a session cookie set; None for a key ``admin.keys`` does not have.
@@ -148,16 +158,20 @@ class Guard:
             seed = getattr(request, "_llmgw_csrf_seed", None) or secrets.token_urlsafe(32)
             request._llmgw_csrf_seed = seed
             self._set_cookie(request, CSRF_COOKIE, seed.encode())
-        return self._sign(seed)
+        return self._sign(seed, request)
 
     def csrf_ok(self, request, token: str | None) -> bool:
         seed = _cookie(request, CSRF_COOKIE)
         if seed is None or not token:
             return False
-        return hmac.compare_digest(self._sign(seed), token)
+        return hmac.compare_digest(self._sign(seed, request), token)
 
-    def _sign(self, seed: str) -> str:
-        return hmac.new(self._secret, seed.encode(), hashlib.sha256).hexdigest()
+    def _sign(self, seed: str, request) -> str:
+        try:
+            host = str(asked(request))
+        except BadHost:
+            host = ""  # the page refuses such a request before it draws or checks a token
+        return hmac.new(self._secret, f"{seed}\n{host}".encode(), hashlib.sha256).hexdigest()
 
     def _set_cookie(self, request, name: bytes, value: bytes, max_age: int | None = None) -> None:
         # Path=/ on every listener: cookies are the host's, whatever the port, so

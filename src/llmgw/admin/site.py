@@ -9,6 +9,12 @@ session: the same views ``llmgw.cp.nodes``/``llmgw.cp.replicas`` answer ctl
 and the TUI, the same relayed ``llmgw.cp.logs`` as ``llmgw ctl logs``, the
 same ``drain``/``cordon``/``uncordon``.
 
+A request names one host, for a path (``llmgw.admin.hosts``); on
+``listen.admin`` a peer on ``admin.local`` that asks for a name which is not
+this server's is answered 421, whatever else it asks: that is how a page
+whose DNS name was re-pointed here (DNS rebinding) looks.  ``/metrics``
+beside the page asks ``misdirected`` the same.
+
 Every answer carries the same strict headers (``SECURITY_HEADERS``): no
 inline script, no framing, no sniffing, no caching.  A request asks for at
 most ``admin.log_lines`` lines and is shown at most ``admin.log_bytes`` of
@@ -21,7 +27,7 @@ import json
 import math
 from importlib import resources
 from typing import Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import attrs
 from twisted.internet import defer
@@ -30,7 +36,7 @@ from twisted.web import http, server
 from twisted.web.resource import Resource
 from twisted.web.template import flattenString
 
-from llmgw.admin import pages
+from llmgw.admin import hosts, pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.config.server import AdminSettings
 from llmgw.views import NodeView, ReplicaView
@@ -97,6 +103,13 @@ class AdminPage(Resource):
     def render(self, request: server.Request):
         for name, value in SECURITY_HEADERS.items():
             request.setHeader(name, value)
+        try:
+            host = hosts.asked(request)
+        except hosts.BadHost as e:
+            return self._plain(request, http.BAD_REQUEST, str(e))
+        refusal = self._misdirected_local(request)
+        if refusal is not None:
+            return self._plain(request, refusal.code, refusal.words)
         path = [p for p in request.postpath if p]
         first = path[0] if path else b""
         method = request.method
@@ -106,7 +119,7 @@ class AdminPage(Resource):
             return self._plain(request, http.NOT_FOUND, "no such page")
         operator = self.guard.operator(request, self.trust_local)
         if method == b"POST":
-            return self._post(request, first, operator)
+            return self._post(request, first, operator, host)
         if method not in (b"GET", b"HEAD"):
             request.setHeader(b"allow", b"GET, HEAD, POST")
             return self._plain(request, http.NOT_ALLOWED, "the admin page answers GET and POST")
@@ -147,11 +160,11 @@ class AdminPage(Resource):
             return _json(request, self._progress())
         raise LookupError("no such page")
 
-    def _post(self, request, name: bytes, operator: Operator | None):
+    def _post(self, request, name: bytes, operator: Operator | None, host: hosts.Asked):
         form = _form(request)
         if form is None:
             return self._plain(request, http.REQUEST_ENTITY_TOO_LARGE, f"a form is at most {MAX_FORM_BYTES} bytes")
-        if not self._same_origin(request) or not self.guard.csrf_ok(request, form.get(CSRF_FIELD.decode())):
+        if not hosts.same_origin(request, host) or not self.guard.csrf_ok(request, form.get(CSRF_FIELD.decode())):
             return self._plain(request, http.FORBIDDEN,
                                "this form's CSRF token is missing or not this browser's: reload the page and send it again")
         if name == b"login":
@@ -277,16 +290,20 @@ class AdminPage(Resource):
                 bars[pages.engine_key(node, e)] = {"done": None, "total": None, "words": "installing"}
         return {"bars": bars}
 
-    def _same_origin(self, request) -> bool:
-        """A browser says where a form came from; one from another origin is refused whatever it carries."""
-        origin = request.getHeader(b"origin")
-        if origin is None:
-            return True  # not a browser, or one too old to say: the token decides
-        host = request.getHeader(b"host")
-        try:
-            return host is not None and urlsplit(origin.decode("ascii")).netloc == host.decode("ascii")
-        except UnicodeDecodeError:
-            return False
+    def misdirected(self, request) -> hosts.Misdirected | None:
+        """None for a request that names this server (``admin.hosts`` or an address); else what to answer.
+
+        For what answers everyone who reaches the listener (``/metrics``): a
+        page that rebinds its name here must not read it through a browser.
+        """
+        return self.guard.names.refusal(request)
+
+    def _misdirected_local(self, request) -> hosts.Misdirected | None:
+        """A peer the page would trust without a key, asking for a name that is not this server's: 421."""
+        peer = getattr(request.getClientAddress(), "host", None)
+        if not (self.trust_local and self.guard.is_local(peer)):
+            return None  # it signs in: a browser sends a session cookie only to the name that set it
+        return self.misdirected(request)
 
     # -- answers --
 

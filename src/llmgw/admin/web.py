@@ -5,6 +5,13 @@ The page (``llmgw.admin.site.AdminPage``) plugs in as ``page``: it answers
 process without a control plane (``llmgw-router``) has no page to serve, and
 its root says where the page is.
 
+A page that says which hosts it answers to (``misdirected``, as
+``AdminPage`` does from ``admin.hosts``) guards ``/metrics`` with them: it
+answers anyone who reaches it, so a web page that re-points its DNS name
+at this listener must not read it through a browser.  ``/healthz`` answers
+whatever host is asked: it says nothing but "ok", and load balancers'
+checks often send no Host.
+
 ::
 
     registry = CollectorRegistry()
@@ -104,10 +111,34 @@ class BoundedRequest(Request):
             transport.loseConnection()
 
 
+class TextAnswer(Resource):
+    """A plain-text refusal: *code* and *words*."""
+
+    isLeaf = True
+
+    def __init__(self, code: int, words: str):
+        super().__init__()
+        self.code, self.words = code, words
+
+    def render(self, request: Request) -> bytes:
+        request.setResponseCode(self.code)
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        request.setHeader(b"cache-control", b"no-store")
+        return self.words.encode("utf-8", "replace") + b"\n"
+
+
 class _Root(Resource):
     def __init__(self, page: Resource):
         super().__init__()
         self._page = page
+        self._misdirected = getattr(page, "misdirected", None)
+
+    def getChildWithDefault(self, path: bytes, request: Request) -> Resource:
+        if path == b"metrics" and self._misdirected is not None:
+            refusal = self._misdirected(request)
+            if refusal is not None:
+                return TextAnswer(refusal.code, refusal.words)
+        return super().getChildWithDefault(path, request)
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         # Anything that is not metrics or healthz belongs to the page, root included.

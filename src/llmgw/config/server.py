@@ -332,12 +332,23 @@ def _check_network(text: str) -> None:
         raise ValueError("not an address or network; write it like '127.0.0.1/32' or '10.0.0.0/8'") from None
 
 
+def _check_host_name(text: str) -> str:
+    """A name the admin listener answers to, lower case, without a trailing dot."""
+    name = text.lower().removesuffix(".")
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(re.fullmatch(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?", x) for x in labels):
+        raise ValueError("not a host name; write it like 'gw01.example.com' (no scheme, no port)")
+    return name
+
+
 @attrs.frozen
 class AdminSettings:
     """server.yaml's admin: section: who the admin page trusts, and how much it asks a node for."""
 
     # Peers on these networks need no key; everyone else logs in with one of ``keys``.
     local: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
+    # The names a local peer may ask for (Host); None: localhost and the host name.  Any IP address may be asked.
+    hosts: tuple[str, ...] | None = None
     keys: tuple[AdminKey, ...] = ()
     session_ttl_s: float = 8 * 3600.0
     max_sessions: int = 256
@@ -547,6 +558,7 @@ SCHEMA = Section(
             AdminSettings,
             {
                 "local": ListOf(Str(what="an address or network such as 127.0.0.1/32", check=_check_network)),
+                "hosts": Nullable(ListOf(Str(what="a host name such as gw01.example.com", check=_check_host_name))),
                 "keys": ListOf(Section(AdminKey, {"name": NAME_STR, "sha256": SHA256})),
                 "session_ttl_s": Number(min=0, exclusive=True),
                 "max_sessions": Int(min=1),

@@ -1,0 +1,180 @@
+"""Which host a request to the admin listener names, whether it is this server's, and whether a form came from it.
+
+A browser sends the host it thinks it is talking to: ``Host`` on every
+request, ``Origin`` on a form's POST.  DNS rebinding turns that against a
+listener that trusts its peer's address: a page at ``rebind.example``
+re-points its own name at 127.0.0.1, and the browser, still believing it
+talks to ``rebind.example``, sends the page's requests to the admin
+listener from 127.0.0.1, and lets the page read the answers (same origin).
+Its requests say ``Host: rebind.example``.  So a peer on ``admin.local`` is
+trusted only when it asks for one of this server's own names
+(``admin.hosts``: by default ``localhost`` and the machine's host name) or
+for an IP address (no DNS answer can re-point ``127.0.0.1``); otherwise the
+answer is 421.  ``/metrics``, which answers anyone who reaches it, is held
+to the same names.
+
+The port is not compared: an ssh tunnel (``ssh -L 8080:127.0.0.1:9090``)
+makes the browser ask for ``localhost:8080``, and a rebinding page cannot
+change the name it is served under, only where that name points.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from urllib.parse import urlsplit
+
+import attrs
+
+#: A DNS name is at most 253 characters; a longer ``Host`` is nobody's.
+MAX_NAME_CHARS = 253
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+class BadHost(Exception):
+    """A request whose ``Host`` (or target) cannot be read as one host; the message says what to send."""
+
+
+@attrs.frozen
+class Asked:
+    """The host a request names: ``name`` in lower case, without a trailing dot or IPv6 brackets."""
+
+    name: str
+    port: str | None
+    # An IP address rather than a name: nothing a DNS answer can re-point.
+    address: bool
+
+    def __str__(self) -> str:
+        name = f"[{self.name}]" if ":" in self.name else self.name
+        return name if self.port is None else f"{name}:{self.port}"
+
+
+@attrs.frozen
+class Misdirected:
+    """How a request that does not name this server is answered: 400 (no host, or not one) or 421, and why."""
+
+    code: int
+    words: str
+
+
+def parse_authority(text: str) -> Asked:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; raises ``ValueError`` for anything else."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError("an IPv6 address in [ ] has no ]")
+        name, rest = text[1:end], text[end + 1:]
+        try:
+            address = ipaddress.IPv6Address(name)
+        except ValueError:
+            raise ValueError("what is in [ ] is not an IPv6 address") from None
+        if rest and not rest.startswith(":"):
+            raise ValueError("after ] comes :port or nothing")
+        return Asked(str(address), _port(rest[1:]) if rest else None, True)
+    name, colon, port = text.partition(":")
+    name = normal_name(name)
+    try:
+        address = ipaddress.IPv4Address(name)
+    except ValueError:
+        return Asked(name, _port(port) if colon else None, False)
+    return Asked(str(address), _port(port) if colon else None, True)
+
+
+def normal_name(text: str) -> str:
+    """A host name in lower case without its one trailing dot; raises ``ValueError`` if it is not a name."""
+    name = text.lower()
+    name = name[:-1] if name.endswith(".") else name
+    if not name or len(name) > MAX_NAME_CHARS or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError("not a host name (letters, digits, '-' and '_' in labels between dots)")
+    return name
+
+
+def _port(text: str) -> str:
+    if not _PORT.fullmatch(text) or not 0 < int(text) <= 65535:
+        raise ValueError("the port is not a number from 1 to 65535")
+    return text
+
+
+def asked(request) -> Asked:
+    """The one host *request* names; raises ``BadHost`` for none, two, or one that is not a host.
+
+    A request for a URL (``GET http://host/ HTTP/1.1``) rather than a path is
+    refused too: only a proxy is sent those, and its host would be another
+    place to hide a name.
+    """
+    if not request.uri.startswith(b"/"):
+        raise BadHost("ask for a path (GET /...), not a URL: the admin listener is not a proxy")
+    values = request.requestHeaders.getRawHeaders(b"host") or []
+    if len(values) != 1:
+        raise BadHost("a request names one host, in one Host header" + ("" if values else " (HTTP/1.0 too)"))
+    try:
+        return parse_authority(values[0].decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as e:
+        why = "not ASCII" if isinstance(e, UnicodeDecodeError) else str(e)
+        raise BadHost(f"the Host header is not a host: {why}") from None
+
+
+@attrs.frozen
+class HostNames:
+    """This server's own names, from ``admin.hosts``; any IP address is this server's too."""
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def from_setting(cls, hosts: tuple[str, ...] | None) -> HostNames:
+        """``admin.hosts``; absent (None) is ``localhost`` and the machine's host name."""
+        if hosts is None:
+            hosts = ("localhost", socket.gethostname())
+        names = []
+        for host in hosts:
+            try:
+                names.append(normal_name(host))
+            except ValueError:
+                continue  # a host name that is not a DNS name (the config checks admin.hosts' own)
+        return cls(tuple(dict.fromkeys(names)))
+
+    def ours(self, host: Asked) -> bool:
+        return host.address or host.name in self.names
+
+    def refusal(self, request) -> Misdirected | None:
+        """None for a request that names this server; else 400 (no host, or not a host) or 421 (another host)."""
+        try:
+            host = asked(request)
+        except BadHost as e:
+            return Misdirected(400, str(e))
+        if self.ours(host):
+            return None
+        shown = ", ".join(self.names) or "none"
+        return Misdirected(421, f"{host.name} is not a name of this server's admin listener (admin.hosts: {shown}; "
+                            "an IP address always is): if it is this server, add it to admin.hosts in server.yaml "
+                            "and reload")
+
+
+def same_origin(request, host: Asked) -> bool:
+    """Whether a POST comes from a page of *host* itself, as far as the browser says.
+
+    ``Origin`` decides when it is sent (``null`` is nobody's); without it a
+    ``Referer`` must be this host's, and ``Sec-Fetch-Site`` must say
+    same-origin.  A client that sends none of them is not a browser, and
+    the CSRF token decides.  Only host and port are compared, not the
+    scheme: a TLS-terminating proxy in front of ``/admin`` forwards an
+    https page's form over http.
+    """
+    site = request.getHeader(b"sec-fetch-site")
+    if site is not None and site not in (b"same-origin", b"none"):
+        return False
+    origin = request.getHeader(b"origin")
+    if origin is None:
+        origin = request.getHeader(b"referer")
+        if origin is None:
+            return True
+    try:
+        netloc = urlsplit(origin.decode("ascii").strip()).netloc
+        if not netloc or "@" in netloc:
+            return False
+        sent = parse_authority(netloc)
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return (sent.name, sent.port) == (host.name, host.port)
