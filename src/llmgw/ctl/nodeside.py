@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -81,8 +82,9 @@ def check(request: dict) -> dict:
                             "onboard as root (USER@HOST) or choose --" + key.replace("_", "-"))
     owner = request.get("owner")
     if owner is not None and _uid_of(owner) is None:
+        useradd = shlex.join(["useradd", "--system", "--home-dir", request["state_dir"], owner])
         problems.append(f"there is no user {owner} on this node for the agent to run as; create it "
-                        f"(useradd --system --home-dir {request['state_dir']} {owner}) or choose --user")
+                        f"({useradd}) or choose --user")
     host, port = request["hub_host"], request["hub_port"]
     try:
         socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
@@ -208,10 +210,10 @@ def _run(argv: list[str], what: str, timeout: float) -> None:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SystemExit(f"{what} did not finish in {timeout:.0f} s: {' '.join(argv)}") from None
+        raise SystemExit(f"{what} did not finish in {timeout:.0f} s: {shlex.join(argv)}") from None
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"{what} failed (exit status {out.returncode}): {' '.join(argv)}")
+        raise SystemExit(f"{what} failed (exit status {out.returncode}): {shlex.join(argv)}")
 
 
 # -- csr: the node's key (made here once, kept) and a request for its certificate --
@@ -305,7 +307,7 @@ def remove(request: dict) -> dict:
     # The unit's KillMode=process leaves the engines running (a restarted agent adopts them);
     # an agent taken away leaves none.
     changed.extend(stop_engines(request["state_dir"]))
-    if os.path.exists(os.path.join(request["prefix"], "bin", "twistd")):
+    if _is_llmgw_venv(request["prefix"]):
         shutil.rmtree(request["prefix"])
         changed.append(request["prefix"])
     for name in CONFIG_FILES:
@@ -314,6 +316,11 @@ def remove(request: dict) -> dict:
             os.unlink(path)
             changed.append(path)
     return {"changed": changed}
+
+
+def _is_llmgw_venv(prefix: str) -> bool:
+    """Whether *prefix* is a venv with llmgw's twistd in it, as install makes (a system prefix, /usr, is not a venv)."""
+    return all(os.path.isfile(os.path.join(prefix, *p)) for p in (("pyvenv.cfg",), ("bin", "twistd")))
 
 
 def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S) -> list[str]:

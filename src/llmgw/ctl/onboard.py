@@ -21,6 +21,7 @@ import datetime
 import hashlib
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,9 @@ from pathlib import Path
 import attrs
 
 from llmgw import __version__
-from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed
+from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STATE_DIR, UNIT_USER, Layout, unit_path,
+                              agent_yaml, unit_text, unit_user)
+from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.authz import NODE_ID
@@ -37,31 +40,6 @@ REGISTER_TIMEOUT_S = 120.0
 REGISTER_POLL_S = 0.5
 # A certificate closer than this to its end is renewed by a re-run.
 RENEW_BEFORE = datetime.timedelta(days=30)
-UNIT_NAME = "llmgw-agent.service"
-# Where contrib/'s unit says llmgw, its configuration and its state live.
-UNIT_PREFIX, UNIT_CONFIG_DIR, UNIT_STATE_DIR, UNIT_USER = "/opt/llmgw", "/etc/llmgw", "/var/lib/llmgw", "llmgw"
-@attrs.frozen
-class Layout:
-    """Where things go on the node."""
-
-    prefix: str = UNIT_PREFIX
-    config_dir: str = UNIT_CONFIG_DIR
-    state_dir: str | None = None
-    unit_dir: str = "/etc/systemd/system"
-    user: str = UNIT_USER
-
-    @property
-    def state(self) -> str:
-        return self.state_dir or UNIT_STATE_DIR
-
-    def for_node(self, node_id: str) -> Layout:
-        """The layout with ``{node}`` in any path replaced by *node_id* (nodes that share a filesystem)."""
-        return Layout(*(None if v is None else v.replace("{node}", node_id)
-                        for v in (self.prefix, self.config_dir, self.state_dir, self.unit_dir)), self.user)
-
-    def request(self) -> dict:
-        return {"prefix": self.prefix, "config_dir": self.config_dir, "state_dir": self.state,
-                "unit_dir": self.unit_dir, "owner": self.user}
 
 
 # -- one node --
@@ -299,7 +277,7 @@ def _wheels(directory: str, version: str) -> list[tuple[dict, Path]]:
     paths = sorted(Path(directory).glob("*.whl"))
     if not any(p.name.startswith(f"llmgw-{version}-") for p in paths):
         raise Refusal(f"{directory} has no llmgw-{version}-*.whl, the server's version; add it "
-                      f"(pip wheel --wheel-dir {directory} llmgw=={version})")
+                      f"({shlex.join(['pip', 'wheel', '--wheel-dir', directory, f'llmgw=={version}'])})")
     found = []
     for path in paths:
         digest = hashlib.sha256()
@@ -308,47 +286,6 @@ def _wheels(directory: str, version: str) -> list[tuple[dict, Path]]:
                 digest.update(chunk)
         found.append(({"name": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}, path))
     return found
-
-
-def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
-    """agent.yaml with the hub, the TLS files and only the overrides given (JSON is YAML)."""
-    tls = {k: os.path.join(layout.config_dir, f) for k, f in (("ca", "ca.crt"), ("cert", "node.crt"), ("key", "node.key"))}
-    lines = ["# Written by `llmgw ctl onboard`; a re-run rewrites it. Every key: docs/configuration.rst.",
-             f"hub: {json.dumps(args.node_hub)}", f"tls: {json.dumps(tls)}"]
-    if node_id != hostname:
-        lines.append(f"node_id: {json.dumps(node_id)}")
-    if args.label:
-        lines.append(f"labels: {json.dumps(dict(args.label))}")
-    if args.fabric:
-        lines.append(f"fabrics: {json.dumps(dict(args.fabric))}")
-    if args.weights_dir:
-        lines.append(f"weights_dirs: {json.dumps([d.replace('{node}', node_id) for d in args.weights_dir])}")
-    if layout.state_dir is not None:
-        lines.append(f"state_dir: {json.dumps(layout.state_dir)}")
-    return "\n".join(lines) + "\n"
-
-
-def unit_text(unit: str | None, layout: Layout) -> str:
-    """The agent's unit (--unit, else the one llmgw ships) with the layout's prefix, directories and user filled in.
-
-    The package carries llmgw-agent.service (the same file as contrib/'s), so
-    a pip-installed llmgw onboards without its source tree.
-    """
-    if unit:
-        try:
-            text = Path(unit).read_text()
-        except OSError as e:
-            raise Refusal(f"cannot read the agent's unit {unit} (--unit: {e.strerror}); give a readable file, or "
-                          f"leave --unit out for the {UNIT_NAME} llmgw ships") from None
-    else:
-        from importlib import resources
-
-        text = resources.files("llmgw.ctl").joinpath(UNIT_NAME).read_text()
-    for old, new in ((UNIT_PREFIX, layout.prefix), (UNIT_CONFIG_DIR, layout.config_dir),
-                     (UNIT_STATE_DIR, layout.state), (f"User={UNIT_USER}", f"User={layout.user}"),
-                     (f"Group={UNIT_USER}", f"Group={layout.user}")):
-        text = text.replace(old, new)
-    return text
 
 
 # -- many nodes --
@@ -373,7 +310,7 @@ async def cmd_onboard(session, args) -> int:
     if args.name and len(args.name) != len(args.hosts):
         raise Refusal(f"{len(args.name)} --name for {len(args.hosts)} hosts: give one --name per host, in the "
                       "hosts' order, or none (each node is then its short host name)")
-    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user)
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user).checked()
     # Computed once, here, before any is sent: each node checks what it receives against these.
     args.wheel_files = _wheels(args.wheels, server["version"]) if args.wheels else []
     reactor.suggestThreadPoolSize(max(10, args.parallel))
@@ -419,7 +356,7 @@ async def cmd_offboard(session, args) -> int:
     out = sys.stderr if args.json else sys.stdout
     _check_node_id(args.node, "node")
     run = Run(args.host or args.node, out, node_id=args.node)
-    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir).for_node(args.node)
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir).checked().for_node(args.node)
 
     async def drain():
         nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
@@ -440,7 +377,7 @@ async def cmd_offboard(session, args) -> int:
 
     async def revoke():
         if args.ca_dir is not None:
-            from llmgw.pki import revoke as revoke_here
+            from llmgw.pki.nodes import revoke_node as revoke_here
 
             try:
                 done = revoke_here(args.ca_dir, args.node)
@@ -479,6 +416,17 @@ def _pair(flag: str):
     return parse
 
 
+def _checked(check, *flag: str):
+    """An argparse type of *check*, its Refusal said as the command line's error."""
+    def parse(text: str) -> str:
+        try:
+            return check(text, *flag)
+        except Refusal as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def _parallel(text: str) -> int:
     try:
         n = int(text)
@@ -491,12 +439,15 @@ def _parallel(text: str) -> int:
 
 def _where(command) -> None:
     # {node} in a path is the node's id: nodes that share a filesystem, or one machine in a test.
-    command.add_argument("--prefix", default=UNIT_PREFIX, help=f"the venv llmgw is installed in (default {UNIT_PREFIX})")
-    command.add_argument("--config-dir", default=UNIT_CONFIG_DIR,
+    command.add_argument("--prefix", default=UNIT_PREFIX, type=_checked(unit_path, "--prefix"),
+                         help=f"the venv llmgw is installed in (default {UNIT_PREFIX})")
+    command.add_argument("--config-dir", default=UNIT_CONFIG_DIR, type=_checked(unit_path, "--config-dir"),
                          help=f"agent.yaml, the certificates and the key (default {UNIT_CONFIG_DIR})")
-    command.add_argument("--state-dir", help=f"the agent's state_dir (default {UNIT_STATE_DIR}); offboarding "
-                         "kills the engines its records name")
-    command.add_argument("--unit-dir", default="/etc/systemd/system", help="where the unit goes (default /etc/systemd/system)")
+    command.add_argument("--state-dir", type=_checked(unit_path, "--state-dir"),
+                         help=f"the agent's state_dir (default {UNIT_STATE_DIR}); offboarding kills the engines "
+                         "its records name")
+    command.add_argument("--unit-dir", default="/etc/systemd/system", type=_checked(unit_path, "--unit-dir"),
+                         help="where the unit goes (default /etc/systemd/system)")
     command.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE (default: ssh's own, ~/.ssh/config)")
     command.add_argument("--python", metavar="PATH", help="the node's Python (default: the first 3.11+ of "
                          + ", ".join(PYTHONS) + " on its PATH)")
@@ -508,7 +459,8 @@ def _where(command) -> None:
 def add_parsers(sub, run) -> None:
     """``ctl onboard`` and ``ctl offboard``; *run* wraps a command with its session to the hub."""
     onboard = sub.add_parser("onboard", help="install and start the agent on hosts over ssh, and wait until each registers")
-    onboard.add_argument("hosts", nargs="+", metavar="[USER@]HOST", help="as you would give them to ssh")
+    onboard.add_argument("hosts", nargs="+", metavar="[USER@]HOST", type=_checked(ssh_target),
+                         help="as you would give them to ssh")
     onboard.add_argument("--name", action="append", default=[],
                          help="the node's id (default: its short host name), one DNS label; once per host, in order")
     onboard.add_argument("--replace", action="store_true",
@@ -516,7 +468,8 @@ def add_parsers(sub, run) -> None:
     onboard.add_argument("--label", action="append", default=[], type=_pair("--label"), metavar="KEY=VALUE")
     onboard.add_argument("--fabric", action="append", default=[], type=_pair("--fabric"), metavar="ADAPTER=FABRIC")
     onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR")
-    onboard.add_argument("--user", default=UNIT_USER, help=f"the user the agent runs as (default {UNIT_USER})")
+    onboard.add_argument("--user", default=UNIT_USER, type=_checked(unit_user),
+                         help=f"the user the agent runs as (default {UNIT_USER})")
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
     onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
                          "installing from the node's package index")
@@ -530,7 +483,8 @@ def add_parsers(sub, run) -> None:
 
     offboard = sub.add_parser("offboard", help="drain a node, remove its agent over ssh and revoke its certificate")
     offboard.add_argument("node", metavar="NODE")
-    offboard.add_argument("--host", metavar="[USER@]HOST", help="how ssh reaches it (default: NODE)")
+    offboard.add_argument("--host", metavar="[USER@]HOST", type=_checked(ssh_target),
+                          help="how ssh reaches it (default: NODE)")
     offboard.add_argument("--unreachable", action="store_true", help="the machine is gone: drain and revoke only")
     _where(offboard)
     offboard.set_defaults(func=run(cmd_offboard))

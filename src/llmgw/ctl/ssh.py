@@ -4,11 +4,20 @@ The system's OpenSSH client does the connecting (``BatchMode=yes``: an
 unknown host key is a refusal, never a question).  Each run pipes
 :mod:`llmgw.ctl.nodeside` to the node's Python with one request; what comes
 back is bounded, checked against :data:`ANSWERS`, and its text escaped.
+
+ssh hands its command to the node's login shell, a POSIX shell, as text.
+That text is fixed, llmgw's own; every value of the operator's in it (the
+Python to run) is one word of :func:`shell_words`, shell-quoted, and the
+fixed text reads it only as ``"$@"``, never as more shell.  A target is
+refused unless it is one plain ``[USER@]HOST`` (:func:`ssh_target`): ssh
+would take one beginning with ``-`` as an option, and its ``%h`` and
+``%r`` put the name as it is into a ``ProxyCommand``'s shell.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -30,6 +39,19 @@ REFUSED = 3  # nodeside's exit status for a refusal
 _BOOT = ('import sys; n = int(sys.stdin.buffer.readline()); '
          'exec(compile(sys.stdin.buffer.read(n), "llmgw-nodeside", "exec"))')
 PYTHONS = ("python3", "python3.13", "python3.12", "python3.11")
+# The node's shell runs this with the candidate Pythons as its arguments ("$@"): the first 3.11 or
+# newer runs nodeside, else it says what it found.  No value is ever part of this text.
+_FIND_PYTHON = (
+    'found=""; for p in "$@"; do if command -v "$p" >/dev/null 2>&1; then '
+    "if \"$p\" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then "
+    f'exec "$p" -c {shlex.quote(_BOOT)}; fi; found="$found $p is $("$p" --version 2>&1);"; fi; done; '
+    'echo "there is no Python 3.11 or newer on $(hostname) (PATH $PATH):${found:- no $* at all} '
+    f'install one with its venv module, or name it with --python" >&2; exit {REFUSED}'
+)
+# [USER@]HOST as onboarding takes it: letters, digits, '.', '_', '-' (and ':' for an IPv6 address),
+# neither beginning with '-', so that ssh, its config's %h and %r, and a ProxyCommand's shell each
+# read it as one plain name.
+_TARGET = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9_:][A-Za-z0-9._:-]{0,252}")
 # What each of nodeside's answers holds; anything else is refused, not trusted.
 _MAYBE_STR = (str, type(None))
 ANSWERS = {
@@ -41,6 +63,25 @@ ANSWERS = {
 
 class Refusal(LlmgwError):
     """One sentence: what is missing or wrong, and what to do; the node is as it was before the step."""
+
+
+def _shown(value):
+    """A node's answer's value with its text escaped for a terminal (a PEM's lines kept)."""
+    if isinstance(value, str):
+        return printable(value, keep="\n")
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
+
+
+def ssh_target(text: str) -> str:
+    """*text*, when it is one plain ``[USER@]HOST``; a Refusal saying what onboarding takes otherwise."""
+    if _TARGET.fullmatch(text):
+        return text
+    raise Refusal(f"{printable(repr(text[:300]))} is not a target onboarding gives to ssh: it takes [USER@]HOST, "
+                  "each of letters, digits, '.', '_' and '-' (and ':' in an IPv6 address), not beginning with "
+                  "'-'; for any other name, give the machine an alias in ~/.ssh/config (Host ALIAS, HostName, "
+                  "User) and onboard ALIAS")
 
 
 @attrs.frozen
@@ -63,7 +104,7 @@ class StepFailed(LlmgwError):
 class Ssh:
     """`ssh [USER@]HOST` as the operator would type it, with onboarding's few options."""
 
-    target: str
+    target: str = attrs.field(converter=ssh_target)
     config: str | None = None
     python: str | None = None
 
@@ -113,7 +154,8 @@ class Ssh:
             if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
                 raise failed(0, f"answered {key}={printable(repr(value))[:200]}, which is not "
                                  f"what llmgw's nodeside answers; is something else answering on the node?")
-        return answer
+        # Only what was checked goes on, its text escaped: onboarding prints it ("check: Python …", "wrote …").
+        return {key: _shown(answer.get(key)) for key in ANSWERS[op]}
 
 
 def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, bytes | None, bytes]:
@@ -158,20 +200,18 @@ def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, by
     return status, (None if over else bytes(out)), bytes(err)
 
 
+def shell_words(*words: str) -> str:
+    """*words* as the node's shell reads them back: each one word, whatever it holds (``$(…)``, quotes, spaces)."""
+    return shlex.join(words)
+
+
 def _with_python(python: str) -> str:
-    return f"{shlex.quote(python)} -c {shlex.quote(_BOOT)}"
+    return shell_words(python, "-c", _BOOT)
 
 
 def _find_python(python: str | None) -> str:
     """A shell line that runs nodeside under the first Python >= 3.11 on the node's PATH, or says what it found."""
-    candidates = " ".join(shlex.quote(p) for p in ([python] if python else PYTHONS))
-    return (
-        f'found=""; for p in {candidates}; do if command -v "$p" >/dev/null 2>&1; then '
-        f"if \"$p\" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then "
-        f'exec "$p" -c {shlex.quote(_BOOT)}; fi; found="$found $p is $("$p" --version 2>&1);"; fi; done; '
-        f'echo "there is no Python 3.11 or newer on $(hostname) (PATH $PATH):${{found:- no {candidates} at all}} '
-        f'install one with its venv module, or name it with --python" >&2; exit {REFUSED}'
-    )
+    return f"{shell_words('set', '--', *([python] if python else PYTHONS))}; {_FIND_PYTHON}"
 
 
 def _ssh_trouble(target: str, stderr: str) -> str:
