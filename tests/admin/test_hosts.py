@@ -188,3 +188,32 @@ def test_server_yaml_admin_hosts_is_names_absent_is_the_defaults(tmp_path):
         path.write_text(head + f"admin: {{hosts: [{bad}]}}\n")
         with pytest.raises(ConfigError, match=r"admin\.hosts.*not a host name; write it like 'gw01.example.com'"):
             load_server_config(path)
+
+
+def test_the_guard_itself_trusts_a_local_peer_only_when_it_asks_for_this_servers_name(clock):
+    # The page answers 421 first; the guard does not lean on that.
+    from twisted.internet.address import IPv4Address
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from llmgw.admin.auth import Guard
+
+    guard = Guard(settings(), clock)
+
+    def request(*hosts: str):
+        made = DummyRequest([b""])
+        made.uri, made.client, made.getCookie = b"/", IPv4Address("TCP", "127.0.0.1", 40000), lambda name: None
+        if hosts:
+            made.requestHeaders.setRawHeaders(b"host", [h.encode() for h in hosts])
+        return made
+
+    assert guard.operator(request("127.0.0.1:9090")).local and guard.operator(request("localhost")).local
+    for hosts in (("rebind.attacker.example:9090",), (), ("localhost", "rebind.attacker.example")):
+        assert guard.operator(request(*hosts)) is None, hosts
+    assert guard.operator(request("rebind.attacker.example"), trust_local=False) is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_metrics_spelled_otherwise_is_held_to_the_same_names(admin):
+    for target, method in (("/%6detrics", "GET"), ("/metrics/", "GET"), ("/metrics", "HEAD"), ("/metrics?x=1", "GET")):
+        answer = await ask(admin, "rebind.attacker.example", target, method)
+        assert answer.code == 421 and "llmgw_" not in answer.body, (target, method)
