@@ -60,6 +60,8 @@ async def test_a_local_peer_asking_for_a_name_that_is_not_this_servers_gets_421_
         name = host.split(":")[0]
         posted = await ask(admin, host, "/action", "POST", f"Cookie: {cookie}\nOrigin: http://{name}:{port}", form)
         assert posted.code == 421, host
+        # What a proxy would say about the host is nobody's word here.
+        assert (await ask(admin, host, "/", headers=f"X-Forwarded-Host: localhost:{port}")).code == 421, host
     assert source.acted == []
 
 
@@ -86,7 +88,8 @@ async def test_a_request_naming_no_host_two_hosts_a_malformed_one_or_a_url_is_re
                             source=source_address)
             assert two.code == 400 and "one Host header" in two.body, target
         for host in (f"localhost:{port}:{port}", "localhost:99999", "localhost:http", "local host", "[::1",
-                     "[localhost]:80", f"rebind.attacker.example@127.0.0.1:{port}", "", "a..b", "-a", "é.example"):
+                     "[localhost]:80", f"rebind.attacker.example@127.0.0.1:{port}", "", "a..b", "-a", "é.example",
+                     f"127.0.0.1:{port}, rebind.attacker.example", "localhost\trebind.attacker.example"):
             answer = await ask(admin, host, source=source_address)
             assert answer.code == 400 and "Host header is not a host" in answer.body and "gpu01" not in answer.body, host
     # A URL for a target names a second host: only a proxy is sent those.
