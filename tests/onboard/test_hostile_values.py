@@ -17,7 +17,7 @@ import pytest
 from llmgw.ctl import nodeside
 from llmgw.ctl.layout import Layout, unit_path, unit_text, unit_user
 from llmgw.ctl.onboard import _wheels
-from llmgw.ctl.ssh import REFUSED, Refusal, Ssh, _find_python, _with_python, ssh_target
+from llmgw.ctl.ssh import REFUSED, Refusal, Ssh, StepFailed, _find_python, _with_python, ssh_target
 from tests.support.cluster import environment
 from tests.support.net import free_port
 
@@ -216,3 +216,41 @@ def test_the_wheels_advice_is_shell_quoted_as_it_could_be_pasted(tmp_path):
         _wheels(str(odd), "1.2.3")
     advice = str(refused.value).split("; add it (", 1)[1][:-1]
     assert shlex.split(advice) == ["pip", "wheel", "--wheel-dir", str(odd), "llmgw==1.2.3"]
+
+
+# -- over a real ssh, to a real sshd on 127.0.0.1 --
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_over_ssh_a_hostile_python_is_said_back_and_never_run(nodes):
+    node = nodes.add("edge1")
+    sentinel = node.base / "ran"
+    python = f"$(touch {sentinel})\"; touch {sentinel}; \"`touch {sentinel}`"
+    with pytest.raises(Refusal, match="there is no Python 3.11 or newer on ") as refused:
+        Ssh(node.alias, str(nodes.operator.config), python=python).run("check", {})
+    assert f"no {python} at all" in str(refused.value)
+    with pytest.raises(StepFailed) as failed:
+        Ssh(node.alias, str(nodes.operator.config)).run("check", {}, python=python)
+    assert failed.value.status == 127
+    assert not sentinel.exists()
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_a_nodes_answer_is_escaped_before_onboarding_prints_it(nodes):
+    from tests.onboard.test_onboard import fake_python
+
+    node = nodes.add("edge1")
+    answer = ('{"hostname": "edge1", "python": "\\u001b]0;owned\\u0007/usr/bin/python3", '
+              '"installed": "1.0\\u001b[2J\\u202e", "certificate": null, "has_key": false}')
+    said = Ssh(node.alias, str(nodes.operator.config), python=fake_python(node, f"cat >/dev/null; echo '{answer}'"))
+    got = said.run("check", {})
+    assert got == {"hostname": "edge1", "python": "\\x1b]0;owned\\x07/usr/bin/python3",
+                   "installed": "1.0\\x1b[2J\\u202e", "certificate": None, "has_key": False}
+
+
+def test_a_value_filled_into_the_unit_is_not_filled_in_again():
+    # The prefix holds the shipped unit's config directory: it stays as given, whatever --config-dir is.
+    filled = unit_text(None, Layout("/etc/llmgw/venv", "/srv/conf", "/var/lib/llmgw/x", user="svc"))
+    assert "ExecStart=/etc/llmgw/venv/bin/twistd " in filled and "--config /srv/conf/agent.yaml" in filled
+    assert "Environment=PATH=/etc/llmgw/venv/bin:" in filled and "WorkingDirectory=/var/lib/llmgw/x\n" in filled

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import string
 from pathlib import Path
 
@@ -128,11 +129,10 @@ def unit_text(unit: str | None, layout: Layout) -> str:
         from importlib import resources
 
         text = resources.files("llmgw.ctl").joinpath(UNIT_NAME).read_text()
-    for old, new in ((UNIT_PREFIX, layout.prefix), (UNIT_CONFIG_DIR, layout.config_dir),
-                     (UNIT_STATE_DIR, layout.state), (f"User={UNIT_USER}", f"User={layout.user}"),
-                     (f"Group={UNIT_USER}", f"Group={layout.user}")):
-        text = text.replace(old, new)
-    return text
+    filled = {UNIT_PREFIX: layout.prefix, UNIT_CONFIG_DIR: layout.config_dir, UNIT_STATE_DIR: layout.state,
+              f"User={UNIT_USER}": f"User={layout.user}", f"Group={UNIT_USER}": f"Group={layout.user}"}
+    # One pass: a value filled in is never read again (--prefix /etc/llmgw/venv stays that, whatever --config-dir).
+    return re.sub("|".join(map(re.escape, filled)), lambda m: filled[m.group()], text)
 
 
 def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
