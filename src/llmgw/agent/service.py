@@ -10,7 +10,6 @@ otherwise and the reason would be on the server, not here.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import attrs
@@ -24,14 +23,13 @@ from llmgw.agent.discovery.host import route_address
 from llmgw.agent.enginelist import NodeEngines, describe, news
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
+from llmgw.agent.nodeid import node_id_for  # noqa: F401  (llmgw.process.agent imports it from here)
 from llmgw.agent.procs import rendezvous_port
 from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
-from llmgw.errors import ConfigError
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.tls import certificate_common_name
 from llmgw.records import EngineInfo, EnginePlan, ShardSpec, ShardStatus, WeightsFile
 from llmgw.states import EngineState
 from llmgw.wire import WireError, from_wire, to_wire
@@ -476,17 +474,3 @@ def local_files(paths: list[str], listed: set[str]) -> list[WeightsFile]:
         if path not in listed and os.path.isfile(path) and size > 0:
             found[path] = WeightsFile(path=path, size_bytes=size)
     return list(found.values())
-
-
-def node_id_for(config) -> str:
-    """The configured node id, or this host's short name, checked against the certificate."""
-    node_id = config.node_id or socket.gethostname().split(".")[0]
-    cn = certificate_common_name(config.tls.cert)
-    if cn != node_id:
-        source = "node_id in the agent configuration" if config.node_id else "this host's name"
-        raise ConfigError(
-            f"{source} is {node_id!r} but {config.tls.cert} is a certificate for {cn!r}: "
-            f"issue one for this node (llmgw pki issue DIR --role node {node_id}) "
-            f"or set node_id: {cn} in the agent configuration"
-        )
-    return node_id

@@ -22,10 +22,10 @@ from twisted.logger import Logger
 from llmgw import __version__
 from llmgw.errors import PKIError
 from llmgw.link import uris
-from llmgw.link.authz import NODE_ID
 from llmgw.durable import write_file
 from llmgw.pki import CA_CERT, CRL_FILE, read_revocations, revoke
 from llmgw.pki.nodes import held, sign_node
+from llmgw.pki.subject import node_name_problem
 from llmgw.pki.authority import MAX_REQUEST_BYTES
 from llmgw.tlsfiles import CRL_BESIDE_CA
 
@@ -72,9 +72,9 @@ class Identity:
         is revoked already (an offboarded node onboarded again).
         """
         operator = _operator(details)
+        node_id = _node_id(node_id)
         directory = self._directory(f"sign {node_id}'s request there with "
                                     f"`llmgw pki sign DIR CSR --role node --name {node_id}`")
-        node_id = _node_id(node_id)
         if not isinstance(request, str) or len(request) > MAX_REQUEST_BYTES:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"a certificate request is PEM text of at most {MAX_REQUEST_BYTES} bytes")
         try:
@@ -108,8 +108,8 @@ class Identity:
     cannot be written there refuses: the node would otherwise rejoin.
     """
         operator = _operator(details)
-        directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
         node_id = _node_id(node_id)
+        directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
         try:
             held_now = held(directory / f"{node_id}.crt")
         except PKIError as e:
@@ -188,7 +188,7 @@ def _operator(details) -> str:
 
 
 def _node_id(node_id) -> str:
-    if not isinstance(node_id, str) or not NODE_ID.match(node_id):
-        raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, (
-            f"node id {node_id!r} is not a single DNS label (letters, digits, '-' and '_', at most 63, no dots)"))
+    problem = node_name_problem(node_id)
+    if problem is not None:
+        raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"node id {problem}")
     return node_id

@@ -17,8 +17,13 @@ SUBSCRIBE = "subscribe"
 PUBLISH = "publish"
 
 # A node's id is one URI component: no dots, or node "a" could register under
-# "llmgw.node.a.b." and answer for node "a.b".
-NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+# "llmgw.node.a.b." and answer for node "a.b".  \Z, not $: "a\n" is no id.
+NODE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
+
+
+def is_node_id(name: object) -> bool:
+    """Whether *name* can be a node's id on the link: the one rule the hub, ``llmgw pki`` and the agent share."""
+    return isinstance(name, str) and NODE_ID.match(name) is not None
 
 
 def refusal(role: str, authid: str, action: str, uri: str) -> str | None:
@@ -49,7 +54,7 @@ def session_refusal(role: str, authid: str) -> str | None:
     """Why a certificate may not open a session at all, or ``None``."""
     if role == uris.ROLE_SERVER:
         return f"{authid} holds a server certificate, which identifies the hub; clients need a node, operator or router certificate"
-    if role == uris.ROLE_NODE and not NODE_ID.match(authid):
+    if role == uris.ROLE_NODE and not is_node_id(authid):
         return (
             f"node certificate CN {authid!r} is not a short host name "
             "(letters, digits, '-' and '_', no dots); issue the node's certificate for its short host name"

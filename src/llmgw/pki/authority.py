@@ -30,7 +30,7 @@ from llmgw.durable import write_file
 from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_SERVER
 
-from .subject import MAX_LABEL, MAX_NAME, check_name
+from .subject import MAX_NAME, check_name, node_name_problem
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -200,17 +200,15 @@ def read_request(data: bytes) -> x509.CertificateSigningRequest:
 
 
 def _check_holder(name: str, role: str) -> None:
+    if role == ROLE_NODE:
+        # The hub refuses any other node (llmgw.link.authz): its id is one URI
+        # component, or node "a" could answer for node "a.b".
+        problem = node_name_problem(name)
+        if problem is not None:
+            raise PKIError(problem)
     check_name(name)
     if role not in CERT_ROLES:
         raise PKIError(f"role {role!r} is none of {', '.join(CERT_ROLES)}")
-    if role == ROLE_NODE and ("." in name or len(name) > MAX_LABEL):
-        # The hub refuses such a node (llmgw.link.authz): its id is one URI
-        # component, or node "a" could answer for node "a.b".
-        raise PKIError(
-            f"a node's name is its short host name, one DNS label: no dots, at most {MAX_LABEL} "
-            f"characters (node05, not node05.example.org), because it becomes one part of "
-            f"URIs like llmgw.node.NAME.ping; not {name!r}"
-        )
 
 
 def _certificate(

@@ -15,6 +15,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from llmgw.errors import PKIError
+from llmgw.link.authz import is_node_id
 from llmgw.link.uris import CERT_ROLES
 # Whatever a certificate says reaches a log line through this (re-exported by llmgw.pki).
 from llmgw.text import printable  # noqa: F401
@@ -70,6 +71,33 @@ def name_problem(name: str) -> str | None:
     if name.lower() == "ca":
         return f"{name!r} is the CA's own file name (ca.crt, ca.key); choose another name"
     return None
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a node's name, or None when it can: a certificate's name the link takes as a node id.
+
+    A node's name is its short host name (``hostname -s``), never the fully
+    qualified one: it is one component of the node's URIs.  :func:`llmgw.link.authz.is_node_id`
+    is the link's own rule, so a node is never signed a certificate the hub then refuses.
+    """
+    if not isinstance(name, str):
+        return f"a node's name is text, its short host name; not {type(name).__name__}"
+    problem = name_problem(name)
+    if problem is None and is_node_id(name):
+        return None
+    shown = repr(name) if len(name) <= MAX_NAME else f"{name[:20]!r}... ({len(name)} characters)"
+    short = name.split(".")[0]
+    if "." in name and name_problem(short) is None and is_node_id(short):
+        instead = f"use {short!r}, its short host name"
+    elif problem is not None:
+        return problem
+    else:
+        instead = "use the node's short host name (what `hostname -s` prints), for example node05"
+    return (
+        f"{shown} is not a single DNS label, and a node's name is its short host name, one DNS label "
+        f"(letters, digits, '-' and '_', starting and ending with a letter or digit, at most {MAX_LABEL} "
+        f"characters, no dots), because it becomes one part of URIs like llmgw.node.NAME.ping: {instead}"
+    )
 
 
 def check_name(name: str) -> str:
