@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import (
@@ -30,6 +31,7 @@ from llmgw.durable import write_file
 from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_SERVER
 
+from .keys import ACCEPTED, key_problem
 from .subject import MAX_NAME, check_name, node_name_problem
 
 CA_CERT = "ca.crt"
@@ -192,10 +194,22 @@ def read_request(data: bytes) -> x509.CertificateSigningRequest:
         request = x509.load_pem_x509_csr(data)
     except ValueError:
         raise PKIError("not a PEM certificate request (-----BEGIN CERTIFICATE REQUEST-----)") from None
-    if not request.is_signature_valid:
+    try:
+        valid, key = request.is_signature_valid, request.public_key()
+    except (UnsupportedAlgorithm, ValueError):
+        raise PKIError(
+            f"the certificate request's key or signature is of a kind llmgw cannot read; make one with {ACCEPTED}"
+        ) from None
+    if not valid:
         raise PKIError("the certificate request's signature does not hold; make it again with the holder's key")
-    if not isinstance(request.public_key(), (ec.EllipticCurvePublicKey, rsa.RSAPublicKey)):
-        raise PKIError("the certificate request's key is neither EC nor RSA; make an EC P-256 key")
+    problem = key_problem(key)
+    if problem is not None:
+        raise PKIError(
+            f"the certificate request's key is {problem}. Make a new key and request, for example "
+            "`openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout NAME.key "
+            "-subj /CN=NAME -out NAME.csr` "
+            "(`llmgw ctl onboard` makes a P-256 key on the node)"
+        )
     return request
 
 
@@ -368,6 +382,12 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, CertificateIssuerPrivat
         raise PKIError(f"{key_path} is not a PEM private key") from None
     if not isinstance(key, typing.get_args(CertificateIssuerPrivateKeyTypes)):
         raise PKIError(f"{key_path} holds a key that cannot sign certificates")
+    problem = key_problem(key.public_key())
+    if problem is not None:
+        raise PKIError(
+            f"the CA's key {key_path} is {problem}, so no certificate it signs would be accepted. Create a new CA "
+            f"with `llmgw pki init` (an EC P-256 key) and reissue every certificate (see docs/security.rst)"
+        )
     if _public_der(key.public_key()) != _public_der(cert.public_key()):
         raise PKIError(
             f"{key_path} is not the key of {cert_path}; the two must come from one `llmgw pki init`"
