@@ -15,6 +15,7 @@ from autobahn.wamp.exception import ApplicationError
 from twisted.internet import reactor
 
 from llmgw.link import uris
+from llmgw.link.answers import SERVER_FAULT
 from llmgw.link.hub import Hub
 from tests.link.conftest import Control, close, join, serve
 
@@ -82,9 +83,17 @@ async def test_a_direct_procedures_refusal_reaches_the_caller_in_its_words(direc
     with pytest.raises(ApplicationError) as broken:
         await node.call(BROKEN)
     assert broken.value.error == "wamp.error.runtime_error"
+    assert broken.value.args == (SERVER_FAULT,)  # not "'gpus'": the traceback is the server's log's
     with pytest.raises(ApplicationError) as wrong:
-        await node.call(ECHO)  # no value: the handler's TypeError, as autobahn's callee would answer it
-    assert wrong.value.error == "wamp.error.runtime_error"
-    assert direct_hub.control.user_errors == ["ApplicationError", "KeyError", "TypeError"]
+        await node.call(ECHO)  # no value: refused before the handler runs, in llmgw's words
+    assert wrong.value.error == "wamp.error.invalid_argument"
+    assert wrong.value.args == (
+        f"{ECHO} takes 1 argument (value) and the keyword argument upper; it was sent no arguments: "
+        "check that this client and the server run the same llmgw version",
+    )
+    with pytest.raises(ApplicationError) as spoofed:
+        await node.call(ECHO, "hi", details="forged")
+    assert spoofed.value.args[0].startswith(f"{ECHO} was sent the keyword argument 'details', which the hub fills in")
+    assert direct_hub.control.user_errors == ["ApplicationError", "KeyError"]  # the caller's mistakes are not the server's
     assert direct_hub.control.invoked == []
     node.leave()

@@ -33,14 +33,12 @@ from typing import Callable
 import attrs
 from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
-from autobahn.wamp.exception import ApplicationError
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from llmgw.config.common import verbose_logs
 from llmgw.config.server import LinkSettings
 from llmgw.errors import PKIError
-from llmgw.link import authz, inbound, uris
+from llmgw.link import answers, authz, inbound, uris
 from llmgw.link.local import LocalLink
 from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
 from llmgw.link.session import LinkJsonSerializer, quiet_cancellations, sweep_pings
@@ -90,16 +88,6 @@ class DuplicateSession:
             f"{self.node_id} is already connected from {self.holder_peer}; a second agent with its certificate "
             f"from {self.refused_peer} was refused: give each node its own certificate"
         )
-
-
-@attrs.frozen
-class DirectCallDetails:
-    """What a directly answered procedure is told of its caller: the fields of autobahn's ``CallDetails`` it reads."""
-
-    caller: int | None
-    caller_authid: str | None
-    caller_authrole: str | None
-    procedure: str
 
 
 @attrs.define(eq=False)
@@ -157,6 +145,8 @@ class Hub:
         self.admitted: Callable[[object], None] | None = None
         # Per in-process session: itself and the procedures it answers directly (``attach_local``).
         self._direct: dict[HubSession, tuple[object, dict[str, Callable]]] = {}
+        # Every in-process session's autobahn side: a call's arguments are checked against its handler first.
+        self._local: dict[HubSession, object] = {}
 
     # -- attaching sessions --
 
@@ -191,7 +181,8 @@ class Hub:
             # Called with the caller's args and kwargs and details=, synchronously;
             # used only while this session holds the procedure's registration.
             self._direct[hub_side] = (app_session, dict(direct()))
-        LocalLink(self._clock, hub_side, quiet_cancellations(app_session)).open()
+        self._local[hub_side] = app_session
+        LocalLink(self._clock, hub_side, answers.worded_errors(quiet_cancellations(app_session))).open()
 
     def _identity_from(self, transport) -> SessionIdentity | None:
         tls = getattr(transport, "transport", None)
@@ -378,6 +369,7 @@ class Hub:
 
     def _left(self, session: HubSession) -> None:
         self._direct.pop(session, None)
+        self._local.pop(session, None)
         if self.sessions.pop(session.session_id, None) is None:
             return
         self.sessions_left += 1
@@ -478,7 +470,12 @@ class Hub:
         callee = reg.callee
         direct = self._direct.get(callee) if self._direct else None
         if direct is not None and msg.procedure in direct[1]:
-            self._answer_directly(session, msg, *direct)
+            session.send(answers.answer_directly(session, msg, *direct))
+            return
+        local = self._local.get(callee)
+        refused = answers.local_refusal(local, reg.id, msg.procedure, msg.args, msg.kwargs) if local else None
+        if refused is not None:
+            session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, uris.ERROR_INVALID_ARGUMENT, args=[refused]))
             return
         inv = _Invocation(callee.next_invocation_id(), session, msg.request, callee, msg.procedure)
         self._invocations[(callee, inv.id)] = inv
@@ -493,21 +490,6 @@ class Hub:
                 procedure=msg.procedure,
             )
         )
-
-    def _answer_directly(self, session: HubSession, msg, app_session, procedures: dict[str, Callable]) -> None:
-        """The in-process session's answer, or its refusal, as its YIELD or ERROR would have carried it."""
-        details = DirectCallDetails(session.session_id, session.authid, session.role, msg.procedure)
-        try:
-            result = procedures[msg.procedure](*(msg.args or ()), **(msg.kwargs or {}), details=details)
-        except Exception as e:
-            # As autobahn's callee does: the session hears of it (and logs it
-            # as it chooses), the caller gets the error's URI and words.
-            app_session.onUserError(Failure(), f"{msg.procedure}: {e}")
-            error = e.error if isinstance(e, ApplicationError) else uris.ERROR_RUNTIME
-            session.send(message.Error(message.Call.MESSAGE_TYPE, msg.request, error, args=list(e.args),
-                                       kwargs=getattr(e, "kwargs", None) or None))
-            return
-        session.send(message.Result(msg.request, args=[result]))
 
     def _timed_out(self, inv: _Invocation) -> None:
         inv.timeout = None

@@ -1,0 +1,170 @@
+"""What a caller hears from a procedure answered in process: its arguments checked, its failures in llmgw's words.
+
+The in-process control plane answers most of the hub's procedures.  A call
+whose arguments do not fit the procedure (too few, too many, a keyword it
+does not take) used to reach the handler and come back as Python's own
+sentence ("agent_register() missing 1 required positional argument"); a
+handler that failed on its own (a ``KeyError``) sent the caller Python's
+exception text.  Here the hub checks a call against the handler's signature
+before anything runs and refuses it with ``wamp.error.invalid_argument`` in
+a sentence that names the procedure and what it takes; and a failure that
+is not an ``ApplicationError`` or one of llmgw's own errors reaches the
+caller as one sentence saying it was the server's fault, while the
+server's log keeps the traceback (the session's ``onUserError``).
+
+What a remote callee (an agent) answers is its own to word: the hub passes
+it on as it came.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable
+
+import attrs
+from autobahn.wamp import message
+from autobahn.wamp.exception import ApplicationError
+from twisted.python.failure import Failure
+
+from llmgw.errors import LlmgwError
+from llmgw.link import uris
+from llmgw.pki.subject import printable
+
+# A caller's keyword names are its own text: at most this many, each at most this long, reach the refusal.
+_NAMES_SHOWN = 5
+_NAME_CHARS = 40
+
+SERVER_FAULT = ("the server failed while answering this call (its fault, not the caller's); "
+                "the server's log has the details: tell its operator")
+
+
+@attrs.frozen
+class DirectCallDetails:
+    """What a directly answered procedure is told of its caller: the fields of autobahn's ``CallDetails`` it reads."""
+
+    caller: int | None
+    caller_authid: str | None
+    caller_authrole: str | None
+    procedure: str
+
+
+def argument_refusal(procedure: str, fn: Callable, args, kwargs, details_arg: str | None = None) -> str | None:
+    """Why *fn* cannot be called with *args* and *kwargs* for *procedure*, in words; None when it can.
+
+    *details_arg* is the keyword the handler is given the call's details by:
+    not the caller's to send.
+    """
+    signature = _signature(fn, details_arg)
+    if signature is None:
+        return None  # a builtin without one: the handler judges for itself
+    params = list(signature.parameters.values())
+    args = list(args or ())
+    kwargs = dict(kwargs or {})
+    if details_arg is not None and details_arg in kwargs:
+        return f"{procedure} was sent the keyword argument {details_arg!r}, which the hub fills in; leave it out"
+    try:
+        signature.bind(*args, **kwargs)
+        return None
+    except TypeError:
+        pass
+    return (f"{procedure} takes {_takes(params)}; it was sent {_sent(args, kwargs)}: check that this client "
+            "and the server run the same llmgw version")
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(fn: Callable, details_arg: str | None) -> inspect.Signature | None:
+    """*fn*'s signature less its *details_arg*; made once per handler (a node registers, then beats for days)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return signature.replace(parameters=[p for p in signature.parameters.values() if p.name != details_arg])
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _takes(params: list[inspect.Parameter]) -> str:
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in positional if p.default is p.empty]
+    optional = [p.name for p in positional if p.default is not p.empty]
+    keywords = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    parts = []
+    if required:
+        parts.append(f"{_count(len(required), 'argument')} ({', '.join(required)})")
+    if optional:
+        parts.append(f"up to {len(optional) if required else _count(len(optional), 'argument')} "
+                     f"{'more ' if required else ''}({', '.join(optional)})")
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        parts.append("any number of further arguments")
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        parts.append("any keyword arguments")
+    elif keywords:
+        parts.append(f"the keyword {'argument' if len(keywords) == 1 else 'arguments'} {', '.join(keywords)}")
+    if not parts:
+        return "no arguments"
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _sent(args: list, kwargs: dict) -> str:
+    said = _count(len(args), "argument") if args else "no arguments"
+    if kwargs:
+        names = [printable(str(k)[:_NAME_CHARS]) for k in list(kwargs)[:_NAMES_SHOWN]]
+        more = f" and {len(kwargs) - _NAMES_SHOWN} more" if len(kwargs) > _NAMES_SHOWN else ""
+        said += f" and the keyword {'argument' if len(kwargs) == 1 else 'arguments'} {', '.join(names)}{more}"
+    return said
+
+
+def worded(exc: BaseException) -> ApplicationError:
+    """*exc* as the caller hears it: an ``ApplicationError`` as it is, llmgw's own error in its words, else ``SERVER_FAULT``."""
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, LlmgwError):
+        return ApplicationError(uris.ERROR_RUNTIME, str(exc))
+    return ApplicationError(uris.ERROR_RUNTIME, SERVER_FAULT)
+
+
+def worded_errors(app_session):
+    """*app_session* (attached in process), its ERROR answers made by ``worded`` and never with a traceback."""
+    made = app_session._message_from_exception
+
+    def message_from_exception(request_type, request, exc, tb=None, enc_algo=None):
+        return made(request_type, request, worded(exc), None, enc_algo)
+
+    app_session._message_from_exception = message_from_exception
+    app_session.traceback_app = False
+    return app_session
+
+
+def local_refusal(app_session, registration: int, procedure: str, args, kwargs) -> str | None:
+    """Why the in-process *app_session*'s handler of *registration* cannot take *args* and *kwargs*; None when it can."""
+    held = getattr(app_session, "_registrations", {}).get(registration)
+    endpoint = getattr(held, "endpoint", None)
+    if endpoint is None:
+        return None
+    fn = endpoint.fn if endpoint.obj is None else endpoint.fn.__get__(endpoint.obj)
+    return argument_refusal(procedure, fn, args, kwargs, endpoint.details_arg)
+
+
+def answer_directly(session, msg, app_session, procedures: dict[str, Callable]):
+    """The in-process session's answer, or its refusal, as its YIELD or ERROR would have carried it; the message to send."""
+    fn = procedures[msg.procedure]
+    details = DirectCallDetails(session.session_id, session.authid, session.role, msg.procedure)
+    try:
+        result = fn(*(msg.args or ()), **(msg.kwargs or {}), details=details)
+    except Exception as e:
+        # Arguments that do not bind fail before the handler runs: the
+        # caller's mistake, answered and not logged.  Checked only then, so a
+        # heartbeat that fits pays nothing for it.
+        refused = argument_refusal(msg.procedure, fn, msg.args, msg.kwargs, "details") if isinstance(e, TypeError) else None
+        if refused is not None:
+            return message.Error(message.Call.MESSAGE_TYPE, msg.request, uris.ERROR_INVALID_ARGUMENT, args=[refused])
+        # As autobahn's callee does: the session hears of it (and logs it
+        # as it chooses), the caller gets the error's URI and words.
+        app_session.onUserError(Failure(), f"{msg.procedure}: {e}")
+        error = worded(e)
+        return message.Error(message.Call.MESSAGE_TYPE, msg.request, error.error, args=list(error.args),
+                             kwargs=error.kwargs or None)
+    return message.Result(msg.request, args=[result])
