@@ -23,8 +23,8 @@ from llmgw import __version__
 from llmgw.errors import PKIError
 from llmgw.link import uris
 from llmgw.durable import write_file
-from llmgw.pki import CA_CERT, CRL_FILE, read_revocations, revoke
-from llmgw.pki.nodes import held, sign_node
+from llmgw.pki import CA_CERT, CRL_FILE, read_revocations
+from llmgw.pki.nodes import revoke_node, sign_node
 from llmgw.pki.subject import node_name_problem
 from llmgw.pki.authority import MAX_REQUEST_BYTES
 from llmgw.tlsfiles import CRL_BESIDE_CA
@@ -111,17 +111,9 @@ class Identity:
         node_id = _node_id(node_id)
         directory = self._directory(f"revoke it there with `llmgw pki revoke DIR {node_id}`")
         try:
-            held_now = held(directory / f"{node_id}.crt")
-        except PKIError as e:
-            raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
-        if held_now is None:
-            raise ApplicationError(uris.ERROR_REFUSED, (
-                f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
-                f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`"))
-        try:
             hub = self._hub_file()
             _check_hub_list(directory, hub)
-            done = revoke(directory, node_id)
+            done = revoke_node(directory, node_id)
             _copy_to_hub(done.path, hub)
             said = self._revocations_changed()
         except PKIError as e:

@@ -31,6 +31,7 @@ from llmgw.durable import write_file
 from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_SERVER
 
+from .held import check_same_holder
 from .keys import ACCEPTED, key_problem
 from .subject import MAX_NAME, check_name, node_name_problem
 
@@ -131,6 +132,8 @@ def issue(
         for path in (cert_path, key_path):
             if os.path.lexists(path):
                 raise PKIError(_exists_message(path))
+    else:
+        check_same_holder(cert_path, name, role)
 
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _certificate(ca_cert, ca_key, name, role, key.public_key(), alt_names, days)
@@ -176,6 +179,8 @@ def sign_request(
     cert_path = directory / f"{cn}.crt"
     if not force and os.path.lexists(cert_path):
         raise PKIError(_exists_message(cert_path))
+    if force:
+        check_same_holder(cert_path, cn, role)
     cert = _certificate(ca_cert, ca_key, cn, role, request.public_key(), _alt_names(cn, ()), days)
     try:
         write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), private=False, replace=force)

@@ -1,9 +1,13 @@
-"""A node's certificate signed for onboarding, one rule for the control plane and ``ctl onboard --ca-dir``.
+"""A node's certificate signed for onboarding or revoked for offboarding, one rule for the control plane and ``ctl onboard --ca-dir``.
 
-NODE.crt in the CA's directory is replaced when it holds the same key (a
-re-run renews).  One for another key is another machine: refused unless
-*replace*, which revokes it first — or unless it is revoked already (an
-offboarded node's name, onboarded again), when nothing is left to take.
+Both act on NODE.crt in the CA's directory only when it is node NODE's
+certificate (:func:`llmgw.pki.held.node_certificate`): the server's, an
+operator's or a router worker's under that name is refused.  NODE.crt is
+replaced when it holds the same key (a re-run renews).  One for another key
+is another machine: refused unless *replace*, which revokes it first — or
+unless it is revoked already (an offboarded node's name, onboarded again),
+when nothing is left to take.  A key whose certificate was revoked is not
+signed again without *replace*, whatever name it comes under.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ from llmgw.errors import PKIError
 from llmgw.link.uris import ROLE_NODE
 
 from .authority import CA_CERT, PathLike, _public_der, read_ca_certificate, read_request, sign_request
-from .revocation import CRL_FILE, Revoked, read_revocations, revoke
+from .held import held, node_certificate
+from .revocation import CRL_FILE, Revocation, Revoked, RevocationList, read_revocations, revoke
+from .subject import node_name_problem
+
+__all__ = ["NodeSigned", "held", "revoke_node", "sign_node"]
 
 
 @attrs.frozen
@@ -33,12 +41,15 @@ class NodeSigned:
 def sign_node(directory: PathLike, node_id: str, request: bytes, replace: bool = False) -> NodeSigned:
     """Sign *request* for node *node_id* with the CA in *directory*, by the rule above; PKIError says why not."""
     directory = Path(directory)
-    path = directory / f"{node_id}.crt"
-    existing = held(path)
+    _check_node_id(node_id)
+    existing = node_certificate(directory / f"{node_id}.crt", node_id)
     wanted = read_request(request)
+    revocations = _revocations(directory)
+    if not replace:
+        _refuse_a_revoked_key(directory, node_id, wanted.public_key(), revocations)
     replaced = None
     if existing is not None and _public_der(existing.public_key()) != _public_der(wanted.public_key()):
-        if not _revoked(directory, existing):
+        if revocations.revoked(existing.serial_number) is None:
             if not replace:
                 raise PKIError(
                     f"{node_id} already has a certificate (serial {existing.serial_number:x}, valid until "
@@ -49,18 +60,49 @@ def sign_node(directory: PathLike, node_id: str, request: bytes, replace: bool =
     return NodeSigned(written, x509.load_pem_x509_certificate(written.read_bytes()), replaced)
 
 
-def held(path: Path) -> x509.Certificate | None:
-    """The certificate in *path*, None when there is none, PKIError when it cannot be read as one."""
-    try:
-        return x509.load_pem_x509_certificate(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise PKIError(f"{path} cannot be read as a certificate ({e}); move it away") from None
+def revoke_node(directory: PathLike, node_id: str) -> Revoked:
+    """Revoke node *node_id*'s certificate, NODE.crt in *directory*; PKIError when there is none or it is not a node's."""
+    directory = Path(directory)
+    _check_node_id(node_id)
+    path = directory / f"{node_id}.crt"
+    if node_certificate(path, node_id) is None:
+        raise PKIError(
+            f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
+            f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`")
+    return revoke(directory, node_id)
 
 
-def _revoked(directory: Path, cert: x509.Certificate) -> bool:
+def _check_node_id(node_id: str) -> None:
+    problem = node_name_problem(node_id)
+    if problem is not None:
+        raise PKIError(problem)
+
+
+def _revocations(directory: Path) -> RevocationList:
     crl = directory / CRL_FILE
     if not os.path.lexists(crl):
-        return False
-    return read_revocations(crl, read_ca_certificate(directory / CA_CERT)).revoked(cert.serial_number) is not None
+        return RevocationList()
+    return read_revocations(crl, read_ca_certificate(directory / CA_CERT))
+
+
+def _refuse_a_revoked_key(directory: Path, node_id: str, key, revocations: RevocationList) -> None:
+    """PKIError when a certificate in *directory* for *key*, under any name, is revoked: the key was taken back."""
+    if not len(revocations):
+        return
+    wanted = _public_der(key)
+    for path in sorted(directory.glob("*.crt")):
+        if path.name == CA_CERT:
+            continue
+        try:
+            cert = held(path)
+        except PKIError:
+            continue
+        if cert is None or _public_der(cert.public_key()) != wanted:
+            continue
+        entry: Revocation | None = revocations.revoked(cert.serial_number)
+        if entry is not None:
+            raise PKIError(
+                f"the request's key is the key of {path.name}, {entry.reason}; a revoked key is not signed again. "
+                f"Onboard {node_id} with a new key: remove node.key from the node's configuration directory "
+                "(`llmgw ctl onboard` then makes one), or, if you trust this key again, run again with --replace"
+            )
