@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import pytest_twisted
+from autobahn.wamp.exception import ApplicationError
 from twisted.internet import reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
@@ -15,7 +17,8 @@ from llmgw.config.server import LinkSettings
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from tests.link.conftest import close, files, serve
-from tests.link.wire import ABORT, CALL, ERROR, PUBLISH, RESULT, SUBSCRIBE, SUBSCRIBED, WELCOME, wire_peer
+from tests.link.wire import (ABORT, CALL, ERROR, INVOCATION, PUBLISH, REGISTER, REGISTERED, SUBSCRIBE, SUBSCRIBED, WELCOME,
+                             YIELD, wire_peer)
 
 
 class Logged:
@@ -142,22 +145,46 @@ def nested(depth: int):
     return value
 
 
+DEEP = {
+    "a CALL": lambda: json.dumps([CALL, 1, {}, uris.CP_AGENT + "whoami", [nested(900)]]).encode(),
+    "one too deep for the parser": lambda: b"[48, 2, {}, \"llmgw.cp.agent.whoami\", [" + b"[" * 5000 + b"]" * 5000 + b"]]",
+    "an unacknowledged PUBLISH": lambda: json.dumps([PUBLISH, 3, {}, uris.EVENT_NODE, [nested(100)]]).encode(),
+}
+
+
+@pytest.mark.parametrize("what", list(DEEP))
 @pytest_twisted.ensureDeferred
-async def test_a_deeply_nested_message_is_refused_in_one_line(hub, pki):
+async def test_a_deeply_nested_message_ends_its_session_in_one_line(hub, pki, what):
     peer = await wire_peer(hub, files(pki, "node01"))
-    await peer.hello()
+    session_id = await peer.hello()
+    before = hub.refusals["message_depth"]
     with Logged() as logged:
-        peer.send_raw(json.dumps([CALL, 1, {}, uris.CP_AGENT + "whoami", [nested(900)]]).encode())
-        peer.send_raw(b"[48, 2, {}, \"llmgw.cp.agent.whoami\", [" + b"[" * 5000 + b"]" * 5000 + b"]]")
-        peer.send_raw(json.dumps([PUBLISH, 3, {}, uris.EVENT_NODE, [nested(100)]]).encode())
-        first = await peer.next()
-        peer.send(CALL, 4, {}, uris.CP_AGENT + "whoami", [])
-        answer = await peer.next()
-    assert first[:3] == [ERROR, CALL, 1] and first[4] == "wamp.error.invalid_argument"
-    assert "link.max_message_depth" in first[5][0]
-    assert answer[:2] == [RESULT, 4]  # the session carries on; 2 and 3 had no answer to give
+        peer.send_raw(DEEP[what]())
+        abort = await peer.next()
+        await peer.until_closed()
+    assert abort[0] == ABORT and abort[2] == "wamp.error.protocol_violation", abort
+    assert "link.max_message_depth" in abort[1]["message"] and len(abort[1]["message"]) < 200
+    assert session_id not in hub.sessions
+    assert hub.refusals["message_depth"] == before + 1
     # Only this peer's lines: a handshake another test left to fail logs its own.
-    lines = [line for line in logged.lines() if "refused a message from" in line]
-    assert len(lines) == 3, logged.lines()
-    assert all(len(line) < 400 for line in lines)
+    [line] = [line for line in logged.lines() if "node01" in line]
+    assert line.startswith("protocol violation by <session ") and len(line) < 400
     assert logged.lines(LogLevel.error) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_callee_s_answer_nested_too_deep_is_refused_to_its_caller_and_ends_the_callee_s_session(hub, pki):
+    callee = await wire_peer(hub, files(pki, "node01"))
+    await callee.hello()
+    callee.send(REGISTER, 1, {}, uris.node_uri("node01", "deep"))
+    assert (await callee.next())[0] == REGISTERED
+    answer = hub.control.call(uris.node_uri("node01", "deep"))  # only the control plane calls a node
+    invocation = await callee.next()
+    assert invocation[0] == INVOCATION
+    callee.send_raw(json.dumps([YIELD, invocation[1], {}, [nested(100)]]).encode())
+    with pytest.raises(ApplicationError) as refused:
+        await answer
+    assert refused.value.error == "wamp.error.invalid_argument"
+    assert refused.value.args[0].startswith("the answer of node01 was refused: YIELD nests deeper than 32 levels")
+    assert (await callee.next())[0] == ABORT
+    await callee.until_closed()

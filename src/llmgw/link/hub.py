@@ -233,20 +233,22 @@ class Hub:
         session.onMessage(msg)
 
     def _refuse_message(self, session: HubSession, refused: inbound.MessageRefused) -> None:
-        if session.session_id is None:
-            self._violation(session, refused.why)
-            return
-        limit = "message_depth" if refused.error == inbound.ERROR_INVALID_ARGUMENT else "invalid_uri"
-        self.refusals[limit] += 1
-        log.warn("refused a message from {s}: {why}", s=session, why=refused.why)
-        if refused.answer:
-            session.send(refused.reply())
-        elif refused.kind in (message.Yield.MESSAGE_TYPE, message.Error.MESSAGE_TYPE) and refused.request is not None:
-            inv = self._own_invocation(session, refused.request)
+        if refused.kind in (message.Yield.MESSAGE_TYPE, message.Error.MESSAGE_TYPE) and refused.request is not None:
+            inv = self._own_invocation(session, refused.request)  # its caller hears why, not "went away"
             if inv is not None:
                 self._end_invocation(inv)
                 inv.caller.send(message.Error(message.Call.MESSAGE_TYPE, inv.call_request, refused.error,
                                               args=[f"the answer of {session.authid} was refused: {refused.why}"]))
+        if session.session_id is None or refused.error == inbound.ERROR_INVALID_ARGUMENT:
+            # Nested past the limit: no message llmgw's parts send, so it
+            # ends the session as other violations do.  A malformed URI is
+            # the Basic Profile's ERROR, and the session goes on.
+            self._violation(session, refused.why, "message_depth" if session.session_id is not None else None)
+            return
+        self.refusals["invalid_uri"] += 1
+        log.warn("refused a message from {s}: {why}", s=session, why=refused.why)
+        if refused.answer:
+            session.send(refused.reply())
 
     def _hello(self, session: HubSession, msg) -> None:
         if session.hello_timer is not None and session.hello_timer.active():
@@ -359,10 +361,10 @@ class Hub:
         session.send(message.Abort(reason, text))
         session.drop()
 
-    def _violation(self, session: HubSession, text: str) -> None:
+    def _violation(self, session: HubSession, text: str, limit: str | None = None) -> None:
         # ABORT, not GOODBYE, even on an open session: the Basic Profile's
         # "Sessions" gives a second HELLO and other violations ABORT.
-        self.refusals["protocol_violation"] += 1
+        self.refusals[limit or "protocol_violation"] += 1
         log.warn("protocol violation by {s}: {text}", s=session, text=text)
         self._left(session)
         self._abort(session, "wamp.error.protocol_violation", text)

@@ -38,6 +38,7 @@ _ANSWERED = {
     message.Unregister.MESSAGE_TYPE: None,
 }
 _MAX_ID = 2**53
+_URI_SHOWN = 100
 
 
 class Violation(Exception):
@@ -66,10 +67,13 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
     try:
         raw = json.loads(payload)
     except RecursionError:
-        raise MessageRefused(0, None, ERROR_INVALID_ARGUMENT, f"nested too deep to parse; the link takes {max_depth} levels",
-                      answer=False) from None
+        raise MessageRefused(0, None, ERROR_INVALID_ARGUMENT, "a message nested too deep to parse; the link takes "
+                             f"{max_depth} levels (link.max_message_depth)", answer=False) from None
     except ValueError as e:
-        raise Violation(f"not JSON ({e})") from None
+        # json's own words ("Expecting value: line 1 column 1 (char 0)") name Python, not the frame.
+        where = f" at byte {e.pos}" if isinstance(getattr(e, "pos", None), int) else ""
+        raise Violation(f"a text frame that is not JSON (it stops parsing{where}); WAMP's wamp.2.json sends "
+                        "each message as one JSON list") from None
     if not isinstance(raw, list) or not raw or not _is_int(raw[0]):
         raise Violation("a WAMP message is a JSON list that starts with the message type")
     kind = raw[0]
@@ -84,10 +88,14 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
         raise _refusal(raw, kind, request, ERROR_INVALID_ARGUMENT,
                        f"{klass.__name__.upper()} nests deeper than {max_depth} levels, the most the link takes "
                        "(link.max_message_depth)")
-    if kind in _ANSWERED and _ANSWERED[kind] is not None and request is not None:
-        uri = raw[_ANSWERED[kind]] if len(raw) > _ANSWERED[kind] else None
+    if kind in _ANSWERED and _ANSWERED[kind] is not None and request is not None and len(raw) > _ANSWERED[kind]:
+        uri = raw[_ANSWERED[kind]]
         if not _valid_uri(kind, uri, raw[2] if len(raw) > 2 else None):
-            raise _refusal(raw, kind, request, ERROR_INVALID_URI, f"{uri!r} is not a WAMP URI "
+            if not isinstance(uri, str):
+                what = _JSON_TYPES.get(type(uri).__name__, "a value")
+            else:  # a peer's text, in a log line and its answer: at most _URI_SHOWN characters of it
+                what = repr(uri) if len(uri) <= _URI_SHOWN else f"{uri[:_URI_SHOWN]!r}... ({len(uri)} characters)"
+            raise _refusal(raw, kind, request, ERROR_INVALID_URI, f"{what} is not a WAMP URI "
                            "(dot-separated components, none empty, no '#' or whitespace)")
         if kind == message.Call.MESSAGE_TYPE:
             call = plain_call(raw, request)
@@ -96,9 +104,20 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
     try:
         return klass.parse(raw)
     except ProtocolError as e:
-        raise Violation(str(e)) from None
-    except Exception as e:  # autobahn's parsers assert and index as well as raise
-        raise Violation(f"malformed {klass.__name__.upper()} ({type(e).__name__}: {e})") from None
+        raise Violation(_json_words(str(e))) from None
+    except Exception:  # autobahn's parsers assert and index as well as raise, in Python's words
+        raise Violation(f"a malformed {klass.__name__.upper()}: its fields are not the ones the WAMP Basic Profile "
+                        "gives it (their number, their types)") from None
+
+
+_PYTHON_TYPE = re.compile(r"<class '(\w+)'>")
+_JSON_TYPES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false", "list": "a list",
+               "tuple": "a list", "dict": "a mapping", "NoneType": "null"}
+
+
+def _json_words(text: str) -> str:
+    """autobahn's ProtocolError sentence with Python's type names ("<class 'str'>") in JSON's words."""
+    return _PYTHON_TYPE.sub(lambda m: _JSON_TYPES.get(m.group(1), "a value of another type"), text)
 
 
 def _refusal(raw: list, kind: int, request: int | None, error: str, why: str) -> MessageRefused:

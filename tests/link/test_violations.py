@@ -1,0 +1,74 @@
+"""Every protocol violation ends its session with ABORT and a sentence in llmgw's words, over real mutual TLS.
+
+Before, a frame that was not JSON was answered with Python's json error
+("Expecting value: line 1 column 1 (char 0)"), a malformed message with
+Python's exception ("IndexError: list index out of range") and autobahn's
+type names ("<class 'str'>").
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytest_twisted
+
+from llmgw.link import uris
+from tests.link.conftest import files
+from tests.link.wire import ABORT, CALL, HELLO, PUBLISH, REGISTER, SUBSCRIBE, WELCOME, wire_peer
+
+# name -> (joined first?, the frame, words the ABORT's sentence holds)
+VIOLATIONS = {
+    "not JSON": (True, b"{not json", "not JSON"),
+    "not JSON, before HELLO": (False, b"\x00\x01garbage", "not JSON"),
+    "a JSON mapping": (True, json.dumps({"not": "wamp"}).encode(), "a JSON list"),
+    "an empty list": (True, b"[]", "a JSON list"),
+    "a message type nobody has": (True, b"[999, 1]", "no WAMP message has type 999"),
+    "a CALL with too few fields": (True, json.dumps([CALL, 1]).encode(), "CALL"),
+    "a CALL whose request id is a string": (True, json.dumps([CALL, "1", {}, uris.CP_NODES]).encode(), "CALL"),
+    "a CALL whose options are a list": (True, json.dumps([CALL, 1, [], uris.CP_NODES, []]).encode(), "CALL"),
+    "a REGISTER with too many fields": (True, json.dumps([REGISTER, 1, {}, "llmgw.node.node01.x", 1, 2]).encode(),
+                                        "REGISTER"),
+    "a SUBSCRIBE whose options are a string": (True, json.dumps([SUBSCRIBE, 1, "x", uris.EVENT_NODE]).encode(),
+                                               "SUBSCRIBE"),
+    "a PUBLISH whose arguments are a number": (True, json.dumps([PUBLISH, 1, {}, uris.EVENT_NODE, 5]).encode(),
+                                               "PUBLISH"),
+    "a CALL before HELLO": (False, json.dumps([CALL, 1, {}, uris.CP_NODES, []]).encode(), "expected HELLO, got CALL"),
+    "a second HELLO": (True, json.dumps([HELLO, uris.REALM, {"roles": {"caller": {}}}]).encode(), "HELLO"),
+    "a router's WELCOME": (True, json.dumps([WELCOME, 1, {}]).encode(), "WELCOME"),
+    "a HELLO with no roles": (False, json.dumps([HELLO, uris.REALM, {}]).encode(), "HELLO"),
+}
+PYTHON = ("<class", "Error", "line 1 column", "(char ", "Expecting", "index out of range", "NoneType", "object",
+          "Traceback", "assert")
+
+
+@pytest.mark.parametrize("name", list(VIOLATIONS))
+@pytest_twisted.ensureDeferred
+async def test_a_violation_ends_the_session_with_abort_in_llmgw_s_words(hub, pki, name):
+    joined, frame, words = VIOLATIONS[name]
+    peer = await wire_peer(hub, files(pki, "node01"))
+    if joined:
+        await peer.hello()
+    before = hub.refusals["protocol_violation"]
+    peer.send_raw(frame)
+    abort = await peer.next()
+    assert abort[0] == ABORT and abort[2] == "wamp.error.protocol_violation", abort
+    sentence = abort[1]["message"]
+    assert words in sentence, sentence
+    for internal in PYTHON:
+        assert internal not in sentence, sentence
+    await peer.until_closed()
+    assert hub.refusals["protocol_violation"] == before + 1
+    assert [s for s in hub.sessions.values() if s.authid == "node01"] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_malformed_uri_is_answered_in_json_s_words_and_bounded(hub, pki):
+    peer = await wire_peer(hub, files(pki, "node01"))
+    await peer.hello()
+    peer.send(CALL, 1, {}, 42, [])
+    peer.send(CALL, 2, {}, "llmgw. " + "x" * 100_000, [])
+    number, long = await peer.next(), await peer.next()
+    assert number[5] == ["an integer is not a WAMP URI (dot-separated components, none empty, no '#' or whitespace)"]
+    assert long[5][0].startswith("'llmgw. xxx") and "... (100007 characters) is not a WAMP URI" in long[5][0]
+    assert len(long[5][0]) < 250
