@@ -151,9 +151,9 @@ class Hub:
     # -- attaching sessions --
 
     def websocket_factory(self, url: str | None = None) -> WampWebSocketServerFactory:
-        factory = WampWebSocketServerFactory(
-            lambda: HubSession(self), url=url, serializers=[LinkJsonSerializer()]
-        )
+        # No Server header and no status page: the port names no software or version (HubProtocol.failHandshake).
+        factory = WampWebSocketServerFactory(lambda: HubSession(self), url=url, serializers=[LinkJsonSerializer()],
+                                             server=None)
         factory.protocol = HubProtocol
         factory.noisy = verbose_logs()
         # A half-open connection (a node that lost power) is found by pings,
@@ -165,6 +165,7 @@ class Hub:
             autoPingInterval=10,
             autoPingTimeout=20,
             openHandshakeTimeout=self.settings.hello_timeout_s,
+            webStatus=False,
         )
         sweep_pings(factory)
         return factory

@@ -8,6 +8,7 @@ ids — and passes every message to its ``Hub``.
 
 from __future__ import annotations
 
+import http
 import os
 from typing import TYPE_CHECKING
 
@@ -289,6 +290,24 @@ class HubProtocol(NoDelay, PingWhenQuiet, WampWebSocketServerProtocol):
         stats.outgoingWebSocketFrames += 1
         stats.outgoingOctetsWireLevel += len(frame)
 
+    def failHandshake(self, reason: str, code: int = 400, responseHeaders=None) -> None:
+        """autobahn's refusal of a WebSocket opening handshake, its words logged and the peer told in llmgw's.
+
+        autobahn puts its reason in the status line (an exception's text,
+        for an extension it could not parse); the peer gets the status's own
+        phrase and a sentence saying what this port is.
+        """
+        log.info("refused a WebSocket opening handshake from {peer}: {why}", peer=self.peer, why=reason)
+        self.wasNotCleanReason = reason
+        self.sendHttpErrorResponse(code, _PHRASES.get(code, "Bad Request"), responseHeaders, body=NOT_A_LINK_CLIENT)
+        self.dropConnection(abort=False)
+
+    def sendHttpErrorResponse(self, code, reason, responseHeaders=None, body: str = "") -> None:
+        head = f"HTTP/1.1 {code} {reason}\r\n" + "".join(f"{h}: {v}\r\n" for h, v in responseHeaders or ())
+        data = body.encode()
+        head += f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n\r\n"
+        self.sendData(head.encode() + data)
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         self.heard()
         if self._session is not None:
@@ -297,6 +316,11 @@ class HubProtocol(NoDelay, PingWhenQuiet, WampWebSocketServerProtocol):
     def onPong(self, payload: bytes) -> None:
         if self._session is not None:
             self._session.onPong(payload)
+
+
+NOT_A_LINK_CLIENT = ("This is llmgw's link port: WAMP (wamp.2.json) over WebSocket, over TLS with a client "
+                     "certificate from the cluster CA, for llmgw's agents, ctl, TUI and routers.\n")
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 
 
 def unmask(payload: bytes, mask: bytes) -> bytes:
