@@ -102,20 +102,26 @@ def server_side_tls_noise(logged) -> list[str]:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_revoked_certificate_is_refused_at_the_handshake_and_logged(ca, logged) -> None:
+async def test_a_revoked_certificate_gets_no_session_and_is_told_why(ca, logged) -> None:
     serial = x509.load_pem_x509_certificate((ca / "node02.crt").read_bytes()).serial_number
     pki.revoke(ca, "node02")
+    today = datetime.datetime.now(datetime.timezone.utc)
     hub = await start_hub(ca)
     try:
-        with pytest.raises(HubUnreachable, match="certificate revoked.*the hub.s revocation list names this certificate; issue a new one"):
+        with pytest.raises(HubUnreachable) as refused:
             await connect_once(reactor, hub.address, files(ca, "node02"), timeout=5)
         node01 = await connect_once(reactor, hub.address, files(ca, "node01"), timeout=5)
         assert joined(hub) == ["node01"]
+        assert [p.subject for p in hub.tls.live()] == ["CN=node01,OU=node,O=prod"]  # node02's is no live peer
         node01.leave()
     finally:
         await hub.port.stopListening()
 
-    today = datetime.datetime.now(datetime.timezone.utc)
+    # What the agent's log and ctl show: the hub's reason, and what to do, not only a TLS alert's name.
+    assert str(refused.value) == (
+        f"the hub refused the session: certificate CN=node02,OU=node,O=prod: revoked on {today:%Y-%m-%d} "
+        f"(serial {serial:x}); issue a new certificate with `llmgw pki issue DIR NAME --role ROLE --force` where the CA is"
+    )
     [line] = refusals(logged)
     assert line.startswith("refused the link connection from 127.0.0.1:")
     assert line.endswith(f": certificate CN=node02,OU=node,O=prod: revoked on {today:%Y-%m-%d} (serial {serial:x})")
@@ -142,7 +148,7 @@ async def test_a_reload_revokes_without_a_restart_and_closes_the_live_session(ca
     [closed] = [text for _, text in logged if text.startswith("closed the link connection")]
     assert closed.startswith("closed the link connection of CN=node02,OU=node,O=prod from 127.0.0.1:")
     assert ": its certificate was revoked on " in closed
-    with pytest.raises(HubUnreachable, match="certificate revoked"):
+    with pytest.raises(HubUnreachable, match="the hub refused the session: certificate CN=.*: revoked on "):
         await connect_once(reactor, hub.address, files(ca, "node02"), timeout=5)
     [refused] = refusals(logged)
     assert refused.endswith(closed.split("its certificate was ")[1])
@@ -159,7 +165,7 @@ async def test_a_certificate_re_issued_under_its_name_is_revoked_by_its_serial(c
     pki.revoke(ca, f"{old.serial_number:X}")
     assert reload_all(Catalog(load_server_config(ca / "server.yaml")), [revocation_listener(hub.tls)]).refused is None
 
-    with pytest.raises(HubUnreachable, match="certificate revoked"):
+    with pytest.raises(HubUnreachable, match="the hub refused the session: certificate CN=.*: revoked on "):
         await connect_once(reactor, hub.address, files(ca, "old"), timeout=5)
     renewed = await connect_once(reactor, hub.address, files(ca, "node01"), timeout=5)
     assert joined(hub) == ["node01"]
@@ -248,26 +254,33 @@ async def test_a_client_without_a_certificate_is_logged(ca, hub, logged) -> None
 
 def _odd_certificate(directory: Path, cn: str) -> tuple[Path, Path]:
     """A node certificate from the CA with a CN `llmgw pki issue` would refuse to write."""
+    return ca_signed(directory, cn)
+
+
+def ca_signed(directory: Path, cn: str, ou: str | None = "node", valid_from: datetime.timedelta = -datetime.timedelta(hours=1),
+              valid_for: datetime.timedelta = datetime.timedelta(days=1), name: str = "odd") -> tuple[Path, Path]:
+    """A client certificate signed by *directory*'s CA as `llmgw pki issue` would not write it: its CN, OU
+    (None: none) and validity (from now + *valid_from*, for *valid_for*) as given; written as NAME.crt and NAME.key."""
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
     ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    start = datetime.datetime.now(datetime.timezone.utc) + valid_from
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "prod")]
+    if ou is not None:
+        subject.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou))
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "prod"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "node"),
-            x509.NameAttribute(NameOID.COMMON_NAME, cn),
-        ]))
+        .subject_name(x509.Name(subject))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(start)
+        .not_valid_after(start + valid_for)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    cert_path, key_path = directory / "odd.crt", directory / "odd.key"
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
@@ -298,7 +311,7 @@ async def test_a_revoked_cn_with_a_newline_is_logged_escaped(ca, logged) -> None
     pki.revoke(ca, f"{x509.load_pem_x509_certificate(cert.read_bytes()).serial_number:x}")
     hub = await start_hub(ca)
     try:
-        with pytest.raises(HubUnreachable, match="certificate revoked"):
+        with pytest.raises(HubUnreachable, match="the hub refused the session: certificate CN=.*: revoked on "):
             await connect_once(reactor, hub.address, TLSFiles(str(ca / "ca.crt"), str(cert), str(key)), timeout=5)
     finally:
         await hub.port.stopListening()

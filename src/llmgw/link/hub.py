@@ -42,6 +42,7 @@ from llmgw.link import answers, authz, inbound, uris
 from llmgw.link.local import LocalLink
 from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
 from llmgw.link.session import LinkJsonSerializer, quiet_cancellations, sweep_pings
+from llmgw.link.tls import refused_session
 
 log = Logger()
 
@@ -185,8 +186,12 @@ class Hub:
         self._local[hub_side] = app_session
         LocalLink(self._clock, hub_side, answers.worded_errors(quiet_cancellations(app_session))).open()
 
-    def _identity_from(self, transport) -> SessionIdentity | None:
+    def _identity_from(self, transport) -> SessionIdentity | str | None:
+        """Who the peer's certificate says it is; else why it gets no session (a sentence for its ABORT), or None."""
         tls = getattr(transport, "transport", None)
+        refused = refused_session(tls)
+        if refused is not None:
+            return refused  # its handshake was completed only to tell it this (llmgw.link.tls)
         get = getattr(tls, "getPeerCertificate", None)
         peer = get() if get is not None else None
         if peer is None:
@@ -198,8 +203,8 @@ class Hub:
         try:
             ident = self._identify(peer.to_cryptography())
         except PKIError as e:
-            log.warn("refusing a client certificate: {why}", why=str(e))
-            return None
+            log.warn("refused a client certificate from {peer}: {why}", peer=getattr(transport, "peer", "?"), why=str(e))
+            return str(e)
         expires = ident.not_after.timestamp() if ident.not_after is not None else None
         return SessionIdentity(ident.name, ident.role, not_after=expires)
 
@@ -264,7 +269,8 @@ class Hub:
             return
         ident = session._identity
         if ident is None:
-            self._abort(session, uris.ERROR_NOT_AUTHORIZED, "no valid client certificate from the cluster CA")
+            why = session.refusal or "no valid client certificate from the cluster CA"
+            self._abort(session, uris.ERROR_NOT_AUTHORIZED, why)
             return
         if msg.realm != self.realm:
             self._abort(session, "wamp.error.no_such_realm", f"no realm {msg.realm!r}; the realm is {self.realm!r}")

@@ -65,6 +65,7 @@ class HubSession:
     def __init__(self, hub: Hub, identity: SessionIdentity | None = None):
         self._hub = hub
         self._identity = identity
+        self.refusal: str | None = None  # why its certificate gets no session, for the ABORT that answers its HELLO
         self._transport = None
         self._session_id: int | None = None
         self._authid: str | None = None
@@ -86,7 +87,8 @@ class HubSession:
             address = tcp.getPeer()
             self.peer = f"{getattr(address, 'host', address)}:{getattr(address, 'port', '')}"
         if self._identity is None:
-            self._identity = self._hub._identity_from(transport)
+            found = self._hub._identity_from(transport)
+            self._identity, self.refusal = (None, found) if isinstance(found, str) else (found, None)
         self._hub._opened(self)
 
     def onFrame(self, payload: bytes, is_binary: bool) -> None:

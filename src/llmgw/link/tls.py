@@ -182,8 +182,33 @@ class LinkRefused(Exception):
     """The hub refused a link connection at the handshake; the message is the log's sentence."""
 
 
+X509_V_ERR_CERT_NOT_YET_VALID = 9
 X509_V_ERR_CERT_HAS_EXPIRED = 10
 X509_V_ERR_CERT_REVOKED = 23
+
+# A certificate the cluster CA signed that is refused only for when it is
+# valid, or because it was revoked: the handshake completes (the peer proves
+# it holds the key), the hub opens no session for it, and its HELLO is
+# answered with ABORT and the reason with what to do.  A TLS alert would
+# tell it only "certificate expired", and under TLS 1.3 not even that at
+# once: a client's certificate is judged after the client thinks the
+# handshake is done.  What is not from the cluster CA is still refused by
+# an alert: it gets no words from the hub.
+_REISSUE = "issue a new certificate with `llmgw pki issue DIR NAME --role ROLE --force` where the CA is"
+_TOLD_IN_ABORT = {
+    X509_V_ERR_CERT_NOT_YET_VALID: "check the clocks of this machine and the server",
+    X509_V_ERR_CERT_HAS_EXPIRED: _REISSUE,
+    X509_V_ERR_CERT_REVOKED: _REISSUE,
+}
+_refused_sessions: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+
+def refused_session(tlsProtocol) -> str | None:
+    """Why the hub opens no session on *tlsProtocol*, whose handshake it completed only to say so; None if it may."""
+    try:
+        return _refused_sessions.get(tlsProtocol)
+    except TypeError:
+        return None  # not weakly referable: not one of the hub's TLS connections
 
 # OpenSSL's X509_V_ERR_* codes a client certificate fails with, in words.
 _VERIFY_ERRORS = {
@@ -224,6 +249,7 @@ class _Handshake:
         self._protocol = weakref.ref(tlsProtocol)
         self._refused = False
         self._established = False
+        self._told: tuple[str, str] | None = None  # (why, what to do): refused in the ABORT, not by an alert
 
     def _address(self) -> str:
         protocol = self._protocol()
@@ -234,14 +260,14 @@ class _Handshake:
             return printable(str(peer)) if peer is not None else "an unknown address"
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def _refuse(self, why: str) -> None:
+    def _refuse(self, why: str, alert: bool = True) -> None:
         if self._refused:
             return
         self._refused = True
         sentence = f"refused the link connection from {self._address()}: {why}"
         log.warn("{sentence}", sentence=sentence)
         protocol = self._protocol()
-        if protocol is not None and getattr(protocol, "_reason", True) is None:
+        if protocol is not None and getattr(protocol, "_reason", True) is None and alert:
             # What the connection ends with, in place of OpenSSL's "certificate verify failed (in )"
             # that the WebSocket layer would log again.  Set, not failVerification(): aborting here
             # would stop the TLS alert from reaching the peer.
@@ -256,12 +282,18 @@ class _Handshake:
                 reason = _VERIFY_ERRORS.get(errno, f"OpenSSL verify error {errno}")
                 if errno == X509_V_ERR_CERT_HAS_EXPIRED:
                     reason += f" (on {leaf.not_valid_after_utc:%Y-%m-%d})"
+                elif errno == X509_V_ERR_CERT_NOT_YET_VALID:
+                    reason = f"it is not valid until {leaf.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
                 elif errno == X509_V_ERR_CERT_REVOKED:
                     reason = revocation.reason if revocation is not None else f"revoked (serial {leaf.serial_number:x})"
+                if depth == 0 and errno in _TOLD_IN_ABORT:
+                    # Judged again with every other check OpenSSL makes; any other failure is an alert.
+                    self._told = self._told or (f"certificate {subject}: {reason}", _TOLD_IN_ABORT[errno])
+                    return True
                 where = "" if depth == 0 else f" (its chain, at depth {depth})"
                 self._refuse(f"certificate {subject}{where}: {reason}")
                 return False
-            if depth != 0:
+            if depth != 0 or self._told is not None:
                 return True
             if revocation is not None:
                 # OpenSSL checks the list too; this is for a list it could not apply.
@@ -279,6 +311,11 @@ class _Handshake:
     def info(self, conn, where: int, ret: int) -> None:
         if where & SSL.SSL_CB_HANDSHAKE_DONE:
             self._established = True
+            protocol = self._protocol()
+            if self._told is not None and not self._refused and protocol is not None:
+                why, todo = self._told
+                self._refuse(why, alert=False)
+                _refused_sessions[protocol] = f"{why}; {todo}"
             return
         if not where & SSL.SSL_CB_ALERT or ret >> 8 != _FATAL or self._refused:
             return
