@@ -139,6 +139,23 @@ def test_a_revoked_key_is_not_signed_again_without_replace_under_any_name(ca) ->
     sign_node(ca, "edge1", request("edge1"), replace=True)
 
 
+def test_pki_sign_refuses_a_revoked_key_too_unless_forced(ca, tmp_path, capsys) -> None:
+    from llmgw.cli import main as llmgw
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pki.sign_request(ca, request("edge1", key), "node")
+    serial = pki.revoke(ca, "edge1").revocation.serial
+    csr = tmp_path / "edge2.csr"
+    csr.write_bytes(request("edge2", key))
+    assert llmgw(["pki", "sign", str(ca), str(csr), "--role", "node"]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(f"llmgw: the request's key is the key of edge1.crt, revoked on ")
+    assert f"(serial {serial:x}); a revoked key is not signed again. Have the holder make a new key" in said
+    assert not (ca / "edge2.crt").exists()
+    assert llmgw(["pki", "sign", str(ca), str(csr), "--role", "node", "--force"]) == 0
+    assert read(ca / "edge2.crt").public_key().public_numbers() == key.public_key().public_numbers()
+
+
 def test_an_expired_certificate_is_renewed_for_the_same_key(ca, tmp_path) -> None:
     import datetime
 

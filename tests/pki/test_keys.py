@@ -102,3 +102,12 @@ def test_a_ca_whose_own_key_tls_refuses_signs_nothing(tmp_path) -> None:
     with pytest.raises(PKIError, match="Create a new CA with `llmgw pki init`"):
         pki.sign_request(directory, request("node07", ec.generate_private_key(ec.SECP256R1())), "node")
     assert sorted(p.name for p in directory.iterdir()) == ["ca.crt", "ca.key"]
+
+
+@pytest.mark.parametrize("role", ["server", "node", "operator", "router"])
+def test_pki_issue_makes_a_key_tls_accepts_for_every_role(tmp_path, role) -> None:
+    directory = tmp_path / "ca"
+    pki.init_ca(directory)
+    cert_path, _ = pki.issue(directory, "holder1", role)
+    key = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_key()
+    assert key_problem(key) is None and isinstance(key.curve, ec.SECP256R1)

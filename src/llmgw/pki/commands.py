@@ -11,8 +11,10 @@ from llmgw.errors import PKIError
 from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
 
 from .authority import (
-    CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, MAX_REQUEST_BYTES, init_ca, issue, read_ca_certificate, sign_request,
+    CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, MAX_REQUEST_BYTES, init_ca, issue, read_ca_certificate, read_request,
+    sign_request,
 )
+from .nodes import revoked_key
 from .revocation import CRL_FILE, revoke
 from .subject import describe_subject
 
@@ -138,6 +140,10 @@ def _run_issue(args: argparse.Namespace) -> int:
 
 def _run_sign(args: argparse.Namespace) -> int:
     data = _read_request(args.csr)
+    taken_back = None if args.force else revoked_key(args.dir, read_request(data).public_key())
+    if taken_back is not None:
+        raise PKIError(f"{taken_back}. Have the holder make a new key and request, or, if you trust this key again, "
+                       "run again with --force")
     cert_path = sign_request(args.dir, data, args.role, name=args.name, days=args.days, force=args.force)
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     print(f"wrote {cert_path}: {describe_subject(cert)}, serial {cert.serial_number:x}, "

@@ -26,7 +26,7 @@ from .held import held, node_certificate
 from .revocation import CRL_FILE, Revocation, Revoked, RevocationList, read_revocations, revoke
 from .subject import node_name_problem
 
-__all__ = ["NodeSigned", "held", "revoke_node", "sign_node"]
+__all__ = ["NodeSigned", "held", "revoke_node", "revoked_key", "sign_node"]
 
 
 @attrs.frozen
@@ -45,8 +45,12 @@ def sign_node(directory: PathLike, node_id: str, request: bytes, replace: bool =
     existing = node_certificate(directory / f"{node_id}.crt", node_id)
     wanted = read_request(request)
     revocations = _revocations(directory)
-    if not replace:
-        _refuse_a_revoked_key(directory, node_id, wanted.public_key(), revocations)
+    taken_back = None if replace else revoked_key(directory, wanted.public_key())
+    if taken_back is not None:
+        raise PKIError(
+            f"{taken_back}. Onboard {node_id} with a new key: remove node.key from the node's configuration "
+            "directory (`llmgw ctl onboard` then makes one), or, if you trust this key again, run again with --replace"
+        )
     replaced = None
     if existing is not None and _public_der(existing.public_key()) != _public_der(wanted.public_key()):
         if revocations.revoked(existing.serial_number) is None:
@@ -85,10 +89,12 @@ def _revocations(directory: Path) -> RevocationList:
     return read_revocations(crl, read_ca_certificate(directory / CA_CERT))
 
 
-def _refuse_a_revoked_key(directory: Path, node_id: str, key, revocations: RevocationList) -> None:
-    """PKIError when a certificate in *directory* for *key*, under any name, is revoked: the key was taken back."""
+def revoked_key(directory: PathLike, key) -> str | None:
+    """Why *key* is not to be signed again: a certificate in *directory* for it, under any name, is revoked; else None."""
+    directory = Path(directory)
+    revocations = _revocations(directory)
     if not len(revocations):
-        return
+        return None
     wanted = _public_der(key)
     for path in sorted(directory.glob("*.crt")):
         if path.name == CA_CERT:
@@ -101,8 +107,5 @@ def _refuse_a_revoked_key(directory: Path, node_id: str, key, revocations: Revoc
             continue
         entry: Revocation | None = revocations.revoked(cert.serial_number)
         if entry is not None:
-            raise PKIError(
-                f"the request's key is the key of {path.name}, {entry.reason}; a revoked key is not signed again. "
-                f"Onboard {node_id} with a new key: remove node.key from the node's configuration directory "
-                "(`llmgw ctl onboard` then makes one), or, if you trust this key again, run again with --replace"
-            )
+            return f"the request's key is the key of {path.name}, {entry.reason}; a revoked key is not signed again"
+    return None
