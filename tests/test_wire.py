@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from functools import partial
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,8 +12,15 @@ from llmgw.states import ShardState
 from llmgw.wire import WireError, from_wire, sparse_json_text, to_sparse_wire, to_wire
 
 maybe_int = st.none() | st.integers(min_value=0, max_value=2**60)
-# Names hold no control characters, and no string half a UTF-16 pair (test_wire_bounds.py).
-text = partial(st.text, alphabet=st.characters(blacklist_categories=("Cc", "Cs")))
+# Names hold printable characters with nothing around them, and no string half a UTF-16 pair (test_wire_bounds.py).
+_printable = st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Co", "Cn", "Zl", "Zp", "Zs"),
+                           whitelist_characters=" ")
+
+
+def text(**size):
+    return st.text(alphabet=_printable, **size).filter(lambda s: s == s.strip())
+
+
 maybe_text = st.none() | text(max_size=20)
 
 gpus = st.builds(GPU, index=st.integers(0, 16), uuid=maybe_text, name=maybe_text,

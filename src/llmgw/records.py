@@ -61,14 +61,14 @@ class GPU:
 class Filesystem:
     """One filesystem holding at least one configured weights directory."""
 
-    mountpoint: str = field(chars=PATH, text=Text.FREE)
+    mountpoint: str = field(chars=PATH, text=Text.PATH)
     fstype: str | None = field(None, chars=NAME)
     # Shared (network or cluster) filesystems are summed apart from local ones:
     # their space belongs to every node mounting them.
     shared: bool | None = None
     total_bytes: int | None = field(None, least=0, most=EIB)
     free_bytes: int | None = field(None, least=0, most=EIB)
-    weights_dirs: list[str] = field(factory=list, chars=PATH, items=MANY, text=Text.FREE)
+    weights_dirs: list[str] = field(factory=list, chars=PATH, items=MANY, text=Text.PATH)
 
 
 @attrs.frozen
@@ -96,7 +96,7 @@ class IBAdapter:
 class WeightsFile:
     """One file of weights a node can see: its path on the node and its size."""
 
-    path: str = field(chars=PATH, text=Text.FREE)
+    path: str = field(chars=PATH, text=Text.PATH)
     size_bytes: int = field(least=0, most=EIB)
 
 
@@ -115,7 +115,7 @@ class WeightsReport:
     files: list[WeightsFile] = field(factory=list, items=100_000)
     fingerprint: str | None = field(None, chars=NAME)
     listed: bool = False
-    cache_dir: str | None = field(None, chars=PATH, text=Text.FREE)
+    cache_dir: str | None = field(None, chars=PATH, text=Text.PATH)
     # Model directories among the files (a fetched repository, a folder with a
     # config.json or a split GGUF's first part), each with the bytes under it:
     # what a vLLM or SGLang source names.  Empty from an older agent.
@@ -133,8 +133,8 @@ class Progress:
     every shard waiting on that source.
     """
 
-    source: str = field(chars=PATH, text=Text.FREE)
-    file_name: str = field(chars=PATH, text=Text.FREE)
+    source: str = field(chars=PATH, text=Text.PATH)
+    file_name: str = field(chars=PATH, text=Text.PATH)
     bytes_done: int = field(least=0, most=EIB)
     bytes_total: int | None = field(None, least=0, most=EIB)
     rate_bps: float | None = field(None, least=0, most=EIB)
@@ -146,7 +146,7 @@ class Progress:
 class CollectResult:
     """What a node did with a request to remove weights: it decides, path by path."""
 
-    removed: list[str] = field(factory=list, chars=PATH, items=100_000, text=Text.FREE)
+    removed: list[str] = field(factory=list, chars=PATH, items=100_000, text=Text.PATH)
     # path as it was sent (repr() of anything that is not a string) -> the sentence
     # saying why, "refused /etc/passwd: outside /var/lib/llmgw-weights".
     refused: dict[str, str] = field(factory=dict, chars=PROSE, items=100_000, text=Text.FREE)
@@ -220,7 +220,7 @@ class EngineInfo:
     # version.  None: it ran but did not say.
     version: str | None = field(None, chars=NAME)
     # The binary (llama.cpp) or Python interpreter (vllm, sglang) that runs it.
-    path: str | None = field(None, chars=PATH, text=Text.FREE)
+    path: str | None = field(None, chars=PATH, text=Text.PATH)
     state: EngineState | None = attrs.field(default=None, converter=attrs.converters.optional(EngineState))
     # The node's own words: "downloading llama-b6000-bin-ubuntu-x64.tar.gz (16 MB)",
     # "needs libgomp.so.1, which this node does not have: apt-get install libgomp1".
@@ -283,10 +283,10 @@ class ShardSpec:
     # The catalog's fingerprint of (model, profile) when this was started; it
     # comes back in every status so a changed catalog shows as stale.
     fingerprint: str | None = field(None, chars=NAME)
-    source: str | None = field(None, chars=PATH, text=Text.FREE)
+    source: str | None = field(None, chars=PATH, text=Text.PATH)
     sha256: str | None = field(None, chars=NAME)  # of the weights, checked when the node fetches them
     # The model's files: patterns: which files of a repository source (hf://ORG/REPO) to fetch; []: all.
-    files: list[str] = field(factory=list, chars=PATH, items=256, text=Text.FREE)
+    files: list[str] = field(factory=list, chars=PATH, items=256, text=Text.PATH)
     # A profile's arguments, an inline chat template among them.
     args: list[str] = field(factory=list, chars=65536, items=1024, text=Text.FREE)
     gpus: list[int] = field(factory=list, least=0, most=MANY - 1, items=MANY)  # NVML indices given to this shard
@@ -316,7 +316,7 @@ class ShardStatus:
     state: ShardState = attrs.field(converter=ShardState)
     # Linux's pid_max is at most 2**22.
     pid: int | None = field(None, least=1, most=2**22)
-    endpoint: str | None = field(None, chars=PATH, text=Text.FREE)  # http://HOST:PORT once known
+    endpoint: str | None = field(None, chars=PATH, text=Text.PATH)  # http://HOST:PORT once known
     reason: str | None = field(None, chars=PROSE, text=Text.PROSE)
     # On failure: the engine's last lines, each cut, the last 200 kept.
     output_tail: list[str] | None = field(None, chars=PROSE, items=200, text=Text.PROSE)

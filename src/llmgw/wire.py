@@ -15,10 +15,12 @@ A field made with ``field()`` carries its ``Bounds`` beside it, and
 10**400 is above 2**60, the most it may be").  Whatever the field, no number
 is NaN or infinite, no integer is beyond what a signed 64-bit integer holds
 (Prometheus, JSON readers and SQLite all stop there), and no string holds a
-lone surrogate, which UTF-8 cannot carry onwards.  Words for a person
-(``Text.PROSE``: reasons, warnings, an engine's last lines) are cut to their
-bound, never refused, so a long error still lands; everything else that does
-not fit refuses the whole payload, and the sender is told which field.
+lone surrogate, which UTF-8 cannot carry onwards.  What a string may hold
+besides is its kind's (``llmgw.wiretext``: a name, a path, an argument).
+Words for a person (``Text.PROSE``: reasons, warnings, an engine's last
+lines) are cut to their bound, never refused, so a long error still lands;
+everything else that does not fit refuses the whole payload, and the sender
+is told which field.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from __future__ import annotations
 import enum
 import json
 import math
-import re
 import types
 import typing
 from typing import Any, Callable, TypeVar
 
 import attrs
+
+from llmgw import wiretext
+from llmgw.wiretext import TRIMMED, Text
 
 T = TypeVar("T")
 
@@ -42,17 +46,6 @@ BOUNDS = "llmgw.wire.bounds"
 
 class WireError(ValueError):
     """A link payload does not have the shape its record requires."""
-
-
-class Text(enum.Enum):
-    """What a string field holds, which says what in it is refused."""
-
-    #: An identifier, a version, a model name: no control characters.
-    NAME = "name"
-    #: A path, a URL, a command-line argument: anything but NUL.
-    FREE = "free"
-    #: Words for a person: cut to its bound (a list to its last entries), never refused.
-    PROSE = "prose"
 
 
 @attrs.frozen
@@ -296,12 +289,14 @@ def _compile(hint: Any, bounds: Bounds | None, nullable: bool = False) -> Callab
             return value
         return to_int
     if hint is str:
-        # A name or a path within its bound, printable ASCII: nothing _text would refuse or change.
+        # A name or a path within its bound, printable ASCII, no space around it: nothing _text would refuse.
         quick = bounds is None or bounds.text is not Text.PROSE
+        trim = bounds is not None and bounds.text in TRIMMED
         chars = INT64 if bounds is None or bounds.chars is None else bounds.chars
 
         def to_str(value, path):
-            if quick and value.__class__ is str and len(value) <= chars and value.isascii() and value.isprintable():
+            if (quick and value.__class__ is str and len(value) <= chars and value.isascii() and value.isprintable()
+                    and not (trim and (value[:1] == " " or value[-1:] == " "))):
                 return value
             if value is None and nullable:
                 return None
@@ -442,29 +437,12 @@ def _limit(value: int | float, path: str, least: int | float, most: int | float)
         raise WireError(f"{_where(path)}: {_figure(value)} is below {_figure(least)}, the least it may be")
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_NUL = re.compile("\x00")
-
-
 def _text(value: str, path: str, bounds: Bounds | None) -> str:
     if bounds is not None and bounds.text is Text.PROSE:
-        # A lone surrogate becomes "?", and a long text is cut where it says so.
-        value = value.encode("utf-8", "replace").decode("utf-8")
-        if bounds.chars is not None and len(value) > bounds.chars:
-            value = value[: bounds.chars - 1] + "…"
-        return value
-    if bounds is not None and bounds.chars is not None and len(value) > bounds.chars:
-        raise WireError(f"{_where(path)}: {len(value)} characters, more than the {bounds.chars} it may have")
-    if value.isascii() and value.isprintable():
-        return value  # no surrogate, control character or NUL: nothing below would refuse it
-    if found := _SURROGATE.search(value):
-        raise WireError(f"{_where(path)}: U+{ord(found.group()):04X} at {found.start()} is half a UTF-16 pair, not a character")
-    if bounds is not None:
-        found = (_CONTROL if bounds.text is Text.NAME else _NUL).search(value)
-        if found:
-            raise WireError(f"{_where(path)}: control character U+{ord(found.group()):04X} at {found.start()}, "
-                            f"which {'a name' if bounds.text is Text.NAME else 'it'} may not hold")
+        return wiretext.prose(value, bounds.chars)
+    why = wiretext.refusal(value, None if bounds is None else bounds.text, None if bounds is None else bounds.chars)
+    if why is not None:
+        raise WireError(f"{_where(path)}: {why}")
     return value
 
 

@@ -18,13 +18,15 @@ from llmgw.control.collector import FleetCollector
 from llmgw.records import EIB, IDENT, MANY, NAME, PATH, Heartbeat, Inventory, ShardStatus
 from llmgw.wire import from_wire
 
-# Quotes, backslashes, braces and '=' in a label value; newlines too where the field may hold them.
+# Quotes, backslashes, braces and '=' in a label value; spaces inside a path.  (No newline: no
+# field that becomes a label may hold a control character, nor a space at either end: wiretext.)
 ODD = 'gpu "0" \\ {a="b"} é ✓ '
-ODD_PATH = '/srv/"w"\\\n{x="y"}\n'
+ODD_PATH = '/srv/"w"\\ {x="y"} é/'
 
 
 def longest(seed: str, n: int) -> str:
-    return (seed * (n // len(seed) + 1))[:n]
+    text = (seed * (n // len(seed) + 1))[:n]
+    return text[:-1] + "_" if text.endswith(" ") else text
 
 
 def node_at_its_bounds(node_id: str) -> dict:

@@ -148,3 +148,16 @@ def test_model_directories_are_fetched_repositories_and_folders_a_loader_can_ope
         (str(filer / "hand-copied"), 3), (str(diffusion / "unet"), 2), (str(parts), 30), (str(parts / "q4"), 30)]
     # Without the cache directory, by content only: the fetched one is known by its first part's folder.
     assert model_directories(scan([cache, filer])) == [found[0], found[1], found[3]]
+
+
+def test_a_file_whose_path_the_link_would_refuse_is_not_reported_so_the_report_still_lands(dirs):
+    fetched, filer = dirs
+    (filer / "good.gguf").write_bytes(b"x")
+    (filer / "evil\n.gguf").write_bytes(b"x")  # a line of its own in the server's log
+    (filer / "trailing.gguf ").write_bytes(b"x")
+    (filer / "a\x1b[2Jdir").mkdir()
+    (filer / "a\x1b[2Jdir" / "model.gguf").write_bytes(b"x")
+    files = scan([filer])
+    assert paths(files) == [str(filer / "good.gguf")]
+    report = WeightsReport(files=files, fingerprint=fingerprint(files))
+    assert from_wire(WeightsReport, to_wire(report)) == report

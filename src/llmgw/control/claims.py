@@ -138,6 +138,8 @@ def endpoint_refusal(endpoint: str, node_id: str, address: str | None) -> str | 
     could point the router at any host and port.
     """
     shape = f"an engine's endpoint is http://HOST:PORT on its node's own address, not {endpoint!r}"
+    if not _bare(endpoint):
+        return shape
     try:
         parts = urlsplit(endpoint)
         port = parts.port
@@ -159,6 +161,8 @@ def rendezvous_refusal(rendezvous: str, spec: ShardSpec, node_id: str, address: 
     if spec.rank != 0:
         return f"only rank 0 of a replica reports a rendezvous, and this is rank {spec.rank}"
     shape = f"a rendezvous is HOST:PORT ([V6]:PORT for IPv6) on its node's own address, not {rendezvous!r}"
+    if not _bare(rendezvous):
+        return shape
     host, _, port = rendezvous.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -170,6 +174,11 @@ def rendezvous_refusal(rendezvous: str, spec: ShardSpec, node_id: str, address: 
         return shape
     return _off_node(rendezvous, host, int(port), node_id, address,
                      "the other ranks of its replica are sent there, and it must be rank 0's own node")
+
+
+def _bare(text: str) -> bool:
+    """Printable, with nothing around it: urlsplit would quietly drop a leading space, and the router could not."""
+    return text.isprintable() and text == text.strip()
 
 
 def _off_node(what: str, host: str, port: int | None, node_id: str, address: str | None, why: str) -> str | None:

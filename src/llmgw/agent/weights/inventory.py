@@ -30,7 +30,9 @@ from typing import Iterable
 
 from twisted.logger import Logger
 
+from llmgw.records import PATH
 from llmgw.weightnames import SPLIT_GGUF, is_cache_name
+from llmgw.wiretext import Text, refusal
 
 from .records import WeightsFile, WeightsReport
 
@@ -86,6 +88,9 @@ def _walk(directory: str, depth: int, max_depth: int):
             entry.path.encode("utf-8")
         except UnicodeEncodeError:
             # Not valid UTF-8: no catalog can name it, and the link cannot carry it.
+            continue
+        if refusal(entry.path, Text.PATH, PATH) is not None:
+            # A control character or a space at its end: the control plane would refuse the whole report.
             continue
         yield WeightsFile(path=entry.path, size_bytes=st.st_size)
 
