@@ -10,11 +10,13 @@ an alert (test_tls_revocation.py).
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
-from twisted.internet import reactor
+from autobahn.twisted.websocket import WebSocketClientFactory
+from twisted.internet import defer, endpoints, reactor, ssl
 from twisted.logger import capturedLogs
 
 from llmgw.errors import HubUnreachable
@@ -22,7 +24,7 @@ from llmgw.link import uris
 from llmgw.link.client import _endpoint, _factory, connect_once, reconnecting
 from llmgw.tlsfiles import TLSFiles
 from tests.link.test_tls_revocation import ca, ca_signed, hub, joined, logged, refusals  # noqa: F401  (fixtures)
-from tests.link.wire import ABORT, CALL, HELLO, wire_peer
+from tests.link.wire import ABORT, CALL, HELLO, WirePeer, wire_peer
 from tests.support.wait import until
 
 DAY = datetime.timedelta(days=1)
@@ -122,3 +124,27 @@ async def test_the_agent_s_log_says_why_the_hub_refused_it(ca, hub):
     [line] = [e["log_format"].format(**e) for e in events if "retrying in" in e.get("log_format", "")]
     assert line.startswith("the hub refused the session: certificate CN=node07,OU=node,O=prod: it has expired (on ")
     assert line.endswith(f"; {REISSUE}; retrying in 3600.0 s")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_tls_1_2_client_is_told_the_same(ca, hub):
+    """Under TLS 1.2 the hub judges the certificate before its own Finished; the answer is the same ABORT."""
+    expired = _files(ca, ca_signed(ca, "node07", valid_from=-3 * DAY, valid_for=DAY))
+    options = ssl.optionsForClientTLS(
+        "127.0.0.1", trustRoot=ssl.Certificate.loadPEM((ca / "ca.crt").read_bytes()),
+        clientCertificate=ssl.PrivateCertificate.loadPEM(
+            Path(expired.cert).read_bytes() + b"\n" + Path(expired.key).read_bytes()),
+        extraCertificateOptions={"lowerMaximumSecurityTo": ssl.TLSVersion.TLSv1_2},
+    )
+    factory = WebSocketClientFactory(hub.address.url, protocols=["wamp.2.json"])
+    factory.protocol = WirePeer
+    factory.opened = defer.Deferred()
+    tcp = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", hub.address.port)
+    await endpoints.wrapClientTLS(options, tcp).connect(factory)
+    peer = await factory.opened.addTimeout(5, reactor)
+    assert peer.transport.getHandle().get_protocol_version_name() == "TLSv1.2"
+    peer.send(HELLO, uris.REALM, {"roles": {"caller": {}}})
+    abort = await peer.next()
+    assert abort[0] == ABORT and abort[1]["message"].startswith("certificate CN=node07,OU=node,O=prod: it has expired")
+    await peer.until_closed()
+    assert joined(hub) == []

@@ -12,9 +12,11 @@ import json
 
 import pytest
 import pytest_twisted
+from autobahn.wamp import message
 
 from llmgw.link import uris
 from tests.link.conftest import files
+from tests.link.test_limits import Logged
 from tests.link.wire import ABORT, CALL, HELLO, PUBLISH, REGISTER, SUBSCRIBE, WELCOME, wire_peer
 
 # name -> (joined first?, the frame, words the ABORT's sentence holds)
@@ -72,3 +74,28 @@ async def test_a_malformed_uri_is_answered_in_json_s_words_and_bounded(hub, pki)
     assert number[5] == ["an integer is not a WAMP URI (dot-separated components, none empty, no '#' or whitespace)"]
     assert long[5][0].startswith("'llmgw. xxx") and "... (100007 characters) is not a WAMP URI" in long[5][0]
     assert len(long[5][0]) < 250
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_error_the_hub_answers_carries_a_sentence(hub, pki):
+    peer = await wire_peer(hub, files(pki, "node01"))
+    await peer.hello()
+    peer.send(message.Unregister.MESSAGE_TYPE, 1, 12345)
+    peer.send(message.Unsubscribe.MESSAGE_TYPE, 2, 678)
+    unregistered, unsubscribed = await peer.next(), await peer.next()
+    assert unregistered[4:] == ["wamp.error.no_such_registration", ["this session holds no registration 12345"]]
+    assert unsubscribed[4:] == ["wamp.error.no_such_subscription", ["this session holds no subscription 678"]]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_claimed_authid_reaches_the_log_escaped_and_bounded(hub, pki):
+    forged = "node02\n2026-12-01T00:00:00 [-] joined: control\x1b[2J" + "x" * 5000
+    peer = await wire_peer(hub, files(pki, "node01"))
+    with Logged() as logged:
+        peer.send(HELLO, uris.REALM, {"roles": {"caller": {}}, "authid": forged})
+        abort = await peer.next()
+    assert abort[0] == ABORT and abort[2] == uris.ERROR_NOT_AUTHORIZED
+    assert "\n" not in abort[1]["message"] and len(abort[1]["message"]) < 250
+    [line] = [line for line in logged.lines() if "claimed authid" in line]
+    assert "\n" not in line and "\x1b" not in line and len(line) < 400
+    assert "'node02\\n2026-12-01T00:00:00 [-] joined: control\\x1b[2Jxxx" in line

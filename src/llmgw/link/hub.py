@@ -278,11 +278,11 @@ class Hub:
         if msg.authid is not None and msg.authid != ident.authid:
             log.warn(
                 "aborted a session from {peer}: certificate {cn} ({role}) claimed authid {claimed}",
-                peer=session.peer, cn=ident.authid, role=ident.role, claimed=msg.authid,
+                peer=session.peer, cn=ident.authid, role=ident.role, claimed=repr(msg.authid[:100]),  # its own text
             )
             self._abort(
                 session, uris.ERROR_NOT_AUTHORIZED,
-                f"the client certificate is for {ident.authid!r}, the HELLO claims {msg.authid!r}",
+                f"the client certificate is for {ident.authid!r}, the HELLO claims {msg.authid[:100]!r}",
             )
             return
         if ident.role != uris.ROLE_CONTROL:
@@ -459,7 +459,8 @@ class Hub:
     def _on_unregister(self, session: HubSession, msg) -> None:
         reg = self._registrations_by_id.get(msg.registration)
         if reg is None or reg.callee is not session:
-            session.send(message.Error(message.Unregister.MESSAGE_TYPE, msg.request, "wamp.error.no_such_registration"))
+            session.send(message.Error(message.Unregister.MESSAGE_TYPE, msg.request, "wamp.error.no_such_registration",
+                                       args=[f"this session holds no registration {msg.registration}"]))
             return
         self._drop_registration(reg)
         session.send(message.Unregistered(msg.request))
@@ -595,7 +596,8 @@ class Hub:
     def _on_unsubscribe(self, session: HubSession, msg) -> None:
         sub = self._subscriptions_by_id.get(msg.subscription)
         if sub is None or session not in sub.subscribers:
-            session.send(message.Error(message.Unsubscribe.MESSAGE_TYPE, msg.request, "wamp.error.no_such_subscription"))
+            session.send(message.Error(message.Unsubscribe.MESSAGE_TYPE, msg.request, "wamp.error.no_such_subscription",
+                                       args=[f"this session holds no subscription {msg.subscription}"]))
             return
         sub.subscribers.discard(session)
         session.subscriptions.discard(sub.id)
