@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import subprocess
 from typing import Sequence
 
 import attrs
 from twisted.logger import Logger
 
+# The adapters' probes run bounded (llmgw.engines.probes); imported from here as before.
+from llmgw.engines.probes import ProbeFailed, last_line, missing_libraries, run_probe  # noqa: F401
 from llmgw.records import EngineInfo, ShardSpec
 
 log = Logger()
@@ -245,15 +245,6 @@ class ProbeResult:
     reason: str | None = None
 
 
-class ProbeFailed(Exception):
-    """A probe command did not run to a successful end; ``str()`` says why."""
-
-    def __init__(self, reason: str, output: str = "", returncode: int | None = None):
-        super().__init__(reason)
-        self.output = output
-        self.returncode = returncode
-
-
 def check_executable(path: str | None, engine: str) -> str:
     """*path*, when it is an executable file; else ``ProbeFailed`` saying what it is instead."""
     if not path:
@@ -302,67 +293,6 @@ def version_result(engine: str, path: str, version: str, unknown: str) -> ProbeR
     if not _PACKAGE_VERSION.match(version):
         return ProbeResult(EngineInfo(engine, None, path), unknown)
     return ProbeResult(EngineInfo(engine, version.lstrip("v"), path))
-
-
-def run_probe(argv: Sequence[str], timeout_s: float) -> str:
-    """Run *argv*; its stdout and stderr together when it exits 0, else ``ProbeFailed``."""
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            text=True,
-            errors="replace",
-        )
-    except subprocess.TimeoutExpired as e:
-        output = e.output.decode(errors="replace") if isinstance(e.output, bytes) else e.output or ""
-        raise ProbeFailed(f"{shlex.join(argv)} did not finish within {timeout_s:g} s", output) from None
-    except OSError as e:
-        raise ProbeFailed(f"{argv[0]} could not be run: {e.strerror or e}") from None
-    if done.returncode != 0:
-        last = last_line(done.stdout)
-        raise ProbeFailed(
-            f"{shlex.join(argv)} exited with status {done.returncode}" + (f": {last}" if last else ""),
-            done.stdout,
-            done.returncode,
-        )
-    return done.stdout
-
-
-def last_line(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-_NOT_FOUND = re.compile(r"^\s*(\S+)\s*=>\s*not found", re.MULTILINE)
-_LOADER_ERROR = re.compile(r"error while loading shared libraries: ([^:\s]+)")
-
-
-def missing_libraries(binary: str, output: str = "", timeout_s: float = 10.0) -> list[str]:
-    """Shared libraries *binary* needs and this node lacks.
-
-    ``ldd`` names every one; the dynamic loader's own message in *output* names
-    the first, which is all there is when ldd is absent or the file is a script.
-    """
-    missing: list[str] = []
-    try:
-        done = subprocess.run(
-            ["ldd", binary],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout_s,
-            text=True,
-            errors="replace",
-        )
-        missing = _NOT_FOUND.findall(done.stdout)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    for name in _LOADER_ERROR.findall(output):
-        if name not in missing:
-            missing.append(name)
-    return missing
 
 
 def refuse_invalid(adapter: EngineAdapter, spec: ShardSpec) -> None:

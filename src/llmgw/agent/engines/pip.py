@@ -16,12 +16,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import signal
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from twisted.internet import defer, error, protocol, task
 from twisted.logger import Logger
 
+from llmgw.agent.procs import launcher_argv, signal_group
 from llmgw.engines.base import ProbeFailed, last_line, run_probe
 from llmgw.records import EngineBuild, Progress
 
@@ -115,6 +118,7 @@ class _Collect(protocol.ProcessProtocol):
         self.seen = 0
         self.ended: defer.Deferred = defer.Deferred()
         self.reason: BaseException | None = None
+        self.on_exit: Callable[[], object] | None = None
 
     def connectionMade(self) -> None:
         self.transport.closeStdin()
@@ -126,6 +130,11 @@ class _Collect(protocol.ProcessProtocol):
         if self.on_output is not None:
             self.on_output(self.seen)
 
+    def processExited(self, reason) -> None:
+        # A child left in its group may hold the output open, and processEnded waits for that.
+        if self.on_exit is not None:
+            self.on_exit()
+
     def processEnded(self, reason) -> None:
         self.reason = reason.value
         self.ended.callback(None)
@@ -135,29 +144,32 @@ async def run_bounded(reactor, clock, argv: Sequence[str], *, timeout_s: float, 
                       on_output: Callable[[int], object] | None = None) -> str:
     """Run *argv* with stdin closed; the tail of its output when it exits 0, else Unusable saying why.
 
-    At *timeout_s* of *clock* the process is killed and Unusable says so,
-    without waiting on children that may still hold its output open.
+    It runs as the leader of a process group of its own (see
+    :mod:`llmgw.agent.procs`): at *timeout_s* of *clock*, when cancelled, and
+    once it has ended, the whole group is killed (pip's build backends, a
+    child that forked away), without waiting on children that may still hold
+    its output open; Unusable says which.
     """
     command = shlex.join(argv)
     collect = _Collect(on_output)
     try:
-        transport = reactor.spawnProcess(collect, argv[0], list(argv), env=env if env is not None else child_env())
+        transport = reactor.spawnProcess(collect, sys.executable, launcher_argv(list(argv)),
+                                         env=env if env is not None else child_env())
     except OSError as e:
         raise Unusable(f"{argv[0]} could not be run: {e.strerror or e}") from None
+    pid = transport.pid
+    collect.on_exit = lambda: _kill(transport, pid)
     done: defer.Deferred = defer.Deferred()  # True: it ended; False: the timeout came first
     collect.ended.addCallback(lambda _: done.called or done.callback(True))
     timer = clock.callLater(timeout_s, lambda: done.called or done.callback(False))
     try:
         ended_in_time = await done
-    except defer.CancelledError:
-        _kill(transport)
-        raise
     finally:
         if timer.active():
             timer.cancel()
+        _kill(transport, pid)  # the group: what it left behind, or all of it when stopped
     output = collect.tail.decode("utf-8", "replace")
     if not ended_in_time:
-        _kill(transport)
         said = last_line(output)
         raise Unusable(f"{command} did not finish within {timeout_s:g} s" + (f"; it last said: {said}" if said else ""))
     ended = collect.reason
@@ -169,8 +181,10 @@ async def run_bounded(reactor, clock, argv: Sequence[str], *, timeout_s: float, 
     raise Unusable(f"{command} {how}" + (f": {said}" if said else ""))
 
 
-def _kill(transport) -> None:
+def _kill(transport, pid: int) -> None:
+    """SIGKILL to the command's process group; to the command itself too while it may not have called setsid yet."""
+    running = transport.pid is not None  # None once Twisted reaped it: its pid may be another's now
     try:
-        transport.signalProcess("KILL")
-    except error.ProcessExitedAlready:
+        signal_group(pid, signal.SIGKILL, leader=pid if running else None)
+    except ValueError:
         pass
