@@ -16,6 +16,7 @@ import pytest
 import pytest_twisted
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.twisted.websocket import WebSocketClientFactory
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from twisted.internet import defer, endpoints, reactor, ssl
 from twisted.logger import capturedLogs
 
@@ -147,4 +148,29 @@ async def test_a_tls_1_2_client_is_told_the_same(ca, hub):
     abort = await peer.next()
     assert abort[0] == ABORT and abort[1]["message"].startswith("certificate CN=node07,OU=node,O=prod: it has expired")
     await peer.until_closed()
+    assert joined(hub) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_certificate_not_for_client_use_is_told_so(ca, hub):
+    server_only = _files(ca, ca_signed(ca, "node10", usage=ExtendedKeyUsageOID.SERVER_AUTH))
+    with pytest.raises(HubUnreachable) as refused:
+        await connect_once(reactor, hub.address, server_only, timeout=5)
+    assert str(refused.value) == (
+        f"the hub refused the session: certificate CN=node10,OU=node,O=prod: it is not for TLS client use; {REISSUE}"
+    )
+    assert joined(hub) == []
+
+
+@pytest.mark.parametrize("how", ["expired", "not for client use"])
+@pytest_twisted.ensureDeferred
+async def test_a_forgery_under_the_ca_s_name_gets_only_the_alert(ca, hub, logged, how):
+    """Told only what a certificate the CA signed may be told: a bad signature is an alert, whatever else it has."""
+    kw = {"valid_from": -3 * DAY, "valid_for": DAY} if how == "expired" else {"usage": ExtendedKeyUsageOID.SERVER_AUTH}
+    forged = _files(ca, ca_signed(ca, "node11", forged=True, **kw))
+    with pytest.raises(HubUnreachable) as refused:
+        await connect_once(reactor, hub.address, forged, timeout=5)
+    assert "TLS handshake failed" in str(refused.value) and "the hub refused the session" not in str(refused.value)
+    [line] = refusals(logged)
+    assert line.endswith(": certificate CN=node11,OU=node,O=prod: its signature does not verify")
     assert joined(hub) == []

@@ -258,10 +258,14 @@ def _odd_certificate(directory: Path, cn: str) -> tuple[Path, Path]:
 
 
 def ca_signed(directory: Path, cn: str, ou: str | None = "node", valid_from: datetime.timedelta = -datetime.timedelta(hours=1),
-              valid_for: datetime.timedelta = datetime.timedelta(days=1), name: str = "odd") -> tuple[Path, Path]:
+              valid_for: datetime.timedelta = datetime.timedelta(days=1), name: str = "odd",
+              usage=ExtendedKeyUsageOID.CLIENT_AUTH, forged: bool = False) -> tuple[Path, Path]:
     """A client certificate signed by *directory*'s CA as `llmgw pki issue` would not write it: its CN, OU
-    (None: none) and validity (from now + *valid_from*, for *valid_for*) as given; written as NAME.crt and NAME.key."""
+    (None: none) and validity (from now + *valid_from*, for *valid_for*) as given; written as NAME.crt and NAME.key.
+    *forged*: signed by another key under the CA's name."""
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    if forged:
+        ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     start = datetime.datetime.now(datetime.timezone.utc) + valid_from
@@ -277,7 +281,7 @@ def ca_signed(directory: Path, cn: str, ou: str | None = "node", valid_from: dat
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
         .not_valid_after(start + valid_for)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"

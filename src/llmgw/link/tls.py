@@ -185,9 +185,10 @@ class LinkRefused(Exception):
 X509_V_ERR_CERT_NOT_YET_VALID = 9
 X509_V_ERR_CERT_HAS_EXPIRED = 10
 X509_V_ERR_CERT_REVOKED = 23
+X509_V_ERR_INVALID_PURPOSE = 26
 
 # A certificate the cluster CA signed that is refused only for when it is
-# valid, or because it was revoked: the handshake completes (the peer proves
+# valid, its purpose, or because it was revoked: the handshake completes (the peer proves
 # it holds the key), the hub opens no session for it, and its HELLO is
 # answered with ABORT and the reason with what to do.  A TLS alert would
 # tell it only "certificate expired", and under TLS 1.3 not even that at
@@ -199,6 +200,7 @@ _TOLD_IN_ABORT = {
     X509_V_ERR_CERT_NOT_YET_VALID: "check the clocks of this machine and the server",
     X509_V_ERR_CERT_HAS_EXPIRED: _REISSUE,
     X509_V_ERR_CERT_REVOKED: _REISSUE,
+    X509_V_ERR_INVALID_PURPOSE: _REISSUE,
 }
 _refused_sessions: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
