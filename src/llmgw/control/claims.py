@@ -27,6 +27,7 @@ import attrs
 from twisted.logger import Logger
 
 from llmgw.control import adoption
+from llmgw.control.lograte import LINES, WINDOW_S, LogBudget
 from llmgw.control.placement import PlacementRequest
 from llmgw.records import Inventory, ShardSpec, ShardStatus
 from llmgw.states import ShardState
@@ -36,7 +37,8 @@ log = Logger()
 # An agent gives each engine a port the kernel picks (ephemeral, far above
 # this); the ports below are system services, never an engine llmgw started.
 MIN_ENGINE_PORT = 1024
-# Refusals logged once per (node, shard); this many pairs are remembered.
+# Refusals logged once per (node, shard), within each node's budget of lines
+# (lograte); this many pairs are remembered.
 LOGGED_MAX = 4096
 
 
@@ -193,13 +195,23 @@ def _off_node(what: str, host: str, port: int | None, node_id: str, address: str
 
 
 class Claims:
-    """The grants, and the refusals: counted per (node, why), logged once per (node, shard)."""
+    """The grants, and the refusals: counted per (node, why), logged once per (node, shard) within a budget.
 
-    def __init__(self):
+    A node may cause *log_lines* refusal lines every *log_window_s* seconds of
+    *clock*; the rest are counted and summed up in one line per window, so
+    inventing shard ids cannot fill the server's disk.
+    """
+
+    def __init__(self, clock, log_lines: int = LINES, log_window_s: float = WINDOW_S):
         self.grants: dict[tuple[str, str], Grant] = {}
         self._order = itertools.count(1)
         self._logged: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self.log_budget = LogBudget(clock, "refused claims", log_lines, log_window_s)
         self.refused: collections.Counter[tuple[str, Why]] = collections.Counter()
+
+    def may_log(self, node_id: str) -> bool:
+        """Whether another line about *node_id*'s refused claims fits its budget now (counted if not)."""
+        return self.log_budget.allow(node_id)
 
     def place(self, node_id: str, spec: ShardSpec) -> Grant:
         """The reconciler puts *spec* on *node_id*: what the node then reports of it is believed."""
@@ -304,7 +316,7 @@ class Claims:
         key = (node_id, shard_id)
         if key in self._logged:
             self._logged.move_to_end(key)
-        else:
+        elif self.log_budget.allow(node_id):
             self._logged[key] = None
             if len(self._logged) > LOGGED_MAX:
                 self._logged.popitem(last=False)

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmgw.control.claims import Why
 from llmgw.control.fleet import Fleet
 from llmgw.control.weights import held_by_fabric
 from llmgw.records import Progress
@@ -214,7 +215,7 @@ class _Families:
         self.claims_refused = CounterMetricFamily(
             "llmgw_node_claims_refused",
             "Shard reports a node made that the control plane refused (see docs/security.rst), by reason: "
-            "not placed, spec, slot held, not in catalog, endpoint.", labels=["node", "reason"])
+            f"{', '.join(why.value for why in Why)}.", labels=["node", "reason"])
         self.progress_refused = CounterMetricFamily(
             "llmgw_node_progress_refused",
             "Download progress reports refused because the node already showed fleet.downloads_per_node downloads.",

@@ -166,7 +166,7 @@ class Fleet:
         # Downloads under way, by (node, source): one download serves every
         # shard on that node waiting for the source.
         self.progress: dict[tuple[str, str], Progress] = {}
-        self.claims = Claims()
+        self.claims = Claims(clock)
         self.news = NewsSettings()
         self.downloads_per_node = DOWNLOADS_PER_NODE
         # When a node last arrived: its session joined the hub, or it

@@ -195,8 +195,9 @@ class ControlSession(ApplicationSession):
             await self.call(uris.node_uri(node_id, uris.NODE_STOP_SHARD), shard_id,
                             options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
         except Exception as e:
-            log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
-                     node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
+            if self.fleet.claims.may_log(node_id):  # a line per invented id would be the node's to write
+                log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
+                         node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
 
     def direct_procedures(self) -> dict:
         """What the hub answers by calling straight in (``Hub.attach_local``): the heartbeat, synchronous and the most frequent call."""
