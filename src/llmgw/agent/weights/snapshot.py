@@ -318,7 +318,7 @@ class Snapshot:
 
 
 def _still_needed(staging: Path, wanted: list[RepoFile]) -> int:
-    """Bytes still to write into *staging* for *wanted*: a file already whole, or the part of one to resume, is there."""
+    """Bytes still to write into *staging* for *wanted*: a file whole, or the part of one to resume, is there."""
     needs = 0
     for item in wanted:
         final = staging / item.path
