@@ -1,4 +1,4 @@
-"""An endpoint or rendezvous with anything around it is not a place the router may be sent.
+"""What a node reports of a shard it was granted: nothing around its endpoint, and the GPUs and engine granted.
 
 The link refuses such a report before the claims see it (tests/test_wire_text.py);
 the claims hold the rule too, for whatever reaches them another way, and the
@@ -7,16 +7,18 @@ plane answers a node that sends one with the field that is wrong.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
 
-from llmgw.control.claims import endpoint_refusal, rendezvous_refusal
+from llmgw.control.claims import ClaimRefused, Why, endpoint_refusal, rendezvous_refusal
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardStatus
 from llmgw.wire import to_wire
-from tests.control.test_claims import spec
+from tests.control.test_claims import VICTIM, spec
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
+from tests.control.test_reconciler import World, entry
 
 
 @pytest.mark.parametrize("endpoint", [" http://10.0.0.1:40001", "\thttp://10.0.0.1:40001",
@@ -42,3 +44,17 @@ async def test_the_plane_answers_an_endpoint_with_a_leading_space_naming_the_fie
     assert caught.value.args[0] == ("ShardStatus.endpoint: ' http://10.0.0.3:40001' has whitespace around it, "
                                     "which it may not have: send it without")
     assert plane.fleet.shards == {}
+
+
+def test_a_placed_or_adopted_shard_reported_later_on_other_gpus_or_another_engine_is_refused():
+    world = World()
+    world.serve(entry())
+    adopted = ShardStatus(spec(gpus=[0]), "ready", endpoint="http://10.0.0.2:40001", adopted=True)
+    assert world.fleet.register("node02", 1, Inventory(node_id="node02", address="10.0.0.2", shards=[adopted])) == {}
+    for moved, words in [(spec(gpus=[0, 1, 2, 3]), "sim with GPUs 0, 1, 2, 3"), (spec(gpus=[0], engine="vllm"),
+                                                                                 "vllm with GPUs 0")]:
+        with pytest.raises(ClaimRefused) as caught:
+            world.fleet.shard_status("node02", attrs.evolve(adopted, spec=moved))
+        assert caught.value.why == Why.SPEC
+        assert str(caught.value).endswith(f"it was accepted on sim with GPUs 0, and is reported on {words}")
+    assert world.shard(VICTIM).status.spec.gpus == [0]

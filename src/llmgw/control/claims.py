@@ -92,6 +92,11 @@ def _identity(spec: ShardSpec) -> tuple:
     return spec.shard_id, spec.replica_id, spec.model, spec.rank, spec.ranks
 
 
+def _holding(spec: ShardSpec) -> tuple:
+    """What a shard holds on its node: placement counted it on these, and a later report may not move them."""
+    return spec.engine, sorted(spec.gpus)
+
+
 def spec_refusal(spec: ShardSpec) -> str | None:
     """Why *spec* does not name one rank of one slot consistently; None when it does.
 
@@ -253,6 +258,10 @@ class Claims:
         if grant is not None and _identity(grant.spec) != _identity(spec):
             raise self._refuse(node_id, shard_id, Why.SPEC,
                                f"it was placed as {_words(grant.spec)}, and is reported as {_words(spec)}")
+        if grant is not None and _holding(grant.spec) != _holding(spec):
+            raise self._refuse(node_id, shard_id, Why.SPEC,
+                               f"it was {'accepted' if grant.adopted else 'placed'} on {_on(grant.spec)}, "
+                               f"and is reported on {_on(spec)}")
         if grant is None:
             self._adoptable(node_id, spec, catalog, usable)
             self._placeable(node_id, spec, catalog, inventory)
@@ -326,6 +335,11 @@ class Claims:
 
 def _words(spec: ShardSpec) -> str:
     return f"rank {spec.rank} of {spec.ranks} of {spec.replica_id} ({spec.model})"
+
+
+def _on(spec: ShardSpec) -> str:
+    gpus = f"GPUs {', '.join(map(str, sorted(spec.gpus)))}" if spec.gpus else "no GPUs"
+    return f"{spec.engine} with {gpus}"
 
 
 def _how(grant: Grant) -> str:
