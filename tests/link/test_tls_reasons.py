@@ -174,3 +174,22 @@ async def test_a_forgery_under_the_ca_s_name_gets_only_the_alert(ca, hub, logged
     [line] = refusals(logged)
     assert line.endswith(": certificate CN=node11,OU=node,O=prod: its signature does not verify")
     assert joined(hub) == []
+
+
+@pytest.mark.parametrize("alert, meaning", [
+    ("certificate expired", "the hub says this certificate has expired (or is not valid yet: check the clocks); "
+                            "issue a new one with `llmgw pki issue"),
+    ("certificate revoked", "the hub's revocation list names this certificate; issue a new one"),
+    ("certificate required", "the hub needs a client certificate and this client sent none"),
+    ("unknown ca", "check that the CA file is the cluster CA"),
+])
+def test_a_hub_s_alert_is_read_for_what_it_means(alert, meaning):
+    """A hub that refuses by alert (an older one, or a certificate from elsewhere): the client says what it means."""
+    from OpenSSL import SSL
+
+    from llmgw.huburl import HubAddress
+    from llmgw.link.client import describe_failure
+
+    failure = SSL.Error([("SSL routines", "", f"tls alert {alert}")])
+    said = describe_failure(failure, HubAddress("wss://127.0.0.1:7443/", "127.0.0.1", 7443))
+    assert said.startswith(f"link to wss://127.0.0.1:7443/ failed: TLS handshake failed (tls alert {alert}): {meaning}")

@@ -245,16 +245,25 @@ def describe_failure(reason, hub: HubAddress) -> str:
     return f"link to {hub.url} failed: {_words(value)}"
 
 
+# What a hub's TLS alert about this client's certificate means, for a hub that does not say so in an ABORT.
+_HUB_SAYS = {
+    "certificate revoked": "the hub's revocation list names this certificate; issue a new one with "
+                           "`llmgw pki issue DIR NAME --role ROLE --force` where the CA is",
+    "certificate expired": "the hub says this certificate has expired (or is not valid yet: check the clocks); "
+                           "issue a new one with `llmgw pki issue DIR NAME --role ROLE --force` where the CA is",
+    "certificate required": "the hub needs a client certificate and this client sent none; give it one "
+                            "from `llmgw pki issue`",
+}
+
+
 def _words(e: BaseException) -> str:
     from OpenSSL import SSL
 
     if isinstance(e, SSL.Error):
         details = "; ".join(part[-1] for part in (e.args[0] if e.args else []) if isinstance(part, tuple)) or str(e)
-        if "certificate revoked" in details:
-            return (
-                f"TLS handshake failed ({details}): the hub's revocation list names this certificate; "
-                "issue a new one with `llmgw pki issue DIR NAME --role ROLE --force` where the CA is"
-            )
+        for alert, meaning in _HUB_SAYS.items():
+            if alert in details:
+                return f"TLS handshake failed ({details}): {meaning}"
         return (
             f"TLS handshake failed ({details}): check that the CA file is the cluster CA "
             "and that the certificate and key were issued by it"
