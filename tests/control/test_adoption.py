@@ -134,3 +134,11 @@ async def test_the_plane_refuses_an_adoption_its_catalogs_profile_rules_out_and_
     assert "(node05: label gpu=h100 wanted, has gpu=a10)" in answer["refused"]["echo/0/0"]
     assert plane.fleet.shards == {}
     assert plane.endpoint_table().endpoints == []
+
+
+def test_a_shard_on_an_older_build_of_the_engine_is_adopted_for_the_reconciler_to_replace():
+    installing = EngineInfo("llama.cpp", version="b6000", state="installing", reason="installing: downloading")
+    old = EngineInfo("llama.cpp", version="b5000", state="installed")
+    inventory = attrs.evolve(offer("node05", engine="llama.cpp"), engines=[old, installing])
+    _, refused = adopt(entry(engine="llama.cpp", engine_version="b6000"), inventory=inventory)
+    assert refused == {}

@@ -7,7 +7,10 @@ the very filters placement runs (``placement_filters``), over the node as it
 was before the shard started:
 
 * labels, engine, the machine's memory and its GPUs' kind and count are
-  hard requirements, checked as placement checks them;
+  hard requirements, checked as placement checks them — the engine at any
+  build: a shard on a build the catalog has since moved on from is the
+  reconciler's to replace, as it replaces any stale shard, not one to stop
+  outright after a control plane restart;
 * what the shard itself uses is its own: its GPUs are not counted as held,
   their used memory is its memory, and a CPU profile's reservation is set
   against what the *other* shards the node runs reserve;
@@ -55,6 +58,7 @@ def misfit(node_id: str, inventory: Inventory, spec: ShardSpec, request: Placeme
     if inventory.gpus is not None:
         # Its own cards as placement saw them before it started: their used memory is the shard's.
         gpus = [attrs.evolve(g, memory_used_bytes=0) for g in inventory.gpus if g.index in held]
+    request = attrs.evolve(request, engine_version=None)
     node = NodeSnapshot.from_inventory(
         node_id, NodeState.READY, False, attrs.evolve(inventory, gpus=gpus), reserved=others,
     )
