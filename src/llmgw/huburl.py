@@ -27,11 +27,17 @@ def parse_hub_url(text: str) -> HubAddress:
     Raises ``ValueError`` saying what to change.  The port is required: the hub
     listens where server.yaml's ``listen.link`` says, which is rarely 443.
     """
+    # urlsplit's own words ("Port could not be cast to integer value") are Python's, not the reader's.
     try:
         parts = urlsplit(text)
+    except ValueError:
+        raise ValueError("not a URL: a '[' opens an IPv6 address that no ']' closes; "
+                         "write it like 'wss://[fd00::5]:7443/'") from None
+    try:
         port = parts.port
-    except ValueError as e:
-        raise ValueError(f"not a URL ({e}); write it like 'wss://cp.example.org:7443/'") from None
+    except ValueError:
+        raise ValueError("not a URL: its port is not a number from 1 to 65535; "
+                         "write it like 'wss://cp.example.org:7443/'") from None
     if parts.scheme != "wss":
         plain = " (the link is always TLS)" if parts.scheme in ("ws", "http", "https") else ""
         raise ValueError(

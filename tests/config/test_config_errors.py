@@ -411,8 +411,8 @@ AGENT_CASES = [
     (
         "hub-port-out-of-range",
         'hub: "wss://cp.example.org:74430/"\n' + TLS,
-        "agent.yaml:1: hub: 'wss://cp.example.org:74430/': not a URL (Port out of range "
-        "0-65535); write it like 'wss://cp.example.org:7443/'",
+        "agent.yaml:1: hub: 'wss://cp.example.org:74430/': not a URL: its port is not a number from "
+        "1 to 65535; write it like 'wss://cp.example.org:7443/'",
     ),
     (
         "hub-with-user",

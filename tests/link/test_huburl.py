@@ -27,11 +27,16 @@ def test_a_hub_url_names_the_host_and_port_to_dial(url, host, port):
     ("wss://alice@cp:7443/", "remove the user name"),
     ("wss://cp:7443/?x=1", "remove the '?...'"),
     ("wss://:7443/", "has no host"),
-    ("wss://cp:99999/", "not a URL"),
+    ("wss://cp:99999/", "not a URL: its port is not a number from 1 to 65535"),
+    ("wss://cp:seven/", "not a URL: its port is not a number from 1 to 65535"),
+    ("wss://cp:-1/", "not a URL: its port is not a number from 1 to 65535"),
+    ("wss://[fd00::1:7443/", "not a URL: a '[' opens an IPv6 address that no ']' closes"),
 ])
 def test_a_url_that_cannot_be_dialled_says_what_to_change(url, says):
-    with pytest.raises(ValueError, match=re.escape(says)):
+    with pytest.raises(ValueError, match=re.escape(says)) as refused:
         parse_hub_url(url)
+    for python in ("cast to integer", "Port out of range", "Invalid IPv6"):
+        assert python not in str(refused.value)
 
 
 def test_the_agent_dials_what_its_configuration_accepted(tmp_path):
