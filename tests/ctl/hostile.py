@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from autobahn.wamp.exception import ApplicationError
-from twisted.internet import reactor
 
 from llmgw.huburl import parse_hub_url
 from llmgw.link import uris
@@ -21,8 +20,8 @@ from llmgw.tlsfiles import TLSFiles
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4vKg==\x07"
 WORDS = (CLIPBOARD + "\x1b[2J\x1b]0;owned\x07\x9b31m evil\u202egnp.exe [b]bold[/b] [@click=app.quit]quit[/] "
          "<script>alert(1)</script>\rforged")
-#: What the node may put in a name (no control character passes the control plane): bidi, markup, HTML.
-NAME_WORDS = "x\u202egnp [b]b[/b] [@click=app.quit]q[/] <i>"
+#: What the node may put in a name (no control character passes the control plane): markup, HTML.
+NAME_WORDS = "x [b]b[/b] [@click=app.quit]q[/] <i>"
 #: Each sent character a display must not pass on as it is.
 RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
 
@@ -57,6 +56,8 @@ class HostileNode:
         }
 
     async def join(self, inventory: dict | None = None) -> HostileNode:
+        from twisted.internet import reactor  # the one installed: the dashboard's tests install asyncio's first
+
         pki = self.cluster.pki
         tls = TLSFiles(str(pki / "ca.crt"), str(pki / "node01.crt"), str(pki / "node01.key"))
         self.session = await connect_once(reactor, parse_hub_url(self.cluster.hub), tls, timeout=10)

@@ -38,7 +38,7 @@ async def test_a_nodes_words_are_shown_escaped_in_ctl_nodes_logs_and_its_refusal
         node.leave()
     assert nodes.returncode == 0, nodes.stderr
     assert raw_in(nodes.stdout) == [], nodes.stdout
-    assert ESCAPED_CLIPBOARD in nodes.stdout and "\\u202egnp" in nodes.stdout
+    assert ESCAPED_CLIPBOARD in nodes.stdout and "\\u202egnp.exe" in nodes.stdout
     # The warning and the engine's reason each stay on the node's own line.
     assert [line for line in nodes.stdout.splitlines() if "forged" in line] == [
         line for line in nodes.stdout.splitlines() if line.startswith("  node01: ") and "forged" in line]
@@ -50,7 +50,7 @@ async def test_a_nodes_words_are_shown_escaped_in_ctl_nodes_logs_and_its_refusal
         "<script>alert(1)</script>\\rforged",
         "after\\nforged line",  # one line as the node sent it, not a second it chose
     ]
-    assert "other sources: x\\u202egnp" in logs.stdout.splitlines()[0]
+    assert "other sources: x [b]b[/b]" in logs.stdout.splitlines()[0]
     assert raw_in(follow_first.stdout) == []
 
     assert cordon.returncode == 4, cordon.stderr

@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 
 from llmgw.link import uris
 from llmgw.tui import cli
-from llmgw.tui.table import REBUILD_AFTER, FleetTable
+from llmgw.tui.table import REBUILD_AFTER, FleetTable, shown_row
 
 from .tui_helpers import until
 
@@ -32,8 +32,8 @@ def many_rows() -> dict[str, tuple]:
     random.Random(4).shuffle(keys)
     rows = {key: (key, Text("ready", style="green"), "-") for key in keys}
     rows["gpu7"] = ("gpu7", Text("unreachable,cordoned", style="yellow"), "GPU 节点 (wide characters)")
-    rows["gpu8"] = ("gpu8", Text("ready !"), "[bold]markup[/bold] DataTable reads")  # a string is markup
-    rows["gpu9"] = ("gpu9", Text("lost"), Text("two\nlines"))
+    rows["gpu8"] = ("gpu8", Text("ready !"), "[bold]markup[/bold] shown as it is")  # not read as markup
+    rows["gpu9"] = ("gpu9", Text("lost"), Text("two\nlines"))  # one line, the newline escaped
     rows["gpu10"] = ("gpu10", "ready", 3.14159)  # a float, as DataTable formats it
     return rows
 
@@ -57,7 +57,7 @@ async def test_a_snapshot_into_an_empty_table_is_in_natural_order_with_the_width
         stock = app.query_one("#stock", DataTable)
         fleet.replace(rows)
         for key, cells in rows.items():
-            stock.add_row(*cells, key=key)
+            stock.add_row(*shown_row(cells), key=key)  # what the table shows, as DataTable measures it
         await pilot.pause()
         await until(pilot, lambda: not fleet._new_rows and not stock._new_rows, "both tables to measure their rows")
         shown = [fleet.coordinate_to_cell_key((i, 0)).row_key.value for i in range(fleet.row_count)]

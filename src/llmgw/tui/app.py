@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from llmgw.ctl import render
+from llmgw.ctl.render import said
 from llmgw.states import ReplicaState
 from llmgw.tui.backend import ActionFailed, Backend, NotConnected
 from llmgw.tui.common import FleetView
@@ -118,7 +119,7 @@ class DashboardApp(App):
     @on(LinkDown)
     def _link_down(self, message: LinkDown) -> None:
         self.store.syncing = True
-        self._show_link(f"disconnected — reconnecting: {message.reason}")
+        self._show_link(f"disconnected — reconnecting: {said(message.reason)}")
 
     # -- keeping the screens current --
 
@@ -135,7 +136,7 @@ class DashboardApp(App):
         except NotConnected:
             return  # LinkDown says so; the next LinkUp syncs again
         except ActionFailed as e:
-            self._show_link(f"cannot read the fleet: {e}; trying again")
+            self._show_link(f"cannot read the fleet: {said(e)}; trying again")
             self.set_timer(SNAPSHOT_RETRY_S, self._sync)
             return
         self.store.load(nodes, replicas)
@@ -205,12 +206,13 @@ class DashboardApp(App):
             self._node_verb(verb, node)
             return
         running = self.store.replicas_on(node)
+        name = said(node)
         if verb == "drain":
-            question = f"Drain {node}?"
+            question = f"Drain {name}?"
             detail = (f"It is cordoned and its {len(running)} replica(s) are stopped here "
                       "and placed on other nodes.")
         else:
-            question = f"Cordon {node}?"
+            question = f"Cordon {name}?"
             detail = "Nothing new is placed on it; what runs there stays."
 
         def answered(yes: bool | None) -> None:
@@ -221,10 +223,12 @@ class DashboardApp(App):
 
     @work(group="commands")
     async def _node_verb(self, verb: str, node: str) -> None:
-        self.notify(f"{verb} {node}…", timeout=2)
+        # A node's words in a notification are never markup, and shown escaped.
+        name = said(node)
+        self.notify(f"{verb} {name}…", timeout=2, markup=False)
         try:
             result = await getattr(self.backend, verb)(node)
         except (NotConnected, ActionFailed) as e:
-            self.notify(str(e), title=f"{verb} {node} failed", severity="error", timeout=10, markup=False)
+            self.notify(said(e), title=f"{verb} {name} failed", severity="error", timeout=10, markup=False)
             return
-        self.notify(render.node_verb_text(result), title=f"{verb} {node}", markup=False)
+        self.notify(render.node_verb_text(result), title=f"{verb} {name}", markup=False)

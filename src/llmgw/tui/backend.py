@@ -24,7 +24,7 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NODES_PAGE, NodeEvent, NodeView, ReplicaView, node_pages
+from llmgw.views import NODES_PAGE, LogsAnswer, NodeEvent, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -293,9 +293,9 @@ class WampBackend(Backend):
     async def replicas(self):
         return _decode(list[ReplicaView], await self._call(uris.CP_REPLICAS), uris.CP_REPLICAS)
 
-    async def _logs(self, node_id: str, source: str | None, n: int) -> dict[str, Any]:
+    async def _logs(self, node_id: str, source: str | None, n: int) -> LogsAnswer:
         try:
-            answer = await self._call(CP_LOGS, node_id, source, n, timeout=15.0)
+            answer = _decode(LogsAnswer, await self._call(CP_LOGS, node_id, source, n, timeout=15.0), CP_LOGS)
         except NotConnected as e:
             raise LogsUnavailable(str(e)) from None
         except ActionFailed as e:
@@ -304,15 +304,13 @@ class WampBackend(Backend):
             if e.error in ("timeout", "wamp.error.canceled", "wamp.error.timeout"):
                 raise LogsUnavailable(f"{node_id}: {NOT_ANSWERING}") from None
             raise LogsUnavailable(str(e)) from None
-        if not isinstance(answer, dict):
-            raise LogsUnavailable(f"{node_id}: {NOT_ANSWERING}")
         return answer
 
     async def logs(self, node_id, source, n):
-        return [str(line) for line in (await self._logs(node_id, source, n)).get("lines") or []]
+        return (await self._logs(node_id, source, n)).lines
 
     async def log_sources(self, node_id):
-        return [str(s) for s in (await self._logs(node_id, None, 0)).get("sources") or []]
+        return (await self._logs(node_id, None, 0)).sources
 
     async def drain(self, node_id):
         return await self._call(uris.CP_DRAIN, node_id, timeout=self._command_timeout_s)

@@ -3,7 +3,8 @@
 The words and figures are ``llmgw ctl``'s (``llmgw.ctl.render``), so the two
 never disagree about what a node reported; this module adds only colour, the
 GPU utilisation, engines and a download's progress.  A value a node did not
-report is ``-``.
+report is ``-``.  A node's words are placed through ``render.said``, as
+ctl places them, and the table takes no cell as markup (``table.shown``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmgw.ctl import render
-from llmgw.ctl.render import DASH
+from llmgw.ctl.render import DASH, said
 from llmgw.records import Progress
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.views import NodeView, ReplicaView
@@ -71,7 +72,7 @@ def needs_attention(node: NodeView) -> bool:
 
 def node_state(node: NodeView) -> Text:
     state = node.state or DASH
-    text = Text(state, style=NODE_STATE_STYLES.get(state, ""))
+    text = Text(said(state), style=NODE_STATE_STYLES.get(state, ""))
     if node.cordoned:
         text.append(",cordoned", style="magenta")
     if needs_attention(node):
@@ -113,7 +114,7 @@ def engines(node: NodeView) -> Text:
 def node_cells(node: NodeView, seen_ago_s: float | None) -> tuple:
     """One row of the nodes table, in ``NODE_COLUMNS`` order."""
     return (
-        node.id,
+        said(node.id),
         node_state(node),
         render.ago(seen_ago_s),
         render.memory(node),
@@ -121,7 +122,7 @@ def node_cells(node: NodeView, seen_ago_s: float | None) -> tuple:
         render.disk(node),
         engines(node),
         cpu(node),
-        node.address or DASH,
+        said(node.address or None),
     )
 
 
@@ -163,32 +164,32 @@ def stale(replica: ReplicaView) -> Text:
 def note(replica: ReplicaView) -> Text:
     if replica.progress is not None:
         return progress(replica.progress)
-    reason = replica.reason
-    if not reason:
+    if not replica.reason:
         return Text("")
+    reason = said(replica.reason)
     if len(reason) > NOTE_WIDTH:
         reason = reason[: NOTE_WIDTH - 1] + "…"
     return Text(reason, style="red" if replica.state == ReplicaState.FAILED else "")
 
 
 def replica_index(replica: ReplicaView) -> str:
-    return replica.replica.rpartition("/")[2]
+    return said(replica.replica.rpartition("/")[2])
 
 
 def replica_state(replica: ReplicaView) -> Text:
     state = replica.state or DASH
-    return Text(state, style=REPLICA_STATE_STYLES.get(state, ""))
+    return Text(said(state), style=REPLICA_STATE_STYLES.get(state, ""))
 
 
 def replica_cells(replica: ReplicaView, age_s: float | None) -> tuple:
     """One row of the replicas table, in ``REPLICA_COLUMNS`` order; *age_s* as of now (the store's)."""
     return (
-        replica.model or DASH,
+        said(replica.model or None),
         replica_index(replica),
         replica_state(replica),
-        ",".join(replica.nodes or []) or DASH,
+        said(",".join(replica.nodes or []) or None),
         stale(replica),
         render.age(age_s),
         note(replica),
-        replica.endpoint or DASH,
+        said(replica.endpoint or None),
     )

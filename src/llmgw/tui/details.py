@@ -1,4 +1,9 @@
-"""Everything about one node or replica, with its log under it; Escape goes back."""
+"""Everything about one node or replica, with its log under it; Escape goes back.
+
+What a node or an engine said is placed through ``render.said`` (a value)
+or ``_value``: escaped, one line each, and never markup (the facts are a
+``Text``).  :func:`shown` checks the whole once more before it is shown.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from llmgw.ctl import render
-from llmgw.ctl.render import DASH
+from llmgw.ctl.render import DASH, said
 from llmgw.records import EngineInfo
 from llmgw.states import EngineState, ReplicaState
+from llmgw.text import printable
 from llmgw.tui import columns
 from llmgw.tui.common import FleetView, LinkBanner
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
@@ -25,7 +31,14 @@ LABEL = 12
 
 
 def _value(v: Any) -> str:
-    return DASH if v is None or v == "" else str(v)
+    return DASH if v is None or v == "" else said(v)
+
+
+def shown(text: Text) -> Text:
+    """*text*, or its words escaped (unstyled) should a line of it hold a character a terminal would act on."""
+    if all(line.isprintable() for line in text.plain.split("\n")):
+        return text
+    return Text(printable(text.plain, keep="\n"))
 
 
 def _line(text: Text, label: str, value: str | Text) -> None:
@@ -38,24 +51,24 @@ def engine_line(engine: EngineInfo) -> Text:
     """Everything a node said of one build: "llama.cpp b6000 broken (server.yaml): needs libgomp.so.1 …"."""
     line = Text(render.build(engine))
     if engine.state is not None:
-        line.append(f" {engine.state}", style=columns.ENGINE_STATE_STYLES.get(engine.state, ""))
+        line.append(f" {said(engine.state)}", style=columns.ENGINE_STATE_STYLES.get(engine.state, ""))
     if engine.origin:
-        line.append(f" ({engine.origin})", style="dim")
+        line.append(f" ({said(engine.origin)})", style="dim")
     if engine.reason:
-        line.append(f": {engine.reason}")
+        line.append(f": {said(engine.reason)}")
     if engine.path and engine.state != EngineState.ABSENT:
-        line.append(f"  {engine.path}", style="dim")
+        line.append(f"  {said(engine.path)}", style="dim")
     return line
 
 
 def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaView]) -> Text:
     text = Text()
-    text.append(node.id, style="bold")
+    text.append(said(node.id), style="bold")
     text.append("  ")
     text.append(columns.node_state(node))
     text.append("\n")
     if node.reason:
-        _line(text, "reason", node.reason)
+        _line(text, "reason", said(node.reason))
     _line(text, "last seen", render.ago(seen_ago_s))
     _line(text, "address", f"{_value(node.address)}  (host {_value(node.hostname)})")
     _line(text, "system", " · ".join(_value(v) for v in (node.os, node.kernel, node.arch)))
@@ -71,9 +84,9 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
     _line(text, "disk", render.disk(node))
     for fs in node.filesystems or []:
         shared = " shared" if fs.shared else ""
-        _line(text, "", f"  {fs.mountpoint}  {_value(fs.fstype)}{shared}  "
+        _line(text, "", f"  {said(fs.mountpoint)}  {_value(fs.fstype)}{shared}  "
                         f"{render.gb(fs.free_bytes)} free / {render.gb(fs.total_bytes)}  "
-                        f"weights: {', '.join(fs.weights_dirs) or DASH}")
+                        f"weights: {', '.join(map(said, fs.weights_dirs)) or DASH}")
     adapters = node.infiniband
     if adapters is None:
         _line(text, "infiniband", DASH)
@@ -81,19 +94,19 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
         _line(text, "infiniband", "none")
     for adapter in adapters or []:
         ports = ", ".join(f"port {p.port} {_value(p.state)} {_value(p.rate_gbps)} Gb/s" for p in adapter.ports)
-        _line(text, "infiniband", f"{adapter.name} fabric {_value(adapter.fabric)}: {ports or DASH}")
+        _line(text, "infiniband", f"{said(adapter.name)} fabric {_value(adapter.fabric)}: {ports or DASH}")
     if not node.engines:
         _line(text, "engines", columns.engines(node))
     for index, engine in enumerate(node.engines or ()):
         _line(text, "" if index else "engines", engine_line(engine))
-    _line(text, "labels", ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "none")
-    warnings = list(node.warnings)
+    _line(text, "labels", ", ".join(f"{said(k)}={said(v)}" for k, v in sorted(node.labels.items())) or "none")
+    warnings = [said(w) for w in node.warnings]
     if node.cpu is not None and node.cpu.avx2 is False and not any("AVX2" in w for w in warnings):
         warnings.append("CPU has no AVX2: llama.cpp runs several times slower here")
     for warning in warnings:
         _line(text, "warning", Text(f"! {warning}", style="bold yellow"))
     if replicas:
-        _line(text, "replicas", ", ".join(f"{r.replica} {r.state or DASH}" for r in replicas))
+        _line(text, "replicas", ", ".join(f"{said(r.replica)} {_value(r.state)}" for r in replicas))
     else:
         _line(text, "replicas", "none")
     text.rstrip()
@@ -102,29 +115,29 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
 
 def replica_facts(replica: ReplicaView) -> Text:
     text = Text()
-    text.append(replica.replica, style="bold")
+    text.append(said(replica.replica), style="bold")
     text.append("  ")
     text.append(columns.replica_state(replica))
     text.append("\n")
     if replica.reason:
-        _line(text, "reason", Text(replica.reason, style="red" if replica.state == ReplicaState.FAILED else ""))
+        _line(text, "reason", Text(said(replica.reason), style="red" if replica.state == ReplicaState.FAILED else ""))
     progress = replica.progress
     if progress is not None:
         bar = columns.progress(progress, width=30)
         if progress.file_name:
-            bar.append(f"  {progress.file_name}")
+            bar.append(f"  {said(progress.file_name)}")
         _line(text, "progress", bar)
     _line(text, "model", _value(replica.model))
-    _line(text, "nodes", ", ".join(replica.nodes) or DASH)
+    _line(text, "nodes", ", ".join(map(said, replica.nodes)) or DASH)
     _line(text, "endpoint", _value(replica.endpoint))
     _line(text, "stale", {True: "stale: the catalog changed since it started", False: "no",
                           None: "unknown"}[replica.stale])
     _line(text, "age", render.age(replica.age_s))
     _line(text, "fingerprint", _value(replica.fingerprint))
     for shard in replica.shards:
-        line = Text(f"{shard.shard} on {_value(shard.node)}: ")
+        line = Text(f"{said(shard.shard)} on {_value(shard.node)}: ")
         line.append(_value(shard.state), style=columns.SHARD_STATE_STYLES.get(shard.state, ""))
-        line.append(f"  pid {_value(shard.pid)}  {_value(shard.endpoint)}" + (f"  {shard.reason}" if shard.reason else ""))
+        line.append(f"  pid {_value(shard.pid)}  {_value(shard.endpoint)}" + (f"  {said(shard.reason)}" if shard.reason else ""))
         _line(text, "shard", line)
     tail = render.failed_tail(replica)
     for index, tail_line in enumerate(tail):
@@ -195,7 +208,8 @@ class DetailsScreen(FleetView, Screen):
         else:
             view = store.replicas.get(self.key)
             text = replica_facts(view) if view else None
-        facts.update(text if text is not None else Text(f"{self.key} is no longer in the fleet", style="yellow"))
+        gone = Text(f"{said(self.key)} is no longer in the fleet", style="yellow")
+        facts.update(shown(text) if text is not None else gone)
 
     def fleet_loaded(self, store: FleetStore) -> None:
         self._show(store)

@@ -4,7 +4,8 @@ Following is polling: every ``POLL_S`` the pane asks for the last ``LINES``
 lines and appends those after the ones it already shows (where the new batch
 overlaps the old, found as ``ctl logs -f`` finds it).  It asks nothing while
 it is hidden, so a thousand-node dashboard costs its agents nothing until
-someone looks at a log.
+someone looks at a log.  Each line is written escaped (``render.log_lines``):
+Textual's ``Log`` passes an escape sequence on to the terminal as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
-from llmgw.ctl.render import new_lines_start
+from llmgw.ctl.render import log_lines, new_lines_start, said
 from llmgw.tui.backend import LogsUnavailable
 from llmgw.views import ReplicaView
 
@@ -133,7 +134,7 @@ class LogPane(Vertical):
             log.clear()
             k = 0
         if new[k:]:
-            log.write_lines(new[k:])
+            log.write_lines(log_lines(new[k:]))
         self.lines = new
 
     # -- showing --
@@ -143,11 +144,11 @@ class LogPane(Vertical):
         if self.target is None:
             title.update(Text("logs"))
         else:
-            what = f"{self.target.what} · " if self.target.what else ""
-            title.update(Text(f"logs · {what}{self.target.node} · {self.target.source_name}   (s: next source)"))
+            what = f"{said(self.target.what)} · " if self.target.what else ""
+            title.update(Text(f"logs · {what}{said(self.target.node)} · {said(self.target.source_name)}   (s: next source)"))
 
     def _set_status(self, text: str | None) -> None:
         self.status = text
         status = self.query_one(".log-status", Static)
-        status.update(Text(text or ""))
+        status.update(Text(said(text or "")))
         status.display = bool(text)

@@ -4,6 +4,11 @@ An event changes the cells that differ in the one row it is about; rows are
 only added, removed or sorted when the set of rows changes, and the whole
 table is rebuilt only when the filter changes or many rows go at once.  That
 is what keeps a thousand nodes' heartbeats cheap.
+
+Every cell goes in through :func:`shown`: DataTable reads a string cell as
+Textual markup, and a node's words are not markup (``[@click=app.quit]`` in
+a GPU's name would be an action), nor may they reach the terminal as
+escape sequences.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
+from llmgw.text import printable
+
 # Removing a row from a DataTable renumbers every row after it; past this
 # many removals at once, building the table again is cheaper.
 REBUILD_AFTER = 50
@@ -33,6 +40,24 @@ def natural(values) -> tuple:
         tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(v)))
         for v in values
     )
+
+
+def shown(cell):
+    """*cell* as the table may show it: its control characters escaped, and never read as markup.
+
+    A string without a ``[`` stays a string (DataTable shows it as it is,
+    and :func:`width` measures it cheaply); one with a ``[`` becomes a
+    ``Text``.  A ``Text`` whose words hold a control character is shown as
+    its escaped words, unstyled.
+    """
+    if isinstance(cell, Text):
+        return cell if cell.plain.isprintable() else Text(printable(cell.plain))
+    text = printable(str(cell))
+    return Text(text) if "[" in text else text
+
+
+def shown_row(cells: tuple) -> tuple:
+    return tuple(shown(c) for c in cells)
 
 
 def plain(cell) -> str:
@@ -103,6 +128,7 @@ class FleetTable(DataTable):
             if cells is None:
                 self._forget(key)
                 continue
+            cells = shown_row(cells)
             old = self._cells.get(key)
             self._cells[key] = cells
             self._haystack[key] = " ".join(plain(c) for c in cells).lower()
@@ -124,9 +150,10 @@ class FleetTable(DataTable):
 
     def replace(self, rows: Mapping[str, tuple]) -> None:
         """Make the table hold exactly *rows*, changing as little as it can."""
+        rows = {key: shown_row(cells) for key, cells in rows.items()}
         gone = [key for key in self._cells if key not in rows]
         if len(gone) > REBUILD_AFTER or (not self._cells and len(rows) > REBUILD_AFTER):
-            self._cells = dict(rows)
+            self._cells = rows
             self._haystack = {k: " ".join(plain(c) for c in v).lower() for k, v in rows.items()}
             self._rebuild()
             return
@@ -272,7 +299,7 @@ class TablePane(Vertical):
             cells = table.cells(key)
             if cells is None:
                 continue
-            now = text(key)
+            now = shown(text(key))
             if cells[column] != now:
                 changes[key] = cells[:column] + (now,) + cells[column + 1:]
         if changes:
