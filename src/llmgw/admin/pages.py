@@ -2,8 +2,14 @@
 
 Everything a node sent goes into the tree as a string, which the flattener
 escapes: a log line ``<script>`` is text, a label is text, a node name in a
-link is a quoted, URL-encoded query value.  Cells say ``-`` for what was not
-reported, with the same words ``llmgw ctl`` uses (``llmgw.ctl.render``).
+link is a quoted, URL-encoded query value, and no href is a node's (each is
+the page's own path with the node's words as query values).  A character
+the browser would act on rather than show (a bidi override turning a name
+around, a control character) is written as its escape, as ctl writes it:
+:func:`page` passes every text of the tree through ``llmgw.text.printable``
+(newlines kept, for a log's ``<pre>``, whose lines are escaped one by one).
+Cells say ``-`` for what was not reported, with the same words ``llmgw ctl``
+uses (``llmgw.ctl.render``).
 Nothing here is asynchronous or reads the fleet: ``llmgw.admin.site`` hands
 each function what it fetched.
 """
@@ -19,6 +25,7 @@ from twisted.web.template import Tag, tags
 from llmgw.ctl import render
 from llmgw.records import Progress
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
+from llmgw.text import printable
 from llmgw.views import NodeView, ReplicaView
 
 DASH = render.DASH
@@ -83,7 +90,18 @@ def page(base: str, title: str, operator, body: list, scripts: bool = False) -> 
     )
     nav = tags.header(tags.nav(tags.a("llmgw", href=f"{base}/", class_="brand"), " ", tags.a("cluster", href=f"{base}/"),
                                " ", tags.a("metrics", href="/metrics") if not base else ""), who)
-    return tags.html(head, tags.body(nav, Tag("main")(tags.h1(title), body)), lang="en")
+    return shown(tags.html(head, tags.body(nav, Tag("main")(tags.h1(title), body)), lang="en"))
+
+
+def shown(node):
+    """*node* with every text in it escaped as ``printable`` escapes it (newlines kept); attributes are the flattener's."""
+    if isinstance(node, str):
+        return printable(node, keep="\n")
+    if isinstance(node, Tag):
+        node.children[:] = [shown(child) for child in node.children]
+    elif isinstance(node, (list, tuple)):
+        return [shown(child) for child in node]
+    return node
 
 
 def warnings_list(items: list[Tag]) -> Tag | str:
@@ -327,7 +345,7 @@ def logs_section(base: str, node_id: str, source: str | None, answer: dict | Non
     shown = (answer or {}).get("source") or source
     picks = [tags.a(s, href=url(base, page_name, id=page_id, source=s, n=n), class_="button current" if s == shown else "button")
              for s in sources]
-    lines = (answer or {}).get("lines") or []
+    lines = render.log_lines((answer or {}).get("lines") or [])
     attrs_ = {}
     if follow:
         attrs_["data-follow"] = url(base, "logs.json", node=node_id, source=shown, n=n)
@@ -365,7 +383,8 @@ def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int)
                 cell("pid", s.pid), cell("endpoint", s.endpoint), cell("age", render.age(s.age_s)),
                 cell("reason", s.waiting or s.reason))
         for s in sorted(r.shards, key=lambda s: (s.rank is None, s.rank or 0))[:max_rows]], "no shards placed")
-    tails = [tags.section(tags.h3(f"last lines of {s.shard} on {text(s.node)}"), tags.pre("\n".join(s.output_tail), class_="log"))
+    tails = [tags.section(tags.h3(f"last lines of {s.shard} on {text(s.node)}"),
+                          tags.pre("\n".join(render.log_lines(s.output_tail)), class_="log"))
              for s in r.shards if s.state == ShardState.FAILED and s.output_tail]
     body = [tags.section(tags.h2("Replica"), facts(rows)), tags.section(tags.h2("Ranks"), shards), tails, logs]
     return page(base, f"Replica {r.replica}", operator, body, scripts=True)

@@ -3,7 +3,8 @@
 The views are the ones ``llmgw.cp.nodes`` and ``llmgw.cp.replicas`` send
 ctl and the TUI; logs are the relayed ``llmgw.cp.logs`` (so a node that does
 not answer in 10 s says so); the verbs are ``llmgw.cp.drain``/``cordon``/
-``uncordon`` with the control plane's own refusals.
+``uncordon`` with the control plane's own refusals.  A log's lines come out
+escaped (``render.log_lines``), so the page and ``logs.json`` show the same.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from autobahn.wamp.exception import ApplicationError
 
 from llmgw.admin.site import SourceError
+from llmgw.ctl.render import log_lines
 from llmgw.views import NodeView, ReplicaView
 
 
@@ -33,7 +35,8 @@ class ControlSource:
         return list(self._session().reconciler.views())
 
     async def logs(self, node_id: str, source: str | None, n: int) -> dict:
-        return await self._call(self._session().logs, node_id, source, n)
+        answer = await self._call(self._session().logs, node_id, source, n)
+        return {**answer, "lines": log_lines(answer["lines"])}
 
     async def act(self, verb: str, node_id: str) -> dict:
         session = self._session()
