@@ -74,3 +74,11 @@ async def test_a_logs_answer_of_the_wrong_shape_is_a_sentence_on_the_page_not_a_
     assert "node01 answered logs with something llmgw cannot read (LogsAnswer" in page, page
     assert json_code == 502 and words.startswith("node01 answered logs with something llmgw cannot read"), words
     assert "Traceback" not in cluster.server.output()
+
+
+def test_a_downloads_words_which_the_pages_script_sets_as_they_come_are_escaped_where_they_are_made():
+    from llmgw.admin import pages
+    from llmgw.records import Progress
+
+    words = pages.download_words(Progress(source="https://x/m.gguf", file_name="m\u202efgg.exe\x1b", bytes_done=1))
+    assert words == "m\\u202efgg.exe\\x1b: 1 B of -"

@@ -132,7 +132,8 @@ def download_words(progress: Progress | None) -> str | None:
     if progress is None:
         return None
     rate = f" at {size(int(progress.rate_bps))}/s" if progress.rate_bps else ""
-    return f"{progress.file_name}: {size(progress.bytes_done)} of {size(progress.bytes_total)}{rate}"
+    # Also progress.json's words, which the page's script sets as they come: escaped here, not by page().
+    return f"{render.said(progress.file_name)}: {size(progress.bytes_done)} of {size(progress.bytes_total)}{rate}"
 
 
 def in_progress(replica: ReplicaView) -> bool:
