@@ -18,6 +18,8 @@ from pathlib import Path
 import attrs
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL, crypto
 from service_identity import VerificationError
 from service_identity.hazmat import DNS_ID, IPAddress_ID, verify_service_identity
@@ -48,10 +50,29 @@ def _private_certificate(files: TLSFiles) -> ssl.PrivateCertificate:
     key = _read(files.key, "private key")
     try:
         return ssl.PrivateCertificate.loadPEM(cert + b"\n" + key)
-    except Exception as e:
-        raise PKIError(
-            f"{files.cert} and {files.key} do not load as a certificate and its key: {e}"
-        ) from None
+    except Exception:
+        raise PKIError(f"{files.cert} and {files.key} do not load as a certificate and its key: "
+                       f"{_why_not_a_pair(files, cert, key)}") from None
+
+
+def _why_not_a_pair(files: TLSFiles, cert: bytes, key: bytes) -> str:
+    """Which of the two files is wrong, and how, in words (OpenSSL says "[('DECODER routines', '', 'unsupported')]")."""
+    try:
+        public = x509.load_pem_x509_certificate(cert).public_key()
+    except ValueError:
+        return f"{files.cert} is not a PEM certificate; {_ISSUE}"
+    try:
+        private = serialization.load_pem_private_key(key, None)
+    except TypeError:
+        return f"{files.key} is encrypted, and llmgw reads a key without a passphrase; {_ISSUE}"
+    except (ValueError, UnsupportedAlgorithm):
+        return f"{files.key} is not a PEM private key; {_ISSUE}"
+    if private.public_key() != public:
+        return f"{files.key} is not the key of {files.cert}; give the key issued with it"
+    return "OpenSSL refuses the pair; issue them again"
+
+
+_ISSUE = "write the certificate and its key with `llmgw pki issue`"
 
 
 def _ca(files: TLSFiles) -> ssl.Certificate:
@@ -59,8 +80,9 @@ def _ca(files: TLSFiles) -> ssl.Certificate:
         return ssl.Certificate.loadPEM(_read(files.ca, "CA certificate"))
     except PKIError:
         raise
-    except Exception as e:
-        raise PKIError(f"{files.ca} is not a PEM certificate: {e}") from None
+    except Exception:
+        raise PKIError(f"{files.ca} is not a PEM certificate; it is the cluster CA's ca.crt, "
+                       "from `llmgw pki init` or the server") from None
 
 
 def server_options(files: TLSFiles) -> HubTLS:
@@ -431,6 +453,9 @@ class _NamingHub:
 
 def certificate_common_name(path: str) -> str | None:
     """The CN of the certificate in *path*, to check an agent's id before dialling."""
-    cert = x509.load_pem_x509_certificate(_read(path, "certificate"))
+    try:
+        cert = x509.load_pem_x509_certificate(_read(path, "certificate"))
+    except ValueError:
+        raise PKIError(f"{path} is not a PEM certificate; {_ISSUE}") from None
     names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     return str(names[0].value) if names else None
