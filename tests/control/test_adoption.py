@@ -9,12 +9,13 @@ the hub with a catalog loaded from a real server.yaml, as a node would.
 from __future__ import annotations
 
 import attrs
+import pytest
 import pytest_twisted
 
 from llmgw.config.server import load_server_config
 from llmgw.control.adoption import HARD
 from llmgw.control.catalog import Catalog
-from llmgw.control.claims import ModelSlots, Why
+from llmgw.control.claims import ClaimRefused, ModelSlots, Why
 from llmgw.control.placement_filters import FILTERS, GB
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Inventory, ShardSpec, ShardStatus
@@ -142,3 +143,21 @@ def test_a_shard_on_an_older_build_of_the_engine_is_adopted_for_the_reconciler_t
     inventory = attrs.evolve(offer("node05", engine="llama.cpp"), engines=[old, installing])
     _, refused = adopt(entry(engine="llama.cpp", engine_version="b6000"), inventory=inventory)
     assert refused == {}
+
+
+def test_an_adoption_looks_at_its_own_slots_grants_not_at_the_whole_fleets():
+    # Asked about every grant's node, a register of 1024 shards against a large fleet was a million steps.
+    world = World()
+    for i in range(2000):
+        world.fleet.place(f"gpu{i:04d}", ShardSpec(shard_id=f"other{i}/0/0", replica_id=f"other{i}/0",
+                                                   model=f"other{i}", engine="sim"))
+    asked = []
+    status = offer("node05").shards[0]
+    world.fleet.claims.check("node05", status, "10.0.0.5", adopting=True, usable=lambda n: asked.append(n) or True)
+    assert asked == []
+    # Its slot's holder, now node05, is still found, and named.
+    with pytest.raises(ClaimRefused) as caught:
+        world.fleet.claims.check("node06", attrs.evolve(status, endpoint=None), None, adopting=True,
+                                 usable=lambda n: asked.append(n) or True)
+    assert caught.value.why == Why.SLOT_HELD and asked == ["node05"]
+    assert "node05 already serves it" in str(caught.value)
