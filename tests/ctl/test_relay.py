@@ -87,3 +87,29 @@ async def test_a_node_that_sends_more_than_it_was_asked_is_cut_to_the_newest_lin
     assert answer["lines"][-1] == "last"
     size = sum(len(x) + 1 for x in answer["lines"])
     assert relay.LOG_BYTES - 4001 < size <= relay.LOG_BYTES
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_nodes_words_in_the_servers_log_are_escaped(plane):  # noqa: F811
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    from llmgw.records import EnginePlan
+    from llmgw.wire import from_wire
+    from tests.control.test_plane import plan_of
+
+    await node_with(plane, set_engines=ApplicationError(uris.ERROR_REFUSED, WORDS))
+    lines = []
+
+    def observe(event):
+        text = formatEvent(event)
+        if "did not take the new engine plan" in text:
+            lines.append(text)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        await plane.push_engines(from_wire(EnginePlan, plan_of("b6000")))
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    (line,) = lines
+    assert line.startswith("node01 did not take the new engine plan (\\x1b]52;c;"), line
+    assert raw_in(line) == []

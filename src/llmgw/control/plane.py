@@ -157,7 +157,7 @@ class ControlSession(ApplicationSession):
             # Bounded like everything a node can make the control plane keep.
             if node_id is not None and key not in self._refused_reports and len(self._refused_reports) < 4096:
                 self._refused_reports.add(key)
-                log.warn("refused a {kind} from {node}: {why}", kind=cls.__name__, node=node_id, why=str(e)[:500])
+                log.warn("refused a {kind} from {node}: {why}", kind=cls.__name__, node=node_id, why=relay.words(str(e)))
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, str(e)) from None
         self._refused_reports.discard((node_id, cls.__name__))
         return decoded
@@ -197,7 +197,8 @@ class ControlSession(ApplicationSession):
         except Exception as e:
             if self.fleet.claims.may_log(node_id):  # a line per invented id would be the node's to write
                 log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
-                         node=node_id, shard=shard_id, e=e.args[0] if isinstance(e, ApplicationError) and e.args else e)
+                         node=node_id, shard=shard_id,
+                         e=relay.words(e.args[0] if isinstance(e, ApplicationError) and e.args else e))
 
     def direct_procedures(self) -> dict:
         """What the hub answers by calling straight in (``Hub.attach_local``): the heartbeat, synchronous and the most frequent call."""
@@ -351,7 +352,7 @@ class ControlSession(ApplicationSession):
                 return
             why = e.args[0] if isinstance(e, ApplicationError) and e.args else f"{type(e).__name__}: {e}"
             log.warn("{id} did not take the new engine plan ({why}); it is sent again when it next registers",
-                     id=node_id, why=why)
+                     id=node_id, why=relay.words(why))
 
     async def logs(self, node_id, source=None, n=200):
         """A node's log lines (``LogsAnswer``), checked and relayed; a node that does not answer in 10 s says so."""
