@@ -78,18 +78,56 @@ def test_a_certificate_re_issued_with_force_names_its_old_serial_and_is_revoked_
     assert llmgw(["pki", "issue", str(ca), "--role", "node", "node05", "--force"]) == 0
     out = capsys.readouterr().out
     assert f"the certificate it replaces (serial {old:x}) stays valid until" in out
-    assert f"llmgw pki revoke {ca} {old:x}" in out
+    assert f"llmgw pki revoke {ca} --serial {old:x}" in out
 
     # As `openssl x509 -noout -serial` prints it: upper-case hex.
-    assert llmgw(["pki", "revoke", str(ca), f"{old:X}"]) == 0
+    assert llmgw(["pki", "revoke", str(ca), "--serial", f"{old:X}"]) == 0
     assert [r.serial_number for r in listed(ca)] == [old]
     assert "serial" in capsys.readouterr().out
 
 
-def test_revoke_refuses_what_is_neither_a_certificate_nor_a_serial(ca: Path, capsys) -> None:
+def test_revoke_refuses_a_name_without_a_certificate(ca: Path, capsys) -> None:
     assert llmgw(["pki", "revoke", str(ca), "node99"]) == 1
     err = capsys.readouterr().err
-    assert f"no certificate {ca}/node99.crt, and 'node99' is not a serial number" in err
+    assert f"no certificate named 'node99' in {ca} (no node99.crt); give the name of one of its *.crt files" in err
+    assert not (ca / "crl.pem").exists()
+
+
+@pytest.mark.parametrize("typo", ["beef", "BEEF", "0xbeef", "de:ad", "1", "ca", "CA", "node05.crt", "../ca/node05"])
+def test_a_name_is_never_read_as_a_serial(ca: Path, capsys, typo: str) -> None:
+    # Before, a NAME with no NAME.crt that looked like hex (a typo, or `ca`) revoked that serial, quietly.
+    assert llmgw(["pki", "revoke", str(ca), typo]) == 1
+    err = capsys.readouterr().err
+    if typo.lower() == "ca":
+        assert "is the CA's own certificate, which a revocation list cannot end" in err
+    else:
+        assert f"no certificate named {typo!r} in {ca}" in err
+    if typo in ("beef", "0xbeef"):
+        assert f"to revoke the certificate with serial {typo}, say so: --serial {typo}" in err
+    assert not (ca / "crl.pem").exists()
+
+
+def test_revoking_by_serial_is_explicit_and_says_which_certificate_it_is(ca: Path, capsys) -> None:
+    serial = cert(ca / "node05.crt").serial_number
+    assert llmgw(["pki", "revoke", str(ca), "--serial", "beef"]) == 0
+    assert capsys.readouterr().out.startswith("revoked serial beef: ")
+    assert llmgw(["pki", "revoke", str(ca), "--serial", f"{serial:x}"]) == 0
+    assert capsys.readouterr().out.startswith(f"revoked CN=node05,OU=node,O=prod (serial {serial:x}, valid until ")
+    assert {r.serial_number for r in listed(ca)} == {0xBEEF, serial}
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--serial", "node05"], "--serial 'node05' is not a serial number"),
+    (["--serial", "0"], "serial 0 is no certificate's"),
+    (["--serial", "f" * 41], "a serial is a positive number of at most 20 bytes"),
+    (["node05", "--serial", "beef"], "not allowed with argument"),
+    ([], "one of the arguments NAME --serial is required"),
+])
+def test_revoke_refuses_a_serial_no_certificate_can_have_and_both_or_neither(ca: Path, capsys, argv, said) -> None:
+    with pytest.raises(SystemExit) as refused:
+        llmgw(["pki", "revoke", str(ca), *argv])
+    assert refused.value.code == 2
+    assert said in capsys.readouterr().err
     assert not (ca / "crl.pem").exists()
 
 

@@ -149,7 +149,7 @@ def _check_hub_list(directory: Path, hub: Path) -> None:
         raise PKIError(
             f"the hub's revocation list {hub} revokes {len(missing)} certificate(s) the CA's list {ours} does not "
             f"(serials {', '.join(f'{s:x}' for s in sorted(missing)[:5])}); the control plane writes its list there "
-            f"and would let them back in: revoke them in pki.ca_dir too (`llmgw pki revoke {directory} SERIAL`), "
+            f"and would let them back in: revoke them in pki.ca_dir too (`llmgw pki revoke {directory} --serial HEX`), "
             f"or point tls.crl at {ours}")
 
 

@@ -15,7 +15,7 @@ from .authority import (
     sign_request,
 )
 from .nodes import revoked_key
-from .revocation import CRL_FILE, revoke
+from .revocation import CRL_FILE, parse_serial, revoke
 from .subject import describe_subject
 
 
@@ -81,9 +81,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(at start, on SIGHUP and on `llmgw ctl reload`), and closes its session if it has one.",
     )
     rev.add_argument("dir", type=Path, metavar="DIR", help="the directory of ca.crt and ca.key")
-    rev.add_argument("target", metavar="NAME|SERIAL",
-                     help="the certificate: NAME for DIR/NAME.crt, or a serial in hex "
-                          "(for a certificate since re-issued under the same name)")
+    which = rev.add_mutually_exclusive_group(required=True)
+    which.add_argument("name", nargs="?", metavar="NAME", help="the certificate in DIR/NAME.crt")
+    which.add_argument("--serial", type=_serial_argument, metavar="HEX",
+                       help="the certificate with this serial, in hex as `openssl x509 -noout -serial` prints it "
+                            "(one since re-issued under the same name, or signed elsewhere)")
     rev.set_defaults(func=_run_revoke)
 
 
@@ -118,7 +120,7 @@ def _run_issue(args: argparse.Namespace) -> int:
         print(
             f"the certificate it replaces (serial {replaced.serial_number:x}) stays valid until "
             f"{replaced.not_valid_after_utc:%Y-%m-%d}; to end it now: "
-            f"llmgw pki revoke {args.dir} {replaced.serial_number:x}"
+            f"llmgw pki revoke {args.dir} --serial {replaced.serial_number:x}"
         )
     if args.role == ROLE_NODE:
         print(
@@ -153,7 +155,7 @@ def _run_sign(args: argparse.Namespace) -> int:
 
 
 def _run_revoke(args: argparse.Namespace) -> int:
-    done = revoke(args.dir, args.target)
+    done = revoke(args.dir, args.name, serial=args.serial)
     entry = done.revocation
     what = f"serial {entry.serial:x}"
     if done.certificate is not None:
@@ -189,6 +191,13 @@ def _readable_certificate(path: Path) -> x509.Certificate | None:
         return x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError):
         return None
+
+
+def _serial_argument(text: str) -> int:
+    try:
+        return parse_serial(text)
+    except PKIError as e:
+        raise argparse.ArgumentTypeError(f"--serial {e}") from None
 
 
 def _days_argument(text: str) -> int:

@@ -72,7 +72,7 @@ def revoke_node(directory: PathLike, node_id: str) -> Revoked:
     if node_certificate(path, node_id) is None:
         raise PKIError(
             f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
-            f"elsewhere, revoke it there by serial with `llmgw pki revoke DIR SERIAL`")
+            f"elsewhere, revoke it there by its serial with `llmgw pki revoke DIR --serial HEX`")
     return revoke(directory, node_id)
 
 

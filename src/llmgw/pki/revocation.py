@@ -30,6 +30,9 @@ from .subject import name_problem, printable
 
 CRL_FILE = "crl.pem"
 
+# RFC 5280: a serial is a positive integer of at most 20 octets.
+MAX_SERIAL_BYTES = 20
+
 _SERIAL = re.compile(r"(?:0x)?([0-9A-Fa-f]{2}(?::?[0-9A-Fa-f]{2})*|[0-9A-Fa-f]+)")
 
 
@@ -103,16 +106,24 @@ def read_revocations(path: PathLike, ca: x509.Certificate) -> RevocationList:
     return RevocationList(os.fspath(path), MappingProxyType(entries), number, crl)
 
 
-def revoke(directory: PathLike, target: str) -> Revoked:
-    """Add the certificate *target* names (DIR/NAME.crt, or a serial in hex) to DIR/crl.pem.
+def revoke(directory: PathLike, name: str | None = None, *, serial: int | None = None) -> Revoked:
+    """Add a certificate to DIR/crl.pem: DIR/NAME.crt by *name*, or, said so explicitly, by *serial*.
 
-    The list is rewritten whole, signed by the CA, and renamed into place, so
-    the hub reading it meanwhile sees the old list or the new one.  A serial
-    already listed is left as it was.
+    A name is only ever a certificate's file: one that is not there is an
+    error, never read as a serial (``beef`` or ``ca`` mistyped would otherwise
+    revoke whatever certificate has that serial).  The list is rewritten
+    whole, signed by the CA, and renamed into place, so the hub reading it
+    meanwhile sees the old list or the new one.  A serial already listed is
+    left as it was.
     """
     directory = Path(directory)
     ca_cert, ca_key = _load_ca(directory)
-    serial, cert = _serial_of(directory, target, ca_cert)
+    if (name is None) == (serial is None):
+        raise PKIError("revoke a certificate by its name or by --serial HEX, one of the two")
+    if name is not None:
+        serial, cert = _named(directory, name, ca_cert)
+    else:
+        cert = _with_serial(directory, check_serial(serial), ca_cert)
     path = directory / CRL_FILE
     current = read_revocations(path, ca_cert) if os.path.lexists(path) else RevocationList()
     existing = current.revoked(serial)
@@ -144,25 +155,67 @@ def revoke(directory: PathLike, target: str) -> Revoked:
     return Revoked(revocation, path, len(current) + 1, already=False, certificate=cert)
 
 
-def _serial_of(directory: Path, target: str, ca: x509.Certificate) -> tuple[int, x509.Certificate | None]:
-    """The serial *target* means: DIR/TARGET.crt's when that exists, else *target* read as hex."""
-    cert_path = directory / f"{target}.crt"
-    if name_problem(target) is None and cert_path.is_file():
-        cert = read_ca_certificate(cert_path)
+def _named(directory: Path, name: str, ca: x509.Certificate) -> tuple[int, x509.Certificate]:
+    """The serial of DIR/NAME.crt, a certificate this CA issued; PKIError naming what to do when there is none."""
+    if name.lower() == "ca":
+        raise PKIError(
+            f"{directory / CA_CERT} is the CA's own certificate, which a revocation list cannot end; "
+            "if ca.key has leaked, make a new CA (see 'If ca.key leaks' in docs/security.rst)"
+        )
+    cert_path = directory / f"{name}.crt"
+    if name_problem(name) is not None or not cert_path.is_file():
+        hint = ""
+        if _SERIAL.fullmatch(name.strip()):
+            hint = f"; to revoke the certificate with serial {printable(name.strip())}, say so: --serial {printable(name.strip())}"
+        raise PKIError(
+            f"no certificate named {printable(name)!r} in {directory} (no {printable(cert_path.name)}){hint}; "
+            f"give the name of one of its *.crt files, or a serial with --serial HEX, as "
+            "`openssl x509 -noout -serial` prints it"
+        )
+    cert = read_ca_certificate(cert_path)
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise PKIError(
+            f"{cert_path} was not issued by {directory / CA_CERT}; a CA revokes only its own certificates"
+        ) from None
+    return cert.serial_number, cert
+
+
+def parse_serial(text: str) -> int:
+    """A serial as ``openssl x509 -noout -serial`` prints it (hex, ``:`` between bytes allowed); PKIError when not one."""
+    match = _SERIAL.fullmatch(text.strip())
+    if match is None:
+        raise PKIError(
+            f"{printable(text)!r} is not a serial number; give it in hex, as `openssl x509 -noout -serial` prints it"
+        )
+    return check_serial(int(match.group(1).replace(":", ""), 16))
+
+
+def check_serial(serial: int) -> int:
+    """*serial* when a certificate can have it (1 to 20 bytes, RFC 5280); PKIError otherwise."""
+    if not 0 < serial < 1 << (8 * MAX_SERIAL_BYTES - 1):
+        raise PKIError(
+            f"serial {serial:x} is no certificate's: a serial is a positive number of at most {MAX_SERIAL_BYTES} "
+            "bytes; give it in hex, as `openssl x509 -noout -serial` prints it"
+        )
+    return serial
+
+
+def _with_serial(directory: Path, serial: int, ca: x509.Certificate) -> x509.Certificate | None:
+    """The certificate in *directory* with *serial* that this CA issued, to say what is revoked; None when none is there."""
+    for path in sorted(directory.glob("*.crt")):
+        if path.name == CA_CERT:
+            continue
+        try:
+            cert = x509.load_pem_x509_certificate(path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        if cert.serial_number != serial:
+            continue
         try:
             cert.verify_directly_issued_by(ca)
         except (ValueError, TypeError, InvalidSignature):
-            raise PKIError(
-                f"{cert_path} was not issued by {directory / CA_CERT}; a CA revokes only its own certificates"
-            ) from None
-        return cert.serial_number, cert
-    match = _SERIAL.fullmatch(target.strip())
-    if match is None:
-        raise PKIError(
-            f"no certificate {cert_path}, and {printable(target)!r} is not a serial number; give the name of a "
-            f"certificate in {directory} or its serial in hex, as `openssl x509 -noout -serial` prints it"
-        )
-    serial = int(match.group(1).replace(":", ""), 16)
-    if serial == 0:
-        raise PKIError("serial 0 is no certificate's; give the serial in hex, as `openssl x509 -noout -serial` prints it")
-    return serial, None
+            continue
+        return cert
+    return None
