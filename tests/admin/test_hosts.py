@@ -172,7 +172,7 @@ async def test_a_csrf_token_drawn_under_one_name_is_no_good_under_another(admin,
 
 
 def test_server_yaml_admin_hosts_is_names_absent_is_the_defaults(tmp_path):
-    from llmgw.admin.hosts import HostNames
+    from llmgw.hostnames import HostNames
     from llmgw.config import load_server_config
     from llmgw.errors import ConfigError
 

@@ -72,8 +72,10 @@ def client(cluster, key: str | None = "unused") -> openai.OpenAI:
 
 
 def models(cluster) -> list[str]:
+    # With router.keys, /v1/models needs a key too (an API without keys ignores it).
+    request = urllib.request.Request(cluster.api + "/v1/models", headers={"Authorization": f"Bearer {TOKEN}"})
     try:
-        with urllib.request.urlopen(cluster.api + "/v1/models", timeout=5) as r:
+        with urllib.request.urlopen(request, timeout=5) as r:
             return [m["id"] for m in json.load(r)["data"]]
     except (OSError, ValueError):
         return []
@@ -509,7 +511,7 @@ router:
         for _ in range(4):
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
             held.append(s)
-            s.sendall(b"HEAD /v1/models HTTP/1.1\r\nHost: r\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: r\r\n\r\n")
+            s.sendall(b"HEAD /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             f = s.makefile("rb")
             # The HEAD's head, no body, then the GET's whole answer.
             assert f.readline().startswith(b"HTTP/1.1 200 ")

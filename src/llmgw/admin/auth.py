@@ -2,7 +2,7 @@
 
 A peer on one of ``admin.local``'s networks is trusted as the person at
 the machine, on ``listen.admin`` only, and only when it asks for one of this
-server's names (``admin.hosts``, ``llmgw.admin.hosts``): a web page whose
+server's names (``admin.hosts``, ``llmgw.hostnames``): a web page whose
 DNS name was re-pointed at this listener asks for its own.  Under
 ``/admin`` on the API listener, which a reverse proxy on the same host may
 face (every visitor then comes from the proxy's address), everyone signs in.  ``X-Forwarded-For`` is never
@@ -37,8 +37,8 @@ import secrets
 
 import attrs
 
-from llmgw.admin.hosts import BadHost, HostNames, asked
 from llmgw.config.server import AdminSettings
+from llmgw.hostnames import BadHost, HostNames, asked
 
 SESSION_COOKIE = b"llmgw_admin_session"
 CSRF_COOKIE = b"llmgw_admin_csrf"

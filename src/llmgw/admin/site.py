@@ -9,7 +9,7 @@ session: the same views ``llmgw.cp.nodes``/``llmgw.cp.replicas`` answer ctl
 and the TUI, the same relayed ``llmgw.cp.logs`` as ``llmgw ctl logs``, the
 same ``drain``/``cordon``/``uncordon``.
 
-A request names one host, for a path (``llmgw.admin.hosts``); on
+A request names one host, for a path (``llmgw.hostnames``); on
 ``listen.admin`` a peer on ``admin.local`` that asks for a name which is not
 this server's is answered 421, whatever else it asks: that is how a page
 whose DNS name was re-pointed here (DNS rebinding) looks.  ``/metrics``
@@ -36,7 +36,8 @@ from twisted.web import http, server
 from twisted.web.resource import Resource
 from twisted.web.template import flattenString
 
-from llmgw.admin import hosts, pages
+from llmgw import hostnames as hosts
+from llmgw.admin import pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.config.server import AdminSettings
 from llmgw.views import NodeView, ReplicaView

@@ -1,11 +1,12 @@
-"""What more than one configuration file shares: TLS files, the hub URL, hashes, engines."""
+"""What more than one configuration file shares: TLS files, the hub URL, hashes, engines, host names."""
 
 from __future__ import annotations
 
 import os
 import re
 
-from llmgw.config.schema import File, Section, Str
+from llmgw.config.schema import File, ListOf, Nullable, Section, Str
+from llmgw.hostnames import normal_name
 from llmgw.huburl import parse_hub_url
 from llmgw.tlsfiles import TLSFiles
 
@@ -38,6 +39,18 @@ HUB_URL = Str(what="a hub URL like wss://HOST:PORT/", check=check_hub_url)
 
 
 TLS = Section(TLSFiles, {"ca": File(), "cert": File(), "key": File()})
+
+
+def check_host_name(text: str) -> str:
+    """A name a listener answers to (``admin.hosts``, ``router.hosts``), lower case, without a trailing dot."""
+    try:
+        return normal_name(text)
+    except ValueError:
+        raise ValueError("not a host name; write it like 'gw01.example.com' (no scheme, no port)") from None
+
+
+#: ``admin.hosts`` and ``router.hosts`` (llmgw.hostnames): null is the defaults, ``[]`` none but IP addresses.
+HOST_NAMES = Nullable(ListOf(Str(what="a host name such as gw01.example.com", check=check_host_name)))
 
 
 #: Set to 1 (in the environment of twistd, of ``make run``, of an engine) for

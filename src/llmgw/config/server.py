@@ -15,7 +15,7 @@ import re
 
 import attrs
 
-from llmgw.config.common import KNOWN_ENGINES, SHA256, TLS
+from llmgw.config.common import HOST_NAMES, KNOWN_ENGINES, SHA256, TLS
 from llmgw.config.endpoints import (
     ServerEndpoint,
     check_link_listener,
@@ -306,6 +306,8 @@ class RouterSettings:
     admission: Admission = attrs.Factory(Admission)
     scoring: str = "least-outstanding"
     allow_anonymous: bool = False
+    # The names a key-less API answers to (Host); None: localhost and the host name.  Any IP address may be asked.
+    hosts: tuple[str, ...] | None = None
     max_body_bytes: int = 4 * MiB
     clients: ClientLimits = attrs.Factory(ClientLimits)
     engines: EngineLimits = attrs.Factory(EngineLimits)
@@ -330,15 +332,6 @@ def _check_network(text: str) -> None:
         ipaddress.ip_network(text, strict=False)
     except ValueError:
         raise ValueError("not an address or network; write it like '127.0.0.1/32' or '10.0.0.0/8'") from None
-
-
-def _check_host_name(text: str) -> str:
-    """A name the admin listener answers to, lower case, without a trailing dot."""
-    name = text.lower().removesuffix(".")
-    labels = name.split(".")
-    if not name or len(name) > 253 or not all(re.fullmatch(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?", x) for x in labels):
-        raise ValueError("not a host name; write it like 'gw01.example.com' (no scheme, no port)")
-    return name
 
 
 @attrs.frozen
@@ -434,6 +427,7 @@ ROUTER_FIELDS = {
     ),
     "scoring": Enum(SCORING_POLICIES, noun="scoring policy"),
     "allow_anonymous": Bool(),
+    "hosts": HOST_NAMES,
     "max_body_bytes": Int(min=1),
     "clients": Section(
         ClientLimits,
@@ -558,7 +552,7 @@ SCHEMA = Section(
             AdminSettings,
             {
                 "local": ListOf(Str(what="an address or network such as 127.0.0.1/32", check=_check_network)),
-                "hosts": Nullable(ListOf(Str(what="a host name such as gw01.example.com", check=_check_host_name))),
+                "hosts": HOST_NAMES,
                 "keys": ListOf(Section(AdminKey, {"name": NAME_STR, "sha256": SHA256})),
                 "session_ttl_s": Number(min=0, exclusive=True),
                 "max_sessions": Int(min=1),

@@ -13,7 +13,8 @@ A client is on a clock and a budget (``router.clients``, docs/router.rst
 "Limits"): idle between requests, reading a head, reading a body, and not
 reading its answers each have a limit, and connections over
 ``max_connections`` are answered 503 and closed.  HEAD is answered as GET
-would be, without the body.
+would be, without the body.  ``llmgw.router.door`` says whom the API answers
+at all (a key-less one: only requests for its own names).
 
 Every answer the router makes itself is an OpenAI error,
 ``{"error": {"message", "type", "param", "code"}}``; ``answer_error`` is the one
@@ -34,6 +35,7 @@ from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, r
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
 from llmgw.router.dispatch import RequestInfo
+from llmgw.router.door import Door, OverCapacity, bearer
 from llmgw.router.metrics import NullMetrics, rejection_reason
 from llmgw.router.proxy import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S, MAX_ATTEMPTS, Admitter, Exchange, Metrics
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
@@ -286,7 +288,10 @@ class RouterProtocol(Protocol):
         self._head_only = method == "HEAD"
         if self._head_only:
             method = "GET"
-        if path in PROXIED and method == "POST":
+        refusal = factory.door.refusal(request)
+        if refusal is not None:
+            self._error(refusal, close, "", path, started)
+        elif path in PROXIED and method == "POST":
             factory.metrics.request_body(path, len(request.body))
             info = self._read(request, path, started, close)
             if info is not None:
@@ -295,11 +300,12 @@ class RouterProtocol(Protocol):
                 exchange.start()
         elif path == "/v1/models" and method == "GET":
             created = factory.created
-            data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in factory.dispatcher.models()]
+            served = factory.door.models(request, factory.dispatcher.models())
+            data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in served]
             self._answer(200, json.dumps({"object": "list", "data": data}).encode(), close, "", path, started)
         elif path.startswith("/v1/models/") and method == "GET":
             model = path[len("/v1/models/"):]
-            if model in factory.dispatcher.models():
+            if model in factory.door.models(request, factory.dispatcher.models()):
                 body = json.dumps({"id": model, "object": "model", "created": factory.created, "owned_by": "llmgw"}).encode()
                 self._answer(200, body, close, model, path, started)
             else:
@@ -331,11 +337,7 @@ class RouterProtocol(Protocol):
         elif stream.__class__ is not bool:
             self._reject(errors.InvalidRequest('"stream" must be true or false', param="stream"), close, model, path, started)
             return None
-        auth = request.headers.get("authorization")
-        api_key = None
-        if auth is not None and auth[:7].lower() == "bearer ":
-            api_key = auth[7:].strip() or None
-        return RequestInfo(path, model, stream, body, api_key, prompt_prefix(path, body))
+        return RequestInfo(path, model, stream, body, bearer(request), prompt_prefix(path, body))
 
     def _refuse(self, bad: BadRequest) -> None:
         """A request that cannot be read: answer, then drop what still comes for LINGER_S, then close."""
@@ -408,19 +410,6 @@ def _peer(transport) -> str:
     return "%s:%s" % (host, peer.port) if host is not None else str(peer)
 
 
-class _Refused(Protocol):
-    """A connection over ``router.clients.max_connections``: 503, then closed."""
-
-    def connectionMade(self) -> None:
-        error = errors.TooManyConnections(
-            "the router has %d API connections open, as many as router.clients.max_connections allows: try again "
-            "after Retry-After, and reuse connections (keep-alive)" % self.factory.max_connections)
-        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
-        self.transport.write(response_bytes(error.status, errors.render(error), self.factory.date(),
-                                            connection=_CLOSE, extra=extra))
-        self.transport.loseConnection()
-
-
 class RouterFactory(Factory):
     """The router's listener: ``endpoint.listen(RouterFactory(dispatcher, reactor, max_body_bytes=...))``.
 
@@ -430,6 +419,8 @@ class RouterFactory(Factory):
     """
 
     noisy = False
+    # Who the API answers (``llmgw.router.door``): everyone, unless the service says otherwise.
+    door = Door()
 
     def __init__(
         self,
@@ -475,7 +466,7 @@ class RouterFactory(Factory):
         cap = self.max_connections
         if cap is not None and self.connections >= cap:
             self._refuse_connection(addr)
-            refused = _Refused()
+            refused = OverCapacity()
             refused.factory = self
             return refused
         return RouterProtocol(self)

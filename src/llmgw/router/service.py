@@ -17,7 +17,9 @@ from twisted.logger import Logger
 from llmgw.config.endpoints import parse_server_endpoint
 from llmgw.config.server import RouterSettings
 from llmgw.errors import ConfigError
+from llmgw.hostnames import HostNames
 from llmgw.router.dispatch import Dispatcher
+from llmgw.router.door import Door
 from llmgw.router.enginemetrics import EnginePoller, fetch_metrics, parse_engine_metrics
 from llmgw.router.scoring import ENGINE_LOAD_POLICY
 from llmgw.views import EndpointEntry, EndpointTable
@@ -33,16 +35,23 @@ NEW_IN_CATALOG = "it is new in the catalog; the control plane has not placed it 
 
 
 def check_open_api(config: RouterSettings, listen_api: str, where: str) -> None:
-    """An API without keys is served only on loopback, or when allow_anonymous says so."""
+    """An API without keys is served only on loopback, or when allow_anonymous says so.
+
+    Either way it answers only requests for its own names (``router.hosts``,
+    or an IP address: ``llmgw.router.door``), which the log line says.
+    """
     if config.keys:
         return
     interface = parse_server_endpoint(listen_api).interface
     loopback = interface is not None and (interface in LOOPBACK or interface.startswith("127."))
+    names = ", ".join(HostNames.from_setting(config.hosts).names) or "none"
     if loopback:
-        log.warn("the OpenAI API on {api} has no keys: anyone on this machine may use it", api=listen_api)
+        log.warn("the OpenAI API on {api} has no keys: anyone on this machine may use it, by an IP address or "
+                 "one of router.hosts ({names})", api=listen_api, names=names)
     elif config.allow_anonymous:
         log.warn("the OpenAI API on {api} has no keys and router.allow_anonymous is true: anyone who can "
-                 "reach it may use it", api=listen_api)
+                 "reach it may use it, by an IP address or one of router.hosts ({names})", api=listen_api,
+                 names=names)
     else:
         raise ConfigError(
             f"{where}: router.keys is empty and listen.api ({listen_api}) is not on a loopback interface: "
@@ -75,8 +84,11 @@ class Router(service.MultiService):
     404 for a model the catalog does not name.
     """
 
-    def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None, *, follows_table: bool = False):
+    def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None, *, follows_table: bool = False,
+                 config_file: str = "server.yaml", then: str = "reload"):
         super().__init__()
+        # Where router.hosts is, and what makes a change to it count: for the words of a 421.
+        self._hosts_in = (config_file, then)
         self._reactor = reactor
         self.config = config
         self.metrics = metrics
@@ -92,6 +104,7 @@ class Router(service.MultiService):
                                 first_byte_timeout_s=config.engines.first_byte_timeout_s,
                                 between_bytes_timeout_s=config.engines.between_bytes_timeout_s,
                                 clients=config.clients, max_connections=max_connections(config))
+        factory.door = Door.for_config(config, reactor, *self._hosts_in)
         self._factory = factory
         # (endpoint, model) pairs the last scrape reported, so one gone from the table loses its series.
         self._reported: set[tuple[str, str]] = set()
@@ -121,7 +134,7 @@ class Router(service.MultiService):
         return super().stopService()
 
     def reconfigure(self, config: RouterSettings) -> None:
-        """A reloaded router: section (keys, admission, static endpoints)."""
+        """A reloaded router: section (keys, hosts, admission, static endpoints)."""
         self.config = config
         self.dispatcher.reconfigure(config)
         factory = self._factory
@@ -130,6 +143,7 @@ class Router(service.MultiService):
         factory.between_bytes_timeout_s = config.engines.between_bytes_timeout_s
         factory.clients = config.clients
         factory.max_connections = max_connections(config)
+        factory.door = Door.for_config(config, self._reactor, *self._hosts_in)
         self._poll_if_needed()
         self._apply()
 
