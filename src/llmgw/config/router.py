@@ -12,7 +12,7 @@ import os
 
 import attrs
 
-from llmgw.config.common import HUB_URL, TLS
+from llmgw.config.common import HOST_NAMES, HUB_URL, TLS
 from llmgw.config.endpoints import check_listener
 from llmgw.config.schema import Loader, Nullable, Section, Str
 from llmgw.config.server import ROUTER_SECTION, RouterSettings
@@ -27,12 +27,21 @@ class RouterListen:
 
 
 @attrs.frozen
+class RouterAdminSettings:
+    """router.yaml's admin: section: the names ``listen.admin`` answers ``/metrics`` for (``llmgw.hostnames``)."""
+
+    # None: localhost and the host name.  Any IP address may be asked.
+    hosts: tuple[str, ...] | None = None
+
+
+@attrs.frozen
 class RouterProcessConfig:
     path: str
     listen: RouterListen = attrs.Factory(RouterListen)
     hub: str | None = None
     tls: TLSFiles | None = None
     router: RouterSettings = attrs.Factory(RouterSettings)
+    admin: RouterAdminSettings = attrs.Factory(RouterAdminSettings)
 
 
 SCHEMA = Section(
@@ -48,6 +57,7 @@ SCHEMA = Section(
         "hub": Nullable(HUB_URL),
         "tls": Nullable(TLS),
         "router": ROUTER_SECTION,
+        "admin": Section(RouterAdminSettings, {"hosts": HOST_NAMES}),
     },
 )
 

@@ -5,6 +5,12 @@ its API listener; the admin listener; and, when router.yaml names a hub, a
 session that joins it with a router certificate, asks the control plane
 for the endpoint table and follows it as it changes.  With no hub it
 serves ``router.endpoints`` from its file.
+
+Both listeners answer by this process's names only, where a browser could
+be tricked into asking (``llmgw.hostnames``): the API when it has no keys
+(``router.hosts``), and the admin listener's ``/metrics``, which names the
+API keys, always (``admin.hosts``).  router.yaml is read at start only, so
+the 421 says to restart.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from prometheus_client import CollectorRegistry
 from twisted.application import service
 from twisted.logger import Logger
 
-from llmgw.admin.web import admin_listener
+from llmgw.admin.web import NoPage, TextAnswer, admin_listener
 from llmgw.config.router import RouterProcessConfig, load_router_config
+from llmgw.hostnames import HostNames
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import client_service
 from llmgw.process.common import ProcessTree, compose, config_options
@@ -25,6 +32,22 @@ from llmgw.router.service import Router, check_open_api
 log = Logger()
 
 Options = config_options("/etc/llmgw/router.yaml", "The router's configuration file.")
+RESTART = "restart llmgw-router"
+
+
+class RouterAdminPage(NoPage):
+    """The note at ``/`` of llmgw-router's admin listener, and the names it and ``/metrics`` answer for."""
+
+    def __init__(self, names: HostNames):
+        super().__init__()
+        # llmgw.admin.web holds /metrics to what this says.
+        self.misdirected = names.refusal
+
+    def render(self, request):
+        refusal = self.misdirected(request)
+        if refusal is not None:
+            return TextAnswer(refusal.code, refusal.words).render(request)
+        return super().render(request)
 
 
 def makeService(options) -> service.MultiService:
@@ -36,11 +59,13 @@ def build(reactor, config: RouterProcessConfig) -> service.MultiService:
     check_open_api(config.router, config.listen.api, config.path)
     registry = CollectorRegistry()
     router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry),
-                    follows_table=config.hub is not None)
+                    follows_table=config.hub is not None, config_file="router.yaml", then=RESTART)
     router.setServiceParent(top)
     top.must_listen("listen.api", router)
     if config.listen.admin:
-        admin = admin_listener(reactor, config.listen.admin, registry)
+        names = HostNames.from_setting(config.admin.hosts, file="router.yaml", listener="this router's admin listener",
+                                       then=RESTART)
+        admin = admin_listener(reactor, config.listen.admin, registry, RouterAdminPage(names))
         admin.setServiceParent(top)
         top.must_listen("listen.admin", admin)
     if config.hub is not None:
