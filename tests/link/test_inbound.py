@@ -121,6 +121,6 @@ def test_a_remembered_uri_check_is_the_patterns(uri, prefix):
     kind = message.Subscribe.MESSAGE_TYPE if prefix else CALL
     options = {"match": "prefix"} if prefix else {}
     pattern = inbound._PREFIX_URI if prefix else inbound._URI
-    expected = bool(pattern.match(uri)) and uri != ""
+    expected = bool(pattern.match(uri)) and uri != "" and "\n" not in uri
     assert inbound._valid_uri(kind, uri, options) == expected
     assert inbound._valid_uri(kind, uri, options) == expected  # the second time from memory

@@ -17,7 +17,7 @@ from autobahn.wamp import message
 from llmgw.link import uris
 from tests.link.conftest import files
 from tests.link.test_limits import Logged
-from tests.link.wire import ABORT, CALL, HELLO, PUBLISH, REGISTER, SUBSCRIBE, WELCOME, wire_peer
+from tests.link.wire import ABORT, CALL, ERROR, HELLO, PUBLISH, REGISTER, SUBSCRIBE, WELCOME, wire_peer
 
 # name -> (joined first?, the frame, words the ABORT's sentence holds)
 VIOLATIONS = {
@@ -71,7 +71,8 @@ async def test_a_malformed_uri_is_answered_in_json_s_words_and_bounded(hub, pki)
     peer.send(CALL, 1, {}, 42, [])
     peer.send(CALL, 2, {}, "llmgw. " + "x" * 100_000, [])
     number, long = await peer.next(), await peer.next()
-    assert number[5] == ["an integer is not a WAMP URI (dot-separated components, none empty, no '#' or whitespace)"]
+    assert number[5] == ["an integer is not a WAMP URI (dot-separated components, none empty, no '#', whitespace or "
+                         "control characters)"]
     assert long[5][0].startswith("'llmgw. xxx") and "... (100007 characters) is not a WAMP URI" in long[5][0]
     assert len(long[5][0]) < 250
 
@@ -99,3 +100,19 @@ async def test_a_claimed_authid_reaches_the_log_escaped_and_bounded(hub, pki):
     [line] = [line for line in logged.lines() if "claimed authid" in line]
     assert "\n" not in line and "\x1b" not in line and len(line) < 400
     assert "'node02\\n2026-12-01T00:00:00 [-] joined: control\\x1b[2Jxxx" in line
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_uri_reaches_the_log_without_control_characters_and_bounded(hub, pki):
+    peer = await wire_peer(hub, files(pki, "node01"))
+    await peer.hello()
+    with Logged() as logged:
+        peer.send(CALL, 1, {}, "llmgw.cp.\x1b[2Jx", [])
+        peer.send(CALL, 2, {}, "llmgw.cp.nodes" + "x" * 100_000, [])  # a node may not: refused and logged
+        peer.send(CALL, 3, {}, uris.CP_AGENT + "whoami\n", [])  # a trailing newline is no URI either
+        escaped, refused, newline = await peer.next(), await peer.next(), await peer.next()
+    assert escaped[4] == "wamp.error.invalid_uri" and "'llmgw.cp.\\x1b[2Jx'" in escaped[5][0]
+    assert newline[:3] == [ERROR, CALL, 3] and newline[4] == "wamp.error.invalid_uri"
+    assert refused[4] == uris.ERROR_NOT_AUTHORIZED
+    lines = [line for line in logged.lines() if "node01" in line]
+    assert len(lines) == 3 and all("\x1b" not in line and "\n" not in line and len(line) < 800 for line in lines), lines

@@ -67,6 +67,7 @@ _ROUTER_ROLES = {
 }
 
 SKIP, KILL, KILLNOWAIT = message.Cancel.SKIP, message.Cancel.KILL, message.Cancel.KILLNOWAIT
+_LOGGED_CHARS = 500  # of a refusal's sentence in the log
 
 
 @attrs.frozen
@@ -273,7 +274,7 @@ class Hub:
             self._abort(session, uris.ERROR_NOT_AUTHORIZED, why)
             return
         if msg.realm != self.realm:
-            self._abort(session, "wamp.error.no_such_realm", f"no realm {msg.realm!r}; the realm is {self.realm!r}")
+            self._abort(session, "wamp.error.no_such_realm", f"no realm {msg.realm[:100]!r}; the realm is {self.realm!r}")
             return
         if msg.authid is not None and msg.authid != ident.authid:
             log.warn(
@@ -427,7 +428,7 @@ class Hub:
         if why is None:
             return False
         self.refusals["not_authorized"] += 1
-        log.warn("refused {s}: {why}", s=session, why=why)
+        log.warn("refused {s}: {why}", s=session, why=why[:_LOGGED_CHARS])  # the URI is the peer's, of any length
         if answer:
             session.send(message.Error(request_type, request, uris.ERROR_NOT_AUTHORIZED, args=[why]))
         return True

@@ -25,8 +25,9 @@ ERROR_INVALID_ARGUMENT = "wamp.error.invalid_argument"
 # The Basic Profile's loose URI rule ("Identifiers"): components are not
 # empty and hold no '.', '#' or whitespace.  A prefix subscription's topic
 # may end in '.' (llmgw.event.).
-_URI = re.compile(r"^([^\s.#]+\.)*([^\s.#]+)$")
-_PREFIX_URI = re.compile(r"^([^\s.#]+\.)*([^\s.#]*)$")
+# \Z, not $: "llmgw.cp.nodes\n" is no URI.
+_URI = re.compile(r"\A([^\s.#]+\.)*([^\s.#]+)\Z")
+_PREFIX_URI = re.compile(r"\A([^\s.#]+\.)*([^\s.#]*)\Z")
 
 # Requests the hub answers with ERROR when it refuses them, and where their URI is.
 _ANSWERED = {
@@ -96,7 +97,7 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
             else:  # a peer's text, in a log line and its answer: at most _URI_SHOWN characters of it
                 what = repr(uri) if len(uri) <= _URI_SHOWN else f"{uri[:_URI_SHOWN]!r}... ({len(uri)} characters)"
             raise _refusal(raw, kind, request, ERROR_INVALID_URI, f"{what} is not a WAMP URI "
-                           "(dot-separated components, none empty, no '#' or whitespace)")
+                           "(dot-separated components, none empty, no '#', whitespace or control characters)")
         if kind == message.Call.MESSAGE_TYPE:
             call = plain_call(raw, request)
             if call is not None:
@@ -150,7 +151,8 @@ _REMEMBERED_URI_CHARS = 256
 
 @functools.lru_cache(maxsize=4096)
 def _matches(prefix: bool, uri: str) -> bool:
-    return bool((_PREFIX_URI if prefix else _URI).match(uri))
+    # Printable too: a URI reaches log lines, and an escape sequence in one would write to the reader's terminal.
+    return bool((_PREFIX_URI if prefix else _URI).match(uri)) and uri.isprintable()
 
 
 def plain_call(raw: list, request: int):
