@@ -20,7 +20,7 @@ import collections
 import enum
 import ipaddress
 import itertools
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
@@ -31,6 +31,9 @@ from llmgw.control.lograte import LINES, WINDOW_S, LogBudget
 from llmgw.control.placement import PlacementRequest
 from llmgw.records import Inventory, ShardSpec, ShardStatus
 from llmgw.states import ShardState
+
+if TYPE_CHECKING:
+    from llmgw.control.catalog import Entry
 
 log = Logger()
 
@@ -72,7 +75,7 @@ class ModelSlots:
     request: PlacementRequest | None = None
 
     @classmethod
-    def of(cls, name: str, entry) -> ModelSlots:
+    def of(cls, name: str, entry: Entry) -> ModelSlots:
         """The slots of the catalog's *entry* for the model *name*, with the request placement would make."""
         request = PlacementRequest.from_profile(name, entry.profile, entry.engine_version)
         return cls(entry.model.replicas, entry.profile.ranks, request)
