@@ -162,7 +162,7 @@ async def test_a_certificate_re_issued_under_its_name_is_revoked_by_its_serial(c
     (ca / "old.crt").write_bytes((ca / "node01.crt").read_bytes())
     (ca / "old.key").write_bytes((ca / "node01.key").read_bytes())
     pki.issue(ca, "node01", "node", force=True)
-    pki.revoke(ca, f"{old.serial_number:X}")
+    pki.revoke(ca, serial=old.serial_number)
     assert reload_all(Catalog(load_server_config(ca / "server.yaml")), [revocation_listener(hub.tls)]).refused is None
 
     with pytest.raises(HubUnreachable, match="the hub refused the session: certificate CN=.*: revoked on "):
@@ -312,7 +312,7 @@ async def test_a_cn_with_a_newline_never_reaches_a_log_line_raw(ca, hub, logged)
 @pytest_twisted.ensureDeferred
 async def test_a_revoked_cn_with_a_newline_is_logged_escaped(ca, logged) -> None:
     cert, key = _odd_certificate(ca, FORGED)
-    pki.revoke(ca, f"{x509.load_pem_x509_certificate(cert.read_bytes()).serial_number:x}")
+    pki.revoke(ca, serial=x509.load_pem_x509_certificate(cert.read_bytes()).serial_number)
     hub = await start_hub(ca)
     try:
         with pytest.raises(HubUnreachable, match="the hub refused the session: certificate CN=.*: revoked on "):
