@@ -151,3 +151,16 @@ async def test_the_control_plane_s_procedures_refuse_a_wrong_call_without_python
     assert answers[0].args[0] == f"{uris.AGENT_REGISTER} takes 1 argument (inventory); it was sent no arguments: {SAME_VERSION}"
     node.leave()
     operator.leave()
+
+
+def test_a_handler_that_cannot_be_hashed_is_checked_all_the_same():
+    from llmgw.link.answers import argument_refusal
+
+    class Handler:
+        __hash__ = None
+
+        def __call__(self, inventory, details=None):
+            return inventory
+
+    assert argument_refusal("p", Handler(), [{}], {}, "details") is None
+    assert argument_refusal("p", Handler(), [], {}, "details").startswith("p takes 1 argument (inventory); it was sent no")

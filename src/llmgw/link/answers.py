@@ -55,7 +55,10 @@ def argument_refusal(procedure: str, fn: Callable, args, kwargs, details_arg: st
     *details_arg* is the keyword the handler is given the call's details by:
     not the caller's to send.
     """
-    signature = _signature(fn, details_arg)
+    try:
+        signature = _signature(fn, details_arg)
+    except TypeError:  # a handler that cannot be hashed: not remembered
+        signature = _signature.__wrapped__(fn, details_arg)
     if signature is None:
         return None  # a builtin without one: the handler judges for itself
     params = list(signature.parameters.values())
