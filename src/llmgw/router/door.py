@@ -14,8 +14,9 @@ the machine's host name) or an IP address, by the rule of
 host, or a URL for a target is 400.  A request a browser says comes from
 another site's page (``Origin``, ``Referer``, ``Sec-Fetch-Site``) is 403: such
 a page cannot read the answer, but it could spend the engines' time, and no
-API client sends those fields.  The router sends no CORS headers at all, so a
-browser lets no other site's page read an answer.
+API client sends those fields.  The router adds no CORS headers, and sends an
+engine none of the client's (its request to the engine is its own), so no
+engine's CORS answer lets another site's page read an answer either.
 
 An API with keys needs none of that: a browser sends no bearer token by
 itself, so a page's request carries none, and every route, ``GET

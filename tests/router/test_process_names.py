@@ -1,10 +1,12 @@
-"""``twistd llmgw-router`` as a real process: its admin listener's /metrics, and a key-less API, answer only its names.
+"""Real processes: llmgw-router's admin listener and key-less API, and llmgw-server's key-less API, answer only their names.
 
 /metrics names every API key that has been used, and answers whoever
 reaches ``listen.admin``: a page whose DNS name is re-pointed at 127.0.0.1
 must not read it through an operator's browser.  router.yaml's
 ``admin.hosts`` lists the names (absent: ``localhost`` and the host name);
-an IP address is always answered; ``/healthz`` answers any name.
+an IP address is always answered; ``/healthz`` answers any name.  A
+key-less API answers ``router.hosts``, from server.yaml (a reload applies
+it) or router.yaml (read at start).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import socket
 
 import pytest
 
-from tests.support.cluster import Process, environment, twistd
-from tests.support.net import connect, free_port, read_response
+from tests.admin.conftest import raw
+from tests.support.cluster import Process, cluster, environment, twistd  # noqa: F401 - fixture
+from tests.support.net import free_port
 from tests.support.sim import MODEL
 from tests.support.wait import wait_for
 
@@ -26,15 +29,12 @@ CHAT = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"
 
 
 def ask(port: int, host: str | None, target: str = "/metrics", method: str = "GET", more: str = "",
-        body: bytes = b"") -> tuple[int, dict[str, str], str]:
+        body: bytes = b"") -> tuple[int, str]:
     lines = [f"{method} {target} HTTP/1.1", *([f"Host: {host}"] if host is not None else []), "Connection: close"]
-    lines += [line for line in more.split("\n") if line]
     if body:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    with connect(port) as s:
-        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        status, headers, answer = read_response(s.makefile("rb"))
-    return status, headers, answer.decode("utf-8", "replace")
+    answer = raw(port, "\n".join(lines + [more]), body)
+    return answer.code, answer.body
 
 
 @pytest.fixture
@@ -72,26 +72,26 @@ router:
 def test_the_router_process_holds_metrics_to_its_names(router_process):
     sha = hashlib.sha256(TOKEN.encode()).hexdigest()
     api, admin = router_process(f"  keys: [{{name: {KEY_NAME}, sha256: {sha}}}]\n")
-    status, _, _ = ask(api, "127.0.0.1", "/v1/chat/completions", "POST", f"Authorization: Bearer {TOKEN}", CHAT)
+    status, _ = ask(api, "127.0.0.1", "/v1/chat/completions", "POST", f"Authorization: Bearer {TOKEN}", CHAT)
     assert status == 200
     # From an own name or an address the scrape has the key's name ...
     for host in (f"127.0.0.1:{admin}", "127.0.0.1", f"localhost:{admin}", f"{socket.gethostname()}:{admin}",
                  f"[::1]:{admin}"):
-        status, _, body = ask(admin, host)
+        status, body = ask(admin, host)
         assert status == 200 and KEY_NAME in body, host
     # ... and from a rebound name it has nothing, on every path but /healthz.
     for host in (f"rebind.attacker.example:{admin}", "rebind.attacker.example", "LOCALHOST.attacker.example."):
         for target in ("/metrics", "/metrics/", "/%6detrics", "/metrics?x=1", "/"):
-            status, _, body = ask(admin, host, target)
+            status, body = ask(admin, host, target)
             assert status == 421 and KEY_NAME not in body and "llmgw_" not in body, (host, target, status)
             assert "add it to admin.hosts in router.yaml and restart llmgw-router" in body, (host, target)
-        status, _, body = ask(admin, host, "/healthz")
+        status, body = ask(admin, host, "/healthz")
         assert status == 200 and body == "ok\n"
     for host, more in ((None, ""), (f"127.0.0.1:{admin}", "Host: rebind.attacker.example"), ("a..b", "")):
-        status, _, body = ask(admin, host, more=more)
+        status, body = ask(admin, host, more=more)
         assert status == 400 and KEY_NAME not in body, (host, more)
     # An API with keys is not held to names: a browser sends no bearer token by itself.
-    status, _, body = ask(api, "rebind.attacker.example", "/v1/models")
+    status, body = ask(api, "rebind.attacker.example", "/v1/models")
     assert status == 401 and MODEL not in body
 
 
@@ -100,10 +100,32 @@ def test_router_yaml_admin_hosts_and_router_hosts_name_the_process(router_proces
     api, admin = router_process("  hosts: [llm.example.com]\nadmin: {hosts: [metrics.example.com]}\n")
     assert ask(admin, "metrics.example.com")[0] == 200
     assert ask(admin, "10.1.2.3:9091")[0] == 200
-    status, _, body = ask(admin, f"localhost:{admin}")  # the list replaces the defaults
+    status, body = ask(admin, f"localhost:{admin}")  # the list replaces the defaults
     assert status == 421 and "localhost is not a name of this router's admin listener (admin.hosts: metrics.example.com;" in body
     # The key-less API: its own names only, and router.yaml's words for the fix.
     assert ask(api, "llm.example.com", "/v1/models")[0] == 200
-    status, _, body = ask(api, "rebind.attacker.example", "/v1/models")
+    status, body = ask(api, "rebind.attacker.example", "/v1/models")
     assert status == 421 and MODEL not in body
     assert "add it to router.hosts in router.yaml and restart llmgw-router" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.integration
+def test_the_servers_keyless_api_answers_router_hosts_and_a_reload_changes_them(cluster):
+    cluster.write_server_config("")
+    cluster.start_server()
+    api = cluster.api_port
+    status, body = ask(api, f"rebind.attacker.example:{api}", "/v1/models")
+    assert status == 421 and "add it to router.hosts in server.yaml and reload" in json.loads(body)["error"]["message"]
+    for host in (f"127.0.0.1:{api}", f"localhost:{api}", f"{socket.gethostname()}:{api}"):
+        assert ask(api, host, "/v1/models")[0] == 200, host
+    cluster.write_server_config("router: {hosts: [llm.test]}\n")
+    assert cluster.ctl("reload").returncode == 0
+    assert ask(api, f"llm.test:{api}", "/v1/models")[0] == 200
+    assert ask(api, f"localhost:{api}", "/v1/models")[0] == 421 and ask(api, "127.0.0.1", "/v1/models")[0] == 200
+    # With keys the API is not held to names: without a key a rebound page's request is 401, /v1/models too.
+    sha = hashlib.sha256(TOKEN.encode()).hexdigest()
+    cluster.write_server_config(f"router: {{keys: [{{name: {KEY_NAME}, sha256: {sha}}}]}}\n")
+    assert cluster.ctl("reload").returncode == 0
+    status, body = ask(api, f"rebind.attacker.example:{api}", "/v1/models")
+    assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
+    assert ask(api, f"rebind.attacker.example:{api}", "/v1/models", more=f"Authorization: Bearer {TOKEN}")[0] == 200
