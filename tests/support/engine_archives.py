@@ -10,7 +10,8 @@
 - ``Mirror(directory)``: *directory* served over HTTP on 127.0.0.1, the way a
   release mirror serves ``TAG/ASSET``: 404 for what is not there, Range
   honoured, every request recorded, and a ``Gate`` that holds responses of
-  one path open part-way until the test releases them.
+  one path open part-way until the test releases them, or lets them
+  trickle through a few bytes at a time.
 - ``stand_in_wheel(directory, name, version)`` and ``simple_index(directory,
   wheels)``: a pure-Python wheel written with zipfile (a package with
   ``__version__`` and a console script answering ``--version``), and a
@@ -166,13 +167,16 @@ def sha256_of(path: Path) -> str:
 
 
 class Gate:
-    """Holds every response of one path after its first *at* bytes, until ``release()``."""
+    """Holds every response of one path after its first *at* bytes, until ``release()``; ``let(n)`` trickles."""
 
     def __init__(self, at: int):
         self.at = at
         #: How many responses have reached the gate and wait (or waited) there.
         self.reached = 0
+        #: Bytes let through the gate by ``let()`` and sent.
+        self.let_through = 0
         self._open = False
+        self._allowed = 0
         self._changed = threading.Condition()
 
     def release(self) -> None:
@@ -180,10 +184,24 @@ class Gate:
             self._open = True
             self._changed.notify_all()
 
-    def _wait(self) -> None:
+    def let(self, n: int) -> None:
+        """Let *n* more bytes through (a mirror that trickles); the gate stays shut after them."""
+        with self._changed:
+            self._allowed += n
+            self._changed.notify_all()
+
+    def _arrive(self) -> None:
         with self._changed:
             self.reached += 1
-            self._changed.wait_for(lambda: self._open)
+
+    def _wait(self) -> int | None:
+        """How many bytes may go now (None: all that are left), once some may."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._open or self._allowed)
+            if self._open:
+                return None
+            n, self._allowed = self._allowed, 0
+            return n
 
 
 class Mirror:
@@ -258,15 +276,24 @@ def _handler(mirror: Mirror):
                 pass  # the client went away
 
         def _send(self, data: bytes, pos: int, gate: Gate | None) -> None:
-            stops = [gate.at] if gate is not None and pos < gate.at < len(data) else []
-            for end in (*stops, len(data)):
-                while pos < end:
-                    piece = data[pos:min(pos + mirror.chunk, end)]
-                    self.wfile.write(piece)
-                    self.wfile.flush()
-                    pos += len(piece)
-                if stops and end == stops[0]:
-                    gate._wait()
+            end = gate.at if gate is not None and pos < gate.at < len(data) else len(data)
+            pos = self._write(data, pos, end)
+            if end < len(data):
+                gate._arrive()
+                while pos < len(data):
+                    n = gate._wait()
+                    sent = self._write(data, pos, len(data) if n is None else min(len(data), pos + n))
+                    if n is not None:
+                        gate.let_through += sent - pos
+                    pos = sent
+
+        def _write(self, data: bytes, pos: int, end: int) -> int:
+            while pos < end:
+                piece = data[pos:min(pos + mirror.chunk, end)]
+                self.wfile.write(piece)
+                self.wfile.flush()
+                pos += len(piece)
+            return pos
 
         def log_message(self, *args):
             pass

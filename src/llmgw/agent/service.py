@@ -155,6 +155,7 @@ class Agent:
             platform=platform,
             progress=self.report_progress,
             changed=self.refresh_engines,
+            limits=self.config.installs,
         )
 
     def report(self, status: ShardStatus) -> None:

@@ -72,6 +72,21 @@ class EngineOverride:
 
 
 @attrs.frozen
+class InstallLimits:
+    """``installs:`` in agent.yaml: how slow an engine's download may be before the node gives it up.
+
+    A mirror that trickles a byte now and then never trips the stall
+    timeout; these do.  None: no minimum rate, no deadline.
+    """
+
+    # The average over the last rate_window_s, once a download has run that long.
+    min_rate_bytes_per_s: float | None = 4096.0
+    rate_window_s: float = 300.0
+    # One archive's download, from its first request to its last byte.
+    download_deadline_s: float | None = 21600.0
+
+
+@attrs.frozen
 class AgentConfig:
     """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
 
@@ -88,6 +103,7 @@ class AgentConfig:
     state_dir: str = DEFAULT_STATE_DIR
     heartbeat_interval_s: float = 5.0
     engines: dict[str, EngineOverride] = attrs.Factory(dict)
+    installs: InstallLimits = attrs.Factory(InstallLimits)
 
     def engine_path(self, engine: str) -> str | None:
         """The path agent.yaml gives for *engine*, or None: find it on this node."""
@@ -121,6 +137,11 @@ SCHEMA = Section(
             Section(EngineOverride, {"path": AbsPath()}),
             key=Str(what="an engine name", check=_check_engine),
         ),
+        "installs": Section(InstallLimits, {
+            "min_rate_bytes_per_s": Nullable(Number(min=0, exclusive=True)),
+            "rate_window_s": Number(min=0, exclusive=True),
+            "download_deadline_s": Nullable(Number(min=0, exclusive=True)),
+        }),
     },
 )
 

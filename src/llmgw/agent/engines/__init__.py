@@ -2,6 +2,8 @@
 
 * :mod:`.install` — the ``Installer`` the agent runs: converges on the control
   plane's ``EnginePlan``, downloads, checks, unpacks, proves and marks each build;
+* :mod:`.downloads` — the release archives on their way: paced, under a deadline, checked against
+  their sha256, given up when the plan moves on;
 * :mod:`.pip` — a vLLM/SGLang build: a given interpreter probed, or a venv of the node's own;
 * :mod:`.layout` — where builds live under the state dir, their markers, publishing and removal;
 * :mod:`.archive` — :func:`~.archive.extract`: unpack a release archive, refusing anything that

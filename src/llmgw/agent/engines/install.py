@@ -3,7 +3,9 @@
 ``Installer.converge(plan, in_use)`` makes the builds of an ``EnginePlan``
 usable here.  A llama.cpp build is a release asset fetched from the plan's
 ``base_url`` through the weights' own Fetcher (the same progress, stall
-timeout and resume), checked against the plan's sha256 before anything is
+timeout and resume; a minimum rate and a deadline besides, and given up when
+a newer plan no longer names it: :mod:`.downloads`), checked against the
+plan's sha256 before anything is
 unpacked, unpacked beside its final place, and proven: ``ldd`` finds every
 library of llama-server, and ``--version`` answers with the build the tag
 names.  Only then is the folder renamed to ``<root>/llama.cpp/<tag>`` and its
@@ -37,13 +39,15 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from llmgw.agent.engines import archive, assets, ospackages
-from llmgw.agent.weights import FetchError, Fetcher, cache_name, partial_name
+from llmgw.agent.weights import FetchError, cache_name, partial_name
+from llmgw.config.agent import InstallLimits
 from llmgw.engines.base import ProbeFailed, missing_libraries, run_probe
 from llmgw.engines.llamacpp import BINARY, _parse_version
 from llmgw.records import EngineBuild, EngineInfo, EnginePlan, Progress
 from llmgw.states import EngineState
 
 from . import layout, pip
+from .downloads import Downloads
 from .layout import DOWNLOADS, MARKER, Unusable
 
 __all__ = ["DOWNLOADS", "MARKER", "Installer", "Unusable"]
@@ -89,7 +93,8 @@ class Installer:
                  clock=None, python: str = sys.executable, max_download_bytes: int = 4 * 2**30,
                  connect_timeout_s: float = 30.0, stall_timeout_s: float = 60.0, progress_interval_s: float = 1.0,
                  probe_timeout_s: float = 30.0, ldd_timeout_s: float = 10.0, os_packages_timeout_s: float = 900.0,
-                 venv_timeout_s: float = 300.0, pip_timeout_s: float = 3600.0):
+                 venv_timeout_s: float = 300.0, pip_timeout_s: float = 3600.0,
+                 limits: InstallLimits = InstallLimits()):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         self.root = Path(root)
@@ -102,18 +107,18 @@ class Installer:
         self._interval_s = progress_interval_s
         self._probe_timeout_s, self._ldd_timeout_s = probe_timeout_s, ldd_timeout_s
         self._os_timeout_s, self._venv_timeout_s, self._pip_timeout_s = os_packages_timeout_s, venv_timeout_s, pip_timeout_s
-        self._fetcher = Fetcher(reactor, self.root / DOWNLOADS, clock=self._clock, progress=self._downloaded,
-                                environ={}, connect_timeout_s=connect_timeout_s, idle_timeout_s=stall_timeout_s,
-                                progress_interval_s=progress_interval_s, max_bytes=max_download_bytes,
-                                check="engines.llama.cpp.base_url and version in server.yaml")
+        self._downloads = Downloads(reactor, self._clock, self.root / DOWNLOADS, limits=limits, progress=progress,
+                                    status=lambda b, text: self._set(b, EngineState.INSTALLING, text),
+                                    max_bytes=max_download_bytes, connect_timeout_s=connect_timeout_s,
+                                    stall_timeout_s=stall_timeout_s, progress_interval_s=progress_interval_s)
         self._plan: EnginePlan | None = None  # None until the control plane has said
         self._in_use: Callable[[], set[tuple[str, str]]] = set
         self._current: dict[str, _Build] = {}  # engine name -> the plan's build of it
         self._disk: dict[Path, _Build] = {}  # install folder -> a marked install
         self._pending: set[str] = set()  # engine names whose plan build wants an attempt
         self._workers: dict[str, defer.Deferred] = {}
+        self._attempting: dict[str, _Build] = {}  # engine name -> the build its worker is installing now
         self._idle: dict[str, list[defer.Deferred]] = {}
-        self._downloading: dict[str, _Build] = {}  # asset URL -> the build it is for
         self._rechecks: task.LoopingCall | None = None
         self._rechecking: defer.Deferred | None = None
         self._reported: list[EngineInfo] = []
@@ -149,7 +154,9 @@ class Installer:
     def stop(self) -> None:
         if self._rechecks is not None and self._rechecks.running:
             self._rechecks.stop()
+        self._downloads.abort_all("the agent is stopping")
         for worker in list(self._workers.values()):
+            worker.addErrback(lambda f: None if f.check(defer.CancelledError) else f)
             worker.cancel()
 
     def converge(self, plan: EnginePlan, in_use: Callable[[], set[tuple[str, str]]]) -> defer.Deferred:
@@ -162,6 +169,11 @@ class Installer:
             current = self._current.get(build.name)
             if current is None or current.wants != build or current.state is not EngineState.INSTALLED:
                 self._want(build)
+        for name, attempt in list(self._attempting.items()):
+            if self._current.get(name) is not attempt:  # superseded: the newer plan need not wait for it
+                wanted = self._current.get(name)
+                now = f"it names {name} {wanted.version}" if wanted else f"it no longer names {name}"
+                self._downloads.abort_for(attempt, f"the plan changed ({now}) while {attempt.version} downloaded")
         self._remove_unwanted()
         self._touch()
         if any(b.state is EngineState.BROKEN for b in self._checkable()):
@@ -204,7 +216,11 @@ class Installer:
                 self._pending.discard(name)
                 build = self._current[name]
                 if build.directory is None or self._disk.get(build.directory) is not build:
-                    await self._attempt(build)
+                    self._attempting[name] = build
+                    try:
+                        await self._attempt(build)
+                    finally:
+                        self._attempting.pop(name, None)
         finally:
             self._workers.pop(name, None)
             for d in self._idle.pop(name, []):
@@ -262,8 +278,8 @@ class Installer:
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             # Every archive is checked before any is unpacked.
-            downloaded = [await self._download(build, f"{wants.base_url}{tag}/{name}", name,
-                                               wants.sha256[name].lower()) for name in names]
+            downloaded = [await self._downloads.fetch(build, f"{wants.base_url}{tag}/{name}", name,
+                                                      wants.sha256[name].lower(), self._in_thread) for name in names]
             self._set(build, EngineState.INSTALLING, f"unpacking {asset.name}")
             await self._in_thread(archive.extract, downloaded[0], temp)
             binary = layout.find_binary(temp, asset.name)
@@ -282,33 +298,11 @@ class Installer:
         finally:
             await self._in_thread(shutil.rmtree, temp, True)
         for name in names:
-            await self._in_thread(layout.remove_download, self._fetcher.weights_dir,
+            await self._in_thread(layout.remove_download, self._downloads.directory,
                                   cache_name(f"{wants.base_url}{tag}/{name}"))
         log.info("llama.cpp {version} installed in {final}", version=version, final=final)
         return self._record(_Build(LLAMA_CPP, version, EngineState.INSTALLED, note, str(final / relative), final,
                                    wants, note))
-
-    async def _download(self, build: _Build, url: str, name: str, sha256: str) -> Path:
-        self._set(build, EngineState.INSTALLING, f"downloading {name}")
-        self._downloading[url] = build
-        try:
-            path = Path(await self._fetcher.fetch(url))
-        finally:
-            self._downloading.pop(url, None)
-        self._set(build, EngineState.INSTALLING, f"checking the sha256 of {name}")
-        digest = await self._in_thread(layout.sha256_of, path)
-        if digest != sha256:
-            path.unlink(missing_ok=True)
-            raise Unusable(f"{name} from {url} has sha256 {digest}, but the sha256 pinned for it is {sha256}; "
-                          "the download was deleted: check the mirror, or engines.llama.cpp.sha256 in server.yaml")
-        return path
-
-    def _downloaded(self, report: Progress) -> None:
-        build = self._downloading.get(report.source)
-        if build is not None and not report.final:
-            size = f"{_mb(report.bytes_done)}/{_mb(report.bytes_total)}" if report.bytes_total else _mb(report.bytes_done)
-            self._set(build, EngineState.INSTALLING, f"downloading {report.file_name} {size} MB")
-        self._progress(report)
 
     async def _check_llama_cpp(self, build: _Build, binary: str, tag: str) -> tuple[str, str | None]:
         """The version *binary* reports (the tag when it names no build) and a note; Unusable when it does not run."""
@@ -459,9 +453,9 @@ class Installer:
             self._in_thread(shutil.rmtree, going, True)
         keep = {name for b in self._plan.builds if b.name == LLAMA_CPP and b.version and b.base_url
                 for name in self._download_names(b)}
-        keep |= {name for url in self._downloading for name in (cache_name(url), partial_name(url))}
-        self._in_thread(layout.prune_downloads, self._fetcher.weights_dir, keep).addErrback(
-            lambda f: log.failure("pruning {directory}", f, directory=self._fetcher.weights_dir))
+        keep |= self._downloads.names()
+        self._in_thread(layout.prune_downloads, self._downloads.directory, keep).addErrback(
+            lambda f: log.failure("pruning {directory}", f, directory=self._downloads.directory))
 
     def _download_names(self, wants: EngineBuild) -> list[str]:
         try:
@@ -522,7 +516,3 @@ class Installer:
 def _version_key(version: str | None) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.findall(r"\d+|[A-Za-z]+", version or ""))
 
-
-def _mb(n: int | None) -> str:
-    n = n or 0
-    return f"{n / 1e6:.1f}" if n < 10e6 else f"{n / 1e6:.0f}"

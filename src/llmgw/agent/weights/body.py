@@ -15,9 +15,15 @@ class Writer(protocol.Protocol):
 
     def __init__(self, download, hasher):
         self.d, self.hasher = download, hasher
-        self.finished: defer.Deferred = defer.Deferred()
+        self.finished: defer.Deferred = defer.Deferred(self._abandoned)
         self.last_data = download.clock.seconds()
         self.error: FetchError | None = None
+
+    def _abandoned(self, _) -> None:
+        # Cancelled (Fetcher.abort): read no more; the file it wrote to is closed.
+        self.error = FetchError(f"{self.d.src.url}: the download was given up")
+        if self.transport is not None:
+            self.transport.stopProducing()
 
     def dataReceived(self, data: bytes) -> None:
         if self.error is not None:

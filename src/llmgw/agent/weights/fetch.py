@@ -99,6 +99,7 @@ class Fetcher:
         self._agent = BrowserLikeRedirectAgent(agent, redirectLimit=redirect_limit)
         # (source, its files: patterns) -> the callers waiting on its one fetch
         self._flights: dict[tuple[str, str], list[defer.Deferred]] = {}
+        self._running: dict[tuple[str, str], defer.Deferred] = {}  # the same keys -> the fetch itself
 
     def in_flight(self) -> frozenset[str]:
         """The sources being fetched now."""
@@ -141,8 +142,25 @@ class Fetcher:
                 flight = defer.Deferred.fromCoroutine(Snapshot(self, parsed, tuple(files)).run())
             else:
                 flight = defer.Deferred.fromCoroutine(self._fetch(parsed, sha256 and sha256.lower(), expected_size))
-            flight.addBoth(self._landed, key)
+            self._running[key] = flight
+            flight.addBoth(self._landed, key, flight)
         return waiter
+
+    def abort(self, source: str, reason: str) -> bool:
+        """Stop every fetch of *source* now; its callers fail with FetchError(*reason*).
+
+        What was written stays in its ``.partial``, for a later fetch to
+        resume.  False when nothing of *source* was being fetched.
+        """
+        keys = [key for key in self._flights if key[0] == source]
+        for key in keys:
+            waiters = self._flights.pop(key)
+            flight = self._running.pop(key, None)
+            if flight is not None:
+                flight.cancel()
+            for waiter in waiters:
+                waiter.errback(FetchError(reason))
+        return bool(keys)
 
     async def get(self, src: WeightsSource, url: str, offset: int = 0):
         """The response to a GET of *url* for *src* (from byte *offset*), or FetchError when none came."""
@@ -162,7 +180,10 @@ class Fetcher:
                 raise FetchError(f"{url}: no answer within {self._idle_timeout_s:g} s") from None
             raise FetchError(f"{url}: {describe(e)}") from None
 
-    def _landed(self, result, key: tuple[str, str]) -> None:
+    def _landed(self, result, key: tuple[str, str], flight: defer.Deferred) -> None:
+        if self._running.get(key) is not flight:
+            return None  # aborted: its callers were told why
+        del self._running[key]
         for waiter in self._flights.pop(key, []):
             if isinstance(result, Failure):
                 waiter.errback(result)
