@@ -254,3 +254,25 @@ def test_a_value_filled_into_the_unit_is_not_filled_in_again():
     filled = unit_text(None, Layout("/etc/llmgw/venv", "/srv/conf", "/var/lib/llmgw/x", user="svc"))
     assert "ExecStart=/etc/llmgw/venv/bin/twistd " in filled and "--config /srv/conf/agent.yaml" in filled
     assert "Environment=PATH=/etc/llmgw/venv/bin:" in filled and "WorkingDirectory=/var/lib/llmgw/x\n" in filled
+
+
+@pytest.mark.parametrize("name", ["node_", "-node", "node-", "a.b", "ca", "", "x" * 64, "nöde", "node\n01"])
+def test_a_name_the_link_would_refuse_is_refused_by_the_command_line_before_the_hub_or_ssh(tmp_path, name):
+    # Before, `--name node_` passed onboarding's own pattern and was refused at signing, after the node was
+    # changed; and `ctl offboard node_` reached the hub and the host. Now one rule, node_name_problem.
+    from llmgw.ctl.onboard import check_node_id
+
+    with pytest.raises(Refusal):
+        check_node_id(name, "--name")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-ran'}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    env = environment(PATH=f"{bin_dir}:/usr/bin:/bin")
+    hub = f"wss://127.0.0.1:{free_port()}/"
+    for argv in (["onboard", "gpu05", "--name", name], ["offboard", "--", name]):
+        out = subprocess.run([sys.executable, "-m", "llmgw", "ctl", "--hub", hub, *argv], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (argv, out.stdout, out.stderr)
+        assert "--name:" in out.stderr or "node:" in out.stderr, (argv, out.stderr)
+    assert not (tmp_path / "ssh-ran").exists()

@@ -250,3 +250,25 @@ def test_an_offboarded_node_is_forgotten_by_the_fleet_and_no_lost_alert_stays(ca
     # Onboarded again, it registers as a new node.
     fleet.register("edge1", 9, Inventory(node_id="edge1", address="10.0.0.7"))
     assert fleet.nodes["edge1"].state == NodeState.READY
+
+
+def test_asked_to_check_the_control_plane_says_what_it_would_refuse_and_changes_nothing(identity, ca):
+    # ctl offboard and ctl onboard ask this before they drain, remove or install anything.
+    before = sorted((p.name, p.read_bytes()) for p in ca.iterdir())
+    for name, role in (("llmgw-server", "server"), ("alice", "operator"), ("r1", "router")):
+        for call in (lambda: identity.revoke_node(name, check=True, details=details()),
+                     lambda: identity.sign_node(name, check=True, details=details()),
+                     lambda: identity.sign_node(name, check=True, replace=True, details=details())):
+            with pytest.raises(ApplicationError, match=f"is the {role} certificate of {name}, not a node's"):
+                call()
+    with pytest.raises(ApplicationError, match="has no certificate edge9.crt to revoke"):
+        identity.revoke_node("edge9", check=True, details=details())
+    with pytest.raises(ApplicationError, match="not a usable certificate name"):
+        identity.revoke_node("node_", check=True, details=details())
+    serial = x509.load_pem_x509_certificate((ca / "node01.crt").read_bytes()).serial_number
+    assert identity.revoke_node("node01", check=True, details=details()) == {"node": "node01", "serial": f"{serial:x}"}
+    assert identity.sign_node("node01", check=True, details=details()) == {"node": "node01", "held": f"{serial:x}"}
+    assert identity.sign_node("edge9", check=True, details=details()) == {"node": "edge9", "held": None}
+    assert sorted((p.name, p.read_bytes()) for p in ca.iterdir()) == before and identity.reread == []
+    with pytest.raises(ApplicationError, match="node07 is not an operator"):
+        identity.revoke_node("node01", check=True, details=details("node07", uris.ROLE_NODE))

@@ -24,7 +24,7 @@ from llmgw.errors import PKIError
 from llmgw.link import uris
 from llmgw.durable import write_file
 from llmgw.pki import CA_CERT, CRL_FILE, read_revocations
-from llmgw.pki.nodes import revoke_node, sign_node
+from llmgw.pki.nodes import node_name_free, node_to_revoke, revoke_node, sign_node
 from llmgw.pki.subject import node_name_problem
 from llmgw.pki.authority import MAX_REQUEST_BYTES
 from llmgw.tlsfiles import CRL_BESIDE_CA
@@ -63,18 +63,29 @@ class Identity:
         _operator(details)
         return {"version": __version__, "signs": self._ca_dir() is not None, "ca": Path(self._ca_file()).read_text()}
 
-    def sign_node(self, node_id, request, replace=False, details=None) -> dict:
+    def sign_node(self, node_id, request=None, replace=False, check=False, details=None) -> dict:
         """Sign *request* (PEM text) for node *node_id*; the answer is the certificate and the CA's, as PEM.
 
         By :func:`llmgw.pki.nodes.sign_node`'s rule: the same key renews; another
         key is refused unless *replace*, which revokes the old certificate first
         (and puts the list where the hub reads it), or unless that certificate
-        is revoked already (an offboarded node onboarded again).
+        is revoked already (an offboarded node onboarded again).  With *check*,
+        nothing is signed: onboarding asks whether the name may be a node's at
+        all (:func:`llmgw.pki.nodes.node_name_free`) before it changes the node,
+        and the answer is ``{"node", "held"}`` (the serial NODE.crt holds, or None).
         """
         operator = _operator(details)
         node_id = _node_id(node_id)
         directory = self._directory(f"sign {node_id}'s request there with "
                                     f"`llmgw pki sign DIR CSR --role node --name {node_id}`")
+        if check:
+            try:
+                if replace:
+                    _check_hub_list(directory, self._hub_file())
+                held = node_name_free(directory, node_id)
+            except PKIError as e:
+                raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
+            return {"node": node_id, "held": None if held is None else f"{held.serial_number:x}"}
         if not isinstance(request, str) or len(request) > MAX_REQUEST_BYTES:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"a certificate request is PEM text of at most {MAX_REQUEST_BYTES} bytes")
         try:
@@ -99,13 +110,15 @@ class Identity:
             "not_after": cert.not_valid_after_utc.isoformat(),
         }
 
-    def revoke_node(self, node_id, details=None) -> dict:
+    def revoke_node(self, node_id, check=False, details=None) -> dict:
         """Revoke NODE.crt in the CA's directory, put the list where the hub reads it, and have the hub read it again.
 
     The hub reads ``tls.crl``, else ``crl.pem`` beside ``tls.ca``; when that
     is not ``pki.ca_dir``'s own list, the CA's list is copied there (refused
     when the hub's list revokes serials the CA's does not).  A list that
-    cannot be written there refuses: the node would otherwise rejoin.
+    cannot be written there refuses: the node would otherwise rejoin.  With
+    *check*, nothing is revoked: ``ctl offboard`` asks whether it would be,
+    before it drains or removes anything, and the answer is ``{"node", "serial"}``.
     """
         operator = _operator(details)
         node_id = _node_id(node_id)
@@ -113,6 +126,8 @@ class Identity:
         try:
             hub = self._hub_file()
             _check_hub_list(directory, hub)
+            if check:
+                return {"node": node_id, "serial": f"{node_to_revoke(directory, node_id).serial_number:x}"}
             done = revoke_node(directory, node_id)
             _copy_to_hub(done.path, hub)
             said = self._revocations_changed()

@@ -34,7 +34,6 @@ from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STAT
 from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
-from llmgw.link.authz import NODE_ID
 
 REGISTER_TIMEOUT_S = 120.0
 REGISTER_POLL_S = 0.5
@@ -90,13 +89,16 @@ def _in_thread(function, *args, **kwargs):
 
 async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: Layout) -> None:
     if run.name is not None:
-        _check_node_id(run.name, "--name")
+        check_node_id(run.name, "--name")
         layout = layout.for_node(run.name)
 
     async def check():
         answer = await _in_thread(ssh.run, "check", {**layout.request(), **_hub_parts(args.node_hub)})
         node_id = run.name or answer["hostname"]
-        _check_node_id(node_id, f"{run.target}'s short host name")
+        try:
+            check_node_id(node_id, f"{run.target}'s short host name")
+        except Refusal as e:
+            raise Refusal(f"{e}; or give the node its id with --name") from None
         run.node_id = node_id
         if run.name is None and layout.for_node(node_id) != layout:
             # The paths depend on the id, only now known: check them again, and read what is there.
@@ -110,6 +112,8 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     holds = _holds_certificate(found["certificate"], node_id, server["ca"])
 
     async def name():
+        # Whose certificate the name holds beside the CA is known now, before the node is changed.
+        await _sign(session, args, node_id, None)
         nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
         if node_id in nodes and not holds and not args.replace:
             other = nodes[node_id]
@@ -187,11 +191,15 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
         run.say(run.reason)
 
 
-async def _sign(session, args, node_id: str, request: str) -> dict:
+async def _sign(session, args, node_id: str, request: str | None) -> dict | None:
+    """Sign *request* for *node_id*; with None, only ask whether the name may be a node's (:func:`llmgw.pki.nodes.node_name_free`)."""
     if args.ca_dir is not None:
-        from llmgw.pki.nodes import sign_node
+        from llmgw.pki.nodes import node_name_free, sign_node
 
         try:
+            if request is None:
+                node_name_free(args.ca_dir, node_id)
+                return None
             signed = sign_node(args.ca_dir, node_id, request.encode(), bool(args.replace))
         except LlmgwError as e:
             raise Refusal(str(e)) from None
@@ -203,6 +211,9 @@ async def _sign(session, args, node_id: str, request: str) -> dict:
     from autobahn.wamp.exception import ApplicationError
 
     try:
+        if request is None:
+            await session.call(uris.CP_SIGN_NODE, node_id, None, bool(args.replace), check=True)
+            return None
         answer = await session.call(uris.CP_SIGN_NODE, node_id, request, bool(args.replace))
     except ApplicationError as e:
         raise Refusal(e.args[0] if e.args else e.error) from None
@@ -225,10 +236,14 @@ async def _wait_registered(session, node_id: str, timeout: float) -> dict:
         await task.deferLater(reactor, REGISTER_POLL_S, lambda: None)
 
 
-def _check_node_id(node_id: str, what: str) -> None:
-    if not NODE_ID.match(node_id):
-        raise Refusal(f"{what} {node_id!r} is not a single DNS label (letters, digits, '-' and '_', "
-                      "at most 63 characters, no dots), and a node's id must be one; give --name")
+def check_node_id(node_id: str, what: str) -> str:
+    """*node_id* when it can be a node's id (:func:`llmgw.pki.node_name_problem`, the CA's and the link's one rule); Refusal otherwise."""
+    from llmgw.pki.subject import node_name_problem
+
+    problem = node_name_problem(node_id)
+    if problem is not None:
+        raise Refusal(f"{what}: {problem}")
+    return node_id
 
 
 def _hub_parts(url: str) -> dict:
@@ -349,61 +364,6 @@ async def cmd_onboard(session, args) -> int:
     return 0 if all(r.result != "failed" for r in runs) else 1
 
 
-async def cmd_offboard(session, args) -> int:
-    """Drain the node, stop and remove its agent over ssh, and revoke its certificate."""
-    from autobahn.wamp.exception import ApplicationError
-
-    out = sys.stderr if args.json else sys.stdout
-    _check_node_id(args.node, "node")
-    run = Run(args.host or args.node, out, node_id=args.node)
-    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir).checked().for_node(args.node)
-
-    async def drain():
-        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
-        if nodes.get(args.node, {}).get("state") != "ready":
-            return "not connected; nothing to drain", None
-        try:
-            answer = await session.call(uris.CP_DRAIN, args.node)
-        except ApplicationError as e:
-            raise Refusal(f"drain: {e.args[0] if e.args else e.error}") from None
-        return f"cordoned, {len(answer.get('stopped', []))} shard(s) stopped", None
-
-    async def remove():
-        if args.unreachable:
-            return "skipped (--unreachable): whatever is on the node stays there", None
-        answer = await _in_thread(Ssh(run.target, args.ssh_config, args.python).run, "remove", layout.request())
-        run.changed.extend(answer["changed"])
-        return (f"removed {', '.join(answer['changed'])}" if answer["changed"] else "no agent was installed"), None
-
-    async def revoke():
-        if args.ca_dir is not None:
-            from llmgw.pki.nodes import revoke_node as revoke_here
-
-            try:
-                done = revoke_here(args.ca_dir, args.node)
-            except LlmgwError as e:
-                raise Refusal(str(e)) from None
-            return (f"serial {done.revocation.serial:x} in {done.path}; copy it to the server and run "
-                    "`llmgw ctl reload`"), None
-        try:
-            answer = await session.call(uris.CP_REVOKE_NODE, args.node)
-        except ApplicationError as e:
-            raise Refusal(e.args[0] if e.args else e.error) from None
-        what = "was already revoked" if answer["already"] else "revoked"
-        return f"serial {answer['serial']} {what}; {answer.get('hub') or 'the hub refuses it from now on'}", None
-
-    try:
-        for name, work in (("drain", drain), ("remove", remove), ("revoke", revoke)):
-            await run.step(name, work)
-        run.result = "offboarded"
-    except (Refusal, StepFailed) as e:
-        run.result, run.reason = "failed", str(e)
-    if args.json:
-        json.dump(run.summary(), sys.stdout, indent=2)
-        print()
-    return 0 if run.result == "offboarded" else 1
-
-
 # -- the command line --
 
 def _pair(flag: str):
@@ -461,7 +421,7 @@ def add_parsers(sub, run) -> None:
     onboard = sub.add_parser("onboard", help="install and start the agent on hosts over ssh, and wait until each registers")
     onboard.add_argument("hosts", nargs="+", metavar="[USER@]HOST", type=_checked(ssh_target),
                          help="as you would give them to ssh")
-    onboard.add_argument("--name", action="append", default=[],
+    onboard.add_argument("--name", action="append", default=[], type=_checked(check_node_id, "--name"),
                          help="the node's id (default: its short host name), one DNS label; once per host, in order")
     onboard.add_argument("--replace", action="store_true",
                          help="take a name the fleet already has (its old certificate is revoked)")
@@ -481,10 +441,6 @@ def add_parsers(sub, run) -> None:
     _where(onboard)
     onboard.set_defaults(func=run(cmd_onboard))
 
-    offboard = sub.add_parser("offboard", help="drain a node, remove its agent over ssh and revoke its certificate")
-    offboard.add_argument("node", metavar="NODE")
-    offboard.add_argument("--host", metavar="[USER@]HOST", type=_checked(ssh_target),
-                          help="how ssh reaches it (default: NODE)")
-    offboard.add_argument("--unreachable", action="store_true", help="the machine is gone: drain and revoke only")
-    _where(offboard)
-    offboard.set_defaults(func=run(cmd_offboard))
+    from llmgw.ctl.offboard import add_parser as add_offboard
+
+    add_offboard(sub, run)

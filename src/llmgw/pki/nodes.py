@@ -26,7 +26,7 @@ from .held import held, node_certificate
 from .revocation import CRL_FILE, Revocation, Revoked, RevocationList, read_revocations, revoke
 from .subject import node_name_problem
 
-__all__ = ["NodeSigned", "held", "revoke_node", "revoked_key", "sign_node"]
+__all__ = ["NodeSigned", "held", "node_name_free", "node_to_revoke", "revoke_node", "revoked_key", "sign_node"]
 
 
 @attrs.frozen
@@ -66,14 +66,39 @@ def sign_node(directory: PathLike, node_id: str, request: bytes, replace: bool =
 
 def revoke_node(directory: PathLike, node_id: str) -> Revoked:
     """Revoke node *node_id*'s certificate, NODE.crt in *directory*; PKIError when there is none or it is not a node's."""
+    node_to_revoke(directory, node_id)
+    return revoke(Path(directory), node_id)
+
+
+def node_to_revoke(directory: PathLike, node_id: str) -> x509.Certificate:
+    """What :func:`revoke_node` would revoke, changing nothing: node *node_id*'s certificate, or PKIError saying why none.
+
+    ``ctl offboard`` asks this before it drains or removes anything, so a name
+    whose certificate is the server's, an operator's or no one's is refused
+    while the machine under that name is still as it was.
+    """
     directory = Path(directory)
     _check_node_id(node_id)
     path = directory / f"{node_id}.crt"
-    if node_certificate(path, node_id) is None:
+    cert = node_certificate(path, node_id)
+    if cert is None:
         raise PKIError(
             f"{directory} has no certificate {node_id}.crt to revoke; if the node's certificate was signed "
             f"elsewhere, revoke it there by its serial with `llmgw pki revoke DIR --serial HEX`")
-    return revoke(directory, node_id)
+    return cert
+
+
+def node_name_free(directory: PathLike, node_id: str) -> x509.Certificate | None:
+    """Whether :func:`sign_node` may sign for *node_id* at all, asked before onboarding changes the node.
+
+    The certificate NODE.crt holds when it is node *node_id*'s, None when
+    there is none; PKIError when the name is not a node's or its file is
+    someone else's.  Which key may take it is known only once the node has
+    made its request.
+    """
+    directory = Path(directory)
+    _check_node_id(node_id)
+    return node_certificate(directory / f"{node_id}.crt", node_id)
 
 
 def _check_node_id(node_id: str) -> None:
