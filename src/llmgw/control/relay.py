@@ -68,11 +68,12 @@ async def ask(session, node_id: str, verb: str, *args: Any, timeout_ms: int) -> 
 
 
 def lines_asked(n: Any) -> int:
-    """The operator's *n*: how many lines, 0 to ``LOG_LINES``; refused in words otherwise."""
-    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= LOG_LINES:
+    """The operator's *n*: a number of lines, 0 or more, of which ``LOG_LINES`` at most are asked (as the agent caps it)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ApplicationError(uris.ERROR_INVALID_ARGUMENT,
-                               f"llmgw.cp.logs: n is a number of lines from 0 to {LOG_LINES}, not {words(n)}")
-    return n
+                               f"llmgw.cp.logs: n is a number of lines, 0 or more (at most {LOG_LINES} are sent), "
+                               f"not {words(n)}")
+    return min(n, LOG_LINES)
 
 
 def logs(node_id: str, payload: Any, n: int) -> LogsAnswer:
