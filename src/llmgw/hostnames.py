@@ -171,10 +171,10 @@ class HostNames:
             return Misdirected(400, str(e))
         if self.ours(host):
             return None
-        shown = ", ".join(self.names) or "none"
-        return Misdirected(421, f"{host.name} is not a name of {self.listener} ({self.key}: {shown}; "
-                            f"an IP address always is): if it is this server, add it to {self.key} in {self.file} "
-                            f"and {self.then}")
+        # The names themselves are not said: whoever asked may be the rebound page, and the
+        # machine's host name is none of its business.
+        return Misdirected(421, f"{host.name} is not a name of {self.listener} (an IP address always is): if it "
+                            f"is this server's, add it to {self.key} in {self.file} and {self.then}")
 
 
 def same_origin(request, host: Asked) -> bool:
