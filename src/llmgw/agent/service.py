@@ -29,7 +29,7 @@ from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
 from llmgw.huburl import HubAddress
-from llmgw.link import uris
+from llmgw.link import answers, uris
 from llmgw.records import EngineInfo, EnginePlan, ShardSpec, ShardStatus, WeightsFile
 from llmgw.states import EngineState
 from llmgw.wire import WireError, from_wire, to_wire
@@ -304,6 +304,11 @@ class AgentSession(ApplicationSession):
         super().__init__(config)
         self.agent = agent
         self._beat: task.LoopingCall | None = None
+        # What the control plane (and an operator it relays to) hears when
+        # this node fails answering: llmgw's sentence, no exception text.
+        answers.worded_errors(self, fault=(
+            f"{agent.node_id}'s agent failed while answering this call (its fault, not the caller's); "
+            f"its log has the details: `llmgw ctl logs {agent.node_id}`"))
 
     def onConnect(self):
         self.join(self.config.realm, authid=self.agent.node_id)
@@ -311,14 +316,13 @@ class AgentSession(ApplicationSession):
     async def onJoin(self, details):
         node = self.agent.node_id
         self.agent.session = self
-        await self.register(lambda: {"node_id": node, "version": __version__}, uris.node_uri(node, uris.NODE_PING))
-        await self.register(self.start_shard, uris.node_uri(node, uris.NODE_START_SHARD))
-        await self.register(self.stop_shard, uris.node_uri(node, uris.NODE_STOP_SHARD))
-        await self.register(self.drain_shard, uris.node_uri(node, uris.NODE_DRAIN_SHARD))
-        await self.register(self.cordon, uris.node_uri(node, uris.NODE_CORDON))
-        await self.register(self.logs, uris.node_uri(node, uris.NODE_LOGS))
-        await self.register(self.collect_weights, uris.node_uri(node, uris.NODE_COLLECT_WEIGHTS))
-        await self.register(self.set_engines, uris.node_uri(node, uris.NODE_SET_ENGINES))
+        advice = f"check that {node}'s agent and the server run the same llmgw version"
+        for verb, fn in ((uris.NODE_PING, self.ping), (uris.NODE_START_SHARD, self.start_shard),
+                         (uris.NODE_STOP_SHARD, self.stop_shard), (uris.NODE_DRAIN_SHARD, self.drain_shard),
+                         (uris.NODE_CORDON, self.cordon), (uris.NODE_LOGS, self.logs),
+                         (uris.NODE_COLLECT_WEIGHTS, self.collect_weights), (uris.NODE_SET_ENGINES, self.set_engines)):
+            uri = uris.node_uri(node, verb)
+            await self.register(answers.checked(uri, fn, advice), uri)
         await self._register()
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
@@ -379,6 +383,9 @@ class AgentSession(ApplicationSession):
 
     # -- what the control plane asks of this node --
 
+    def ping(self):
+        return {"node_id": self.agent.node_id, "version": __version__}
+
     def start_shard(self, spec):
         try:
             decoded = from_wire(ShardSpec, spec)
@@ -398,6 +405,8 @@ class AgentSession(ApplicationSession):
     def drain_shard(self, shard_id):
         from llmgw.agent.supervisor import UnknownShard
 
+        if not isinstance(shard_id, str):
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "drain_shard takes a shard id")
         try:
             return to_wire(self.agent.supervisor.drain(shard_id))
         except UnknownShard as e:

@@ -12,8 +12,10 @@ is not an ``ApplicationError`` or one of llmgw's own errors reaches the
 caller as one sentence saying it was the server's fault, while the
 server's log keeps the traceback (the session's ``onUserError``).
 
-What a remote callee (an agent) answers is its own to word: the hub passes
-it on as it came.
+A remote callee (an agent) answers by the same rule on its own side
+(``checked`` and ``worded_errors`` with its own sentences): the hub passes
+its answer on as it came, and a server of another version, or an operator
+reading a relayed refusal, hears llmgw's words, never Python's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ _NAME_CHARS = 40
 
 SERVER_FAULT = ("the server failed while answering this call (its fault, not the caller's); "
                 "the server's log has the details: tell its operator")
+#: What a caller whose arguments do not fit is told to check.
+SAME_VERSION = "check that this client and the server run the same llmgw version"
 
 
 @attrs.frozen
@@ -49,16 +53,22 @@ class DirectCallDetails:
     procedure: str
 
 
-def argument_refusal(procedure: str, fn: Callable, args, kwargs, details_arg: str | None = None) -> str | None:
+def argument_refusal(procedure: str, fn: Callable, args, kwargs, details_arg: str | None = None,
+                     advice: str = SAME_VERSION) -> str | None:
     """Why *fn* cannot be called with *args* and *kwargs* for *procedure*, in words; None when it can.
 
     *details_arg* is the keyword the handler is given the call's details by:
-    not the caller's to send.
+    not the caller's to send.  *advice* ends the sentence: what to check.
     """
     try:
         signature = _signature(fn, details_arg)
     except TypeError:  # a handler that cannot be hashed: not remembered
         signature = _signature.__wrapped__(fn, details_arg)
+    return _refusal(procedure, signature, args, kwargs, details_arg, advice)
+
+
+def _refusal(procedure: str, signature: inspect.Signature | None, args, kwargs, details_arg: str | None,
+             advice: str) -> str | None:
     if signature is None:
         return None  # a builtin without one: the handler judges for itself
     params = list(signature.parameters.values())
@@ -71,8 +81,26 @@ def argument_refusal(procedure: str, fn: Callable, args, kwargs, details_arg: st
         return None
     except TypeError:
         pass
-    return (f"{procedure} takes {_takes(params)}; it was sent {_sent(args, kwargs)}: check that this client "
-            "and the server run the same llmgw version")
+    return f"{procedure} takes {_takes(params)}; it was sent {_sent(args, kwargs)}: {advice}"
+
+
+def checked(procedure: str, fn: Callable, advice: str = SAME_VERSION) -> Callable:
+    """*fn* as a callee over the link registers it: a call that does not fit is refused before *fn* runs.
+
+    The refusal is ``argument_refusal``'s sentence, ending in *advice*, as
+    ``wamp.error.invalid_argument``: the caller's mistake, not the callee's.
+    The signature is read once, here (a callee's procedures are few and
+    called seldom, so every call is checked, not only one that fails).
+    """
+    signature = _signature.__wrapped__(fn, None)
+
+    def answer(*args, **kwargs):
+        refused = _refusal(procedure, signature, args, kwargs, None, advice)
+        if refused is not None:
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, refused)
+        return fn(*args, **kwargs)
+
+    return answer
 
 
 @functools.lru_cache(maxsize=256)
@@ -120,21 +148,24 @@ def _sent(args: list, kwargs: dict) -> str:
     return said
 
 
-def worded(exc: BaseException) -> ApplicationError:
-    """*exc* as the caller hears it: an ``ApplicationError`` as it is, llmgw's own error in its words, else ``SERVER_FAULT``."""
+def worded(exc: BaseException, fault: str = SERVER_FAULT) -> ApplicationError:
+    """*exc* as the caller hears it: an ``ApplicationError`` as it is, llmgw's own error in its words, else *fault*."""
     if isinstance(exc, ApplicationError):
         return exc
     if isinstance(exc, LlmgwError):
         return ApplicationError(uris.ERROR_RUNTIME, str(exc))
-    return ApplicationError(uris.ERROR_RUNTIME, SERVER_FAULT)
+    return ApplicationError(uris.ERROR_RUNTIME, fault)
 
 
-def worded_errors(app_session):
-    """*app_session* (attached in process), its ERROR answers made by ``worded`` and never with a traceback."""
+def worded_errors(app_session, fault: str = SERVER_FAULT):
+    """*app_session*, its ERROR answers made by ``worded`` (saying *fault* for a failure of its own), never with a traceback.
+
+    The hub's in-process sessions and an agent's session over the link alike.
+    """
     made = app_session._message_from_exception
 
     def message_from_exception(request_type, request, exc, tb=None, enc_algo=None):
-        return made(request_type, request, worded(exc), None, enc_algo)
+        return made(request_type, request, worded(exc, fault), None, enc_algo)
 
     app_session._message_from_exception = message_from_exception
     app_session.traceback_app = False
