@@ -256,6 +256,8 @@ def _handler(mirror: Mirror):
             path = self.path.split("?", 1)[0]
             mirror.requests.append(path)
             file = (mirror.directory / path.lstrip("/")).resolve()
+            if path.endswith("/"):
+                file = file / "index.html"  # a folder's page, as a package index serves one
             if not file.is_file() or not file.is_relative_to(mirror.directory.resolve()):
                 self.send_error(404, "Not Found", f"{path} is not on this mirror")
                 return

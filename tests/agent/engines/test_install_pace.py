@@ -11,12 +11,14 @@ from __future__ import annotations
 import pytest_twisted
 from twisted.internet.task import Clock
 
+from llmgw.agent.engines.pip import venv_key
 from llmgw.agent.weights import partial_name
 from llmgw.config.agent import InstallLimits
-from llmgw.records import EngineInfo
+from llmgw.records import EngineBuild, EngineInfo, EnginePlan
 from llmgw.states import EngineState
 from tests.agent.engines.test_install import (  # noqa: F401 - the fixtures, by name
     ASSET, TAG, assert_refused, installers, left_in, make, markers, mirror, only, plan, publish, root)
+from tests.support.engine_archives import simple_index, stand_in_wheel
 from tests.support.wait import until
 
 NEXT = "b6001"
@@ -135,3 +137,21 @@ async def test_plans_racing_back_and_forth_end_on_the_last_one(tmp_path, mirror,
     entry = only(installer)
     assert (entry.version, entry.state) == (TAG, EngineState.INSTALLED) and isinstance(entry, EngineInfo)
     assert left_in(root) == [TAG] and mirror.count(f"{TAG}/{ASSET}") == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_newer_plan_stops_the_pip_install_it_supersedes(tmp_path, mirror, make, root):
+    # The package index answers the old spec's page a few bytes at a time, for ever: pip waits on it.
+    wheels = [stand_in_wheel(tmp_path / "wheels", "vllm", v) for v in ("0.10.0", "0.11.0")]
+    simple_index(mirror.directory, wheels)
+    gate = mirror.hold("simple/vllm/", at=10)
+    old = EngineBuild("vllm", "0.11.0", pip="vllm==0.11.0", index_url=mirror.url("simple/"))
+    new = EngineBuild("vllm", "0.10.0", pip="vllm==0.10.0", index_url=simple_index(tmp_path / "local", wheels))
+    installer = make()
+    first = installer.converge(EnginePlan([old]), set)
+    await until(lambda: gate.reached, "pip to ask the index for vllm", timeout=120)
+    second = installer.converge(EnginePlan([new]), set)
+    await until(lambda: first.called and second.called, "the newer plan to be installed without waiting on pip",
+                timeout=60, detail=lambda: repr(installer.entries()))
+    assert [(e.version, e.state) for e in installer.entries()] == [("0.10.0", EngineState.INSTALLED)]
+    assert left_in(root, "vllm") == [venv_key(new)]

@@ -118,6 +118,7 @@ class Installer:
         self._pending: set[str] = set()  # engine names whose plan build wants an attempt
         self._workers: dict[str, defer.Deferred] = {}
         self._attempting: dict[str, _Build] = {}  # engine name -> the build its worker is installing now
+        self._stoppable: dict[_Build, defer.Deferred] = {}  # a build -> its pip install running now
         self._idle: dict[str, list[defer.Deferred]] = {}
         self._rechecks: task.LoopingCall | None = None
         self._rechecking: defer.Deferred | None = None
@@ -170,10 +171,11 @@ class Installer:
             if current is None or current.wants != build or current.state is not EngineState.INSTALLED:
                 self._want(build)
         for name, attempt in list(self._attempting.items()):
-            if self._current.get(name) is not attempt:  # superseded: the newer plan need not wait for it
-                wanted = self._current.get(name)
+            if (wanted := self._current.get(name)) is not attempt:  # superseded: the newer plan need not wait
                 now = f"it names {name} {wanted.version}" if wanted else f"it no longer names {name}"
                 self._downloads.abort_for(attempt, f"the plan changed ({now}) while {attempt.version} downloaded")
+                if (installing := self._stoppable.pop(attempt, None)) is not None:
+                    installing.cancel()  # pip, and whatever it started
         self._remove_unwanted()
         self._touch()
         if any(b.state is EngineState.BROKEN for b in self._checkable()):
@@ -350,10 +352,18 @@ class Installer:
         await self._in_thread(shutil.rmtree, directory, True)  # a leftover without its marker
         self._set(build, EngineState.INSTALLING, f"pip install {wants.pip}")
         try:
-            python = await pip.install_venv(
+            installing = self._stoppable[build] = defer.Deferred.fromCoroutine(pip.install_venv(
                 self._reactor, self._clock, directory, wants, python=self._python, progress=self._progress,
                 venv_timeout_s=self._venv_timeout_s, pip_timeout_s=self._pip_timeout_s,
-                progress_interval_s=self._interval_s)
+                progress_interval_s=self._interval_s))
+            try:
+                python = await installing
+            except defer.CancelledError:
+                if build in self._stoppable:
+                    raise  # the agent is stopping
+                raise Unusable(f"the plan changed while pip installed {wants.pip}; it was stopped") from None
+            finally:
+                self._stoppable.pop(build, None)
             self._set(build, EngineState.INSTALLING, f"probing {python}")
             version = await self._in_thread(pip.probe, python, wants.name, self._probe_timeout_s)
             pip.check_version(wants, python, version)
