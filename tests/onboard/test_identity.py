@@ -117,7 +117,7 @@ def test_revoke_lists_the_nodes_certificate_and_has_the_hub_read_it(identity, ca
         gone.revoke_node("edge1", details=details())
 
 
-def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
+def test_pki_ca_dir_in_server_yaml_is_a_path_or_absent(tmp_path, pki):
     from llmgw.config.server import load_server_config
     from llmgw.errors import ConfigError
 
@@ -127,8 +127,9 @@ def test_pki_ca_dir_in_server_yaml_is_an_absolute_path_or_absent(tmp_path, pki):
     assert load_server_config(path).pki.ca_dir is None
     path.write_text(base + f"pki: {{ca_dir: {pki}}}\n")
     assert load_server_config(path).pki.ca_dir == str(pki)
-    path.write_text(base + "pki: {ca_dir: pki}\n")
-    with pytest.raises(ConfigError, match=r"pki.ca_dir: 'pki' is not an absolute path; start it with /"):
+    # Relative, it is read from server.yaml's directory, as tls.* are (tests/config/test_relative_paths.py).
+    path.write_text(base + "pki: {ca_dir: ''}\n")
+    with pytest.raises(ConfigError, match=r"pki.ca_dir: empty path; give the directory's path, or remove the key"):
         load_server_config(path)
 
 

@@ -203,6 +203,19 @@ class Nullable(Type):
         return self.inner.convert(loader, node, path)
 
 
+def from_config_directory(loader: Loader, value: str) -> tuple[str, str]:
+    """*value* (``~`` expanded) as an absolute path, a relative one read from the config file's directory.
+
+    Returns the path and, for a relative one, the words an error adds to say where it was looked for.
+    """
+    expanded = os.path.expanduser(value)
+    full = os.path.abspath(os.path.join(loader.origin.directory, expanded))
+    where = "" if os.path.isabs(expanded) else (
+        f" (relative paths are read from the config file's directory, {loader.origin.directory})"
+    )
+    return full, where
+
+
 @attrs.frozen
 class File(Type):
     """A file that must exist now; relative names are read from the config file's directory.
@@ -217,12 +230,7 @@ class File(Type):
         value = Str(what="a string (a file path)").convert(loader, node, path)
         if not value:
             raise loader.fail(node, path, "empty file path; give the path of the file")
-        expanded = os.path.expanduser(value)
-        full = os.path.abspath(os.path.join(loader.origin.directory, expanded))
-        where = "" if os.path.isabs(expanded) else (
-            f" (relative paths are read from the config file's directory, "
-            f"{loader.origin.directory})"
-        )
+        full, where = from_config_directory(loader, value)
         if not os.path.exists(full):
             raise loader.fail(node, path, f"file does not exist: {full}{where}; fix the path")
         if not os.path.isfile(full):
@@ -245,6 +253,23 @@ class AbsPath(Type):
         if not os.path.isabs(value):
             raise loader.fail(node, path, f"{value!r} is not an absolute path; start it with /")
         return os.path.normpath(value)
+
+
+@attrs.frozen
+class LocalPath(Type):
+    """A path on this machine that need not exist yet, read as ``File`` reads one (``tls.*``'s rule).
+
+    Relative names are read from the config file's directory; the value is
+    the absolute path, so twistd's chdir cannot change which one is meant.
+    """
+
+    what = "a path (absolute, or relative to the config file's directory)"
+
+    def convert(self, loader: Loader, node: Node, path: KeyPath) -> Any:
+        value = Str(what="a string (a path)").convert(loader, node, path)
+        if not value:
+            raise loader.fail(node, path, "empty path; give the directory's path, or remove the key")
+        return os.path.normpath(from_config_directory(loader, value)[0])
 
 
 @attrs.frozen

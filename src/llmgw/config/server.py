@@ -32,6 +32,7 @@ from llmgw.config.schema import (
     File,
     Int,
     ListOf,
+    LocalPath,
     Loader,
     MapOf,
     Nullable,
@@ -115,7 +116,8 @@ class PKISettings:
     """server.yaml's ``pki:``: the cluster CA's directory when the server keeps ca.key, for onboarding.
 
     ``None``: the server signs nothing; nodes' requests are signed with
-    ``llmgw pki sign`` where the CA lives.
+    ``llmgw pki sign`` where the CA lives.  A relative path is read from
+    server.yaml's directory, as ``tls.*`` are.
     """
 
     ca_dir: str | None = None
@@ -565,7 +567,7 @@ SCHEMA = Section(
                 "max_login_peers": Int(min=1),
             },
         ),
-        "pki": Section(PKISettings, {"ca_dir": Nullable(AbsPath())}),
+        "pki": Section(PKISettings, {"ca_dir": Nullable(LocalPath())}),
     },
 )
 
