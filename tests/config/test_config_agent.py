@@ -99,3 +99,21 @@ def test_what_a_fresh_node_sees_first(confdir: Path, text: str, message: str) ->
     with pytest.raises(ConfigError) as e:
         load_agent_config("agent.yaml")
     assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("value, why", [
+    ('" h100"', "whitespace around it"),
+    ('"h100 "', "whitespace around it"),
+    ('"h\\u202e100"', "unprintable character U+202E"),
+    ('"h\\x1b[2J"', "control character U+001B"),
+    ('"%s"' % ("x" * 300), "300 characters"),
+])
+def test_a_label_the_server_would_refuse_at_register_is_refused_at_load(confdir: Path, value: str,
+                                                                       why: str) -> None:
+    # The link holds a label's value to a name's rule (llmgw.wiretext); an agent that
+    # loaded one the server refuses would have its every register refused, so it is
+    # refused here, naming the key, before the agent starts.
+    (confdir / "agent.yaml").write_text('hub: "wss://cp.example.org:7443/"\n' + TLS + f"labels: {{gpu: {value}}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_agent_config("agent.yaml")
+    assert "labels.gpu" in str(e.value) and why in str(e.value)

@@ -18,6 +18,8 @@ from llmgw.config.schema import NAME_STR, check_name, AbsPath, ListOf, Loader, M
 from llmgw.config.schema import Nullable, Section, Str, suggest
 from llmgw.config.yamlpos import read_document
 from llmgw.huburl import parse_hub_url
+from llmgw.records import NAME as NAME_CHARS
+from llmgw.wiretext import Text, refusal
 from llmgw.tlsfiles import TLSFiles
 
 DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
@@ -46,6 +48,13 @@ def _check_adapter(text: str) -> None:
 
 
 CONFIGURABLE_ENGINES = tuple(e for e in KNOWN_ENGINES if e != "sim")
+
+
+def _check_label_value(text: str) -> None:
+    """A label's value travels in the node's register as a name: refused here as the server would refuse it."""
+    why = refusal(text, Text.NAME, NAME_CHARS)
+    if why is not None:
+        raise ValueError(f"{why} (the server refuses a node whose label says this)")
 
 
 def _check_engine(text: str) -> None:
@@ -125,7 +134,7 @@ SCHEMA = Section(
         "hub": HUB_URL,
         "tls": TLS,
         "node_id": Nullable(NAME_STR),
-        "labels": MapOf(Str(what="a string (a label value)")),
+        "labels": MapOf(Str(what="a string (a label value)", check=_check_label_value)),
         "fabrics": MapOf(
             Str(what="a fabric name", check=check_name),
             key=Str(what="an InfiniBand adapter name such as mlx5_0", check=_check_adapter),
