@@ -97,7 +97,7 @@ async def test_a_claimed_authid_reaches_the_log_escaped_and_bounded(hub, pki):
         abort = await peer.next()
     assert abort[0] == ABORT and abort[2] == uris.ERROR_NOT_AUTHORIZED
     assert "\n" not in abort[1]["message"] and len(abort[1]["message"]) < 250
-    [line] = [line for line in logged.lines() if "claimed authid" in line]
+    [line] = [line for line in logged.lines() if "the HELLO claims" in line]
     assert "\n" not in line and "\x1b" not in line and len(line) < 400
     assert "'node02\\n2026-12-01T00:00:00 [-] joined: control\\x1b[2Jxxx" in line
 

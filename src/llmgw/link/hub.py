@@ -42,7 +42,7 @@ from llmgw.link import answers, authz, inbound, uris
 from llmgw.link.local import LocalLink
 from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
 from llmgw.link.session import LinkJsonSerializer, quiet_cancellations, sweep_pings
-from llmgw.link.tls import refused_session
+from llmgw.link.tls import SessionRefusal, refused_session
 
 log = Logger()
 
@@ -187,7 +187,7 @@ class Hub:
         self._local[hub_side] = app_session
         LocalLink(self._clock, hub_side, answers.worded_errors(quiet_cancellations(app_session))).open()
 
-    def _identity_from(self, transport) -> SessionIdentity | str | None:
+    def _identity_from(self, transport) -> SessionIdentity | SessionRefusal | None:
         """Who the peer's certificate says it is; else why it gets no session (a sentence for its ABORT), or None."""
         tls = getattr(transport, "transport", None)
         refused = refused_session(tls)
@@ -205,7 +205,7 @@ class Hub:
             ident = self._identify(peer.to_cryptography())
         except PKIError as e:
             log.warn("refused a client certificate from {peer}: {why}", peer=getattr(transport, "peer", "?"), why=str(e))
-            return str(e)
+            return SessionRefusal("certificate_subject", str(e))
         expires = ident.not_after.timestamp() if ident.not_after is not None else None
         return SessionIdentity(ident.name, ident.role, not_after=expires)
 
@@ -269,28 +269,21 @@ class Hub:
             self._violation(session, f"expected HELLO, got {type(msg).__name__.upper()}")
             return
         ident = session._identity
-        if ident is None:
-            why = session.refusal or "no valid client certificate from the cluster CA"
-            self._abort(session, uris.ERROR_NOT_AUTHORIZED, why)
+        if ident is None:  # its certificate was judged, and refused, when its connection opened: counted now
+            why = session.refusal or SessionRefusal("no_certificate", "no valid client certificate from the cluster CA")
+            self._abort(session, uris.ERROR_NOT_AUTHORIZED, why.sentence, why.kind)
             return
         if msg.realm != self.realm:
-            self._abort(session, "wamp.error.no_such_realm", f"no realm {msg.realm[:100]!r}; the realm is {self.realm!r}")
+            self._refuse_hello(session, "wamp.error.no_such_realm", "no_such_realm",
+                               f"no realm {msg.realm[:100]!r}; the realm is {self.realm!r}")
             return
-        if msg.authid is not None and msg.authid != ident.authid:
-            log.warn(
-                "aborted a session from {peer}: certificate {cn} ({role}) claimed authid {claimed}",
-                peer=session.peer, cn=ident.authid, role=ident.role, claimed=repr(msg.authid[:100]),  # its own text
-            )
-            self._abort(
-                session, uris.ERROR_NOT_AUTHORIZED,
-                f"the client certificate is for {ident.authid!r}, the HELLO claims {msg.authid[:100]!r}",
-            )
+        if msg.authid is not None and msg.authid != ident.authid:  # the claim is its own text: escaped
+            self._refuse_hello(session, uris.ERROR_NOT_AUTHORIZED, "authid_mismatch",
+                               f"the client certificate is for {ident.authid!r}, the HELLO claims {msg.authid[:100]!r}")
             return
-        if ident.role != uris.ROLE_CONTROL:
-            refused = authz.session_refusal(ident.role, ident.authid)
-            if refused:
-                self._abort(session, uris.ERROR_NOT_AUTHORIZED, refused)
-                return
+        if ident.role != uris.ROLE_CONTROL and (refused := authz.session_refusal(ident.role, ident.authid)):
+            self._refuse_hello(session, uris.ERROR_NOT_AUTHORIZED, "certificate_subject", refused)
+            return
         callee = (msg.roles or {}).get("callee")
         session.cancellable = bool(getattr(callee, "call_canceling", False))
         if ident.role == uris.ROLE_NODE and ident.authid in self._nodes:
@@ -365,7 +358,14 @@ class Hub:
                  authid=ident.authid, peer=session.peer)
         self._meta(META_ON_JOIN, session)
 
-    def _abort(self, session: HubSession, reason: str, text: str) -> None:
+    def _refuse_hello(self, session: HubSession, reason: str, kind: str, text: str) -> None:
+        log.warn("aborted a session from {peer}: {text}", peer=session.peer, text=text[:_LOGGED_CHARS])
+        self._abort(session, reason, text, kind)
+
+    def _abort(self, session: HubSession, reason: str, text: str, kind: str | None = None) -> None:
+        """ABORT *session* with *reason* and *text*; a refusal of *kind* (one of ``metrics.LIMITS``) is counted."""
+        if kind is not None:
+            self.refusals[kind] += 1
         session.send(message.Abort(reason, text))
         session.drop()
 

@@ -10,9 +10,13 @@ from cryptography import x509
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-# Every limit Hub.refusals counts, so each series exists (at 0) before its first refusal.
+# Every limit Hub.refusals counts, so each series exists (at 0) before its first refusal: llmgw's
+# names, never a peer's text.  The certificate_* and the HELLO's own (no_such_realm, authid_mismatch)
+# are sessions refused at HELLO, after a handshake that completed.
 LIMITS = ("hello_timeout", "duplicate_node", "subscriptions", "message_depth", "invalid_uri",
-          "not_authorized", "protocol_violation")
+          "not_authorized", "protocol_violation",
+          "certificate_expired", "certificate_not_yet_valid", "certificate_revoked", "certificate_purpose",
+          "certificate_subject", "no_certificate", "no_such_realm", "authid_mismatch")
 # A certificate chain file is a few kB; one far larger is not one.
 MAX_CERTIFICATE_BYTES = 1 << 20
 

@@ -23,6 +23,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.link.session import NoDelay, PingWhenQuiet
+from llmgw.link.tls import SessionRefusal
 
 if TYPE_CHECKING:
     from llmgw.link.hub import Hub
@@ -65,7 +66,7 @@ class HubSession:
     def __init__(self, hub: Hub, identity: SessionIdentity | None = None):
         self._hub = hub
         self._identity = identity
-        self.refusal: str | None = None  # why its certificate gets no session, for the ABORT that answers its HELLO
+        self.refusal: SessionRefusal | None = None  # why its certificate gets no session, for the ABORT answering HELLO
         self._transport = None
         self._session_id: int | None = None
         self._authid: str | None = None
@@ -88,7 +89,7 @@ class HubSession:
             self.peer = f"{getattr(address, 'host', address)}:{getattr(address, 'port', '')}"
         if self._identity is None:
             found = self._hub._identity_from(transport)
-            self._identity, self.refusal = (None, found) if isinstance(found, str) else (found, None)
+            self._identity, self.refusal = (None, found) if isinstance(found, SessionRefusal) else (found, None)
         self._hub._opened(self)
 
     def onFrame(self, payload: bytes, is_binary: bool) -> None:

@@ -224,10 +224,27 @@ _TOLD_IN_ABORT = {
     X509_V_ERR_CERT_REVOKED: _REISSUE,
     X509_V_ERR_INVALID_PURPOSE: _REISSUE,
 }
-_refused_sessions: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+# Each one's kind: the label it is counted by in llmgw_link_refusals_total.
+_KINDS = {
+    X509_V_ERR_CERT_NOT_YET_VALID: "certificate_not_yet_valid",
+    X509_V_ERR_CERT_HAS_EXPIRED: "certificate_expired",
+    X509_V_ERR_CERT_REVOKED: "certificate_revoked",
+    X509_V_ERR_INVALID_PURPOSE: "certificate_purpose",
+}
 
 
-def refused_session(tlsProtocol) -> str | None:
+@attrs.frozen
+class SessionRefusal:
+    """Why a peer gets no session: *sentence* answers its HELLO in an ABORT; *kind*, one of llmgw's, counts it."""
+
+    kind: str
+    sentence: str
+
+
+_refused_sessions: weakref.WeakKeyDictionary[object, SessionRefusal] = weakref.WeakKeyDictionary()
+
+
+def refused_session(tlsProtocol) -> SessionRefusal | None:
     """Why the hub opens no session on *tlsProtocol*, whose handshake it completed only to say so; None if it may."""
     try:
         return _refused_sessions.get(tlsProtocol)
@@ -273,7 +290,7 @@ class _Handshake:
         self._protocol = weakref.ref(tlsProtocol)
         self._refused = False
         self._established = False
-        self._told: tuple[str, str] | None = None  # (why, what to do): refused in the ABORT, not by an alert
+        self._told: tuple[str, int] | None = None  # (why, OpenSSL's error): refused in the ABORT, not by an alert
 
     def _address(self) -> str:
         protocol = self._protocol()
@@ -312,7 +329,7 @@ class _Handshake:
                     reason = revocation.reason if revocation is not None else f"revoked (serial {leaf.serial_number:x})"
                 if depth == 0 and errno in _TOLD_IN_ABORT:
                     # Judged again with every other check OpenSSL makes; any other failure is an alert.
-                    self._told = self._told or (f"certificate {subject}: {reason}", _TOLD_IN_ABORT[errno])
+                    self._told = self._told or (f"certificate {subject}: {reason}", errno)
                     return True
                 where = "" if depth == 0 else f" (its chain, at depth {depth})"
                 self._refuse(f"certificate {subject}{where}: {reason}")
@@ -337,9 +354,9 @@ class _Handshake:
             self._established = True
             protocol = self._protocol()
             if self._told is not None and not self._refused and protocol is not None:
-                why, todo = self._told
+                why, errno = self._told
                 self._refuse(why, alert=False)
-                _refused_sessions[protocol] = f"{why}; {todo}"
+                _refused_sessions[protocol] = SessionRefusal(_KINDS[errno], f"{why}; {_TOLD_IN_ABORT[errno]}")
             return
         if not where & SSL.SSL_CB_ALERT or ret >> 8 != _FATAL or self._refused:
             return
