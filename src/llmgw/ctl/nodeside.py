@@ -23,6 +23,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -75,11 +76,16 @@ def check(request: dict) -> dict:
     if free < request.get("min_free_mb", MIN_FREE_MB):
         problems.append(f"{_existing_parent(prefix)} has {free} MB free; the venv at {prefix} needs "
                         f"{request.get('min_free_mb', MIN_FREE_MB)} MB")
+    agent = (_uid_of(request["owner"]) or (None,))[0] if request.get("owner") else None
     for key in ("prefix", "config_dir", "state_dir", "unit_dir"):
         parent = _existing_parent(request[key])
         if not os.access(parent, os.W_OK):
             problems.append(f"{parent} is not writable by {_user()}, and {request[key]} goes there; "
                             "onboard as root (USER@HOST) or choose --" + key.replace("_", "-"))
+        try:  # before anything is installed, or the venv's python run as root
+            _trusted(request[key], agent if key == "state_dir" else None)
+        except Declined as e:
+            problems.append(f"{e} (--{key.replace('_', '-')})")
     owner = request.get("owner")
     if owner is not None and _uid_of(owner) is None:
         useradd = shlex.join(["useradd", "--system", "--home-dir", request["state_dir"], owner])
@@ -94,13 +100,12 @@ def check(request: dict) -> dict:
                         "reaches it at with --node-hub")
     if problems:
         raise Declined("; ".join(problems))
-    config_dir = request["config_dir"]
     return {
         "hostname": socket.gethostname().split(".")[0],
         "python": sys.executable,
         "installed": _installed_version(prefix),
-        "certificate": _read_text(os.path.join(config_dir, "node.crt")),
-        "has_key": os.path.exists(os.path.join(config_dir, "node.key")),
+        "certificate": _read_text(os.path.join(request["config_dir"], "node.crt")),
+        "has_key": os.path.lexists(os.path.join(request["config_dir"], "node.key")),
     }
 
 
@@ -111,8 +116,8 @@ def _existing_parent(path: str) -> str:
 
 
 def _free_mb(path: str) -> int:
-    stat = os.statvfs(_existing_parent(path))
-    return stat.f_bavail * stat.f_frsize // (1024 * 1024)
+    fs = os.statvfs(_existing_parent(path))
+    return fs.f_bavail * fs.f_frsize // (1024 * 1024)
 
 
 def _uid_of(user: str) -> tuple[int, int] | None:
@@ -146,10 +151,10 @@ def _installed_version(prefix: str) -> str | None:
 
 
 def _read_text(path: str) -> str | None:
-    try:
-        with open(path) as f:
+    try:  # a symbolic link reads as no text, so it is written over, not followed
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), encoding="utf-8") as f:
             return f.read(64 * 1024)
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
@@ -224,11 +229,9 @@ def csr(request: dict) -> dict:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    config_dir = request["config_dir"]
-    key_path = os.path.join(config_dir, "node.key")
-    created = not os.path.exists(key_path)
+    key_path = os.path.join(_directory(request["config_dir"]), "node.key")
+    created = not os.path.lexists(key_path)
     if created:
-        os.makedirs(config_dir, mode=0o755, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
         _write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()), private=True)
@@ -240,33 +243,32 @@ def csr(request: dict) -> dict:
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request["node_id"])]))
         .sign(key, hashes.SHA256())
     ).public_bytes(serialization.Encoding.PEM).decode()
-    return {"request": request_pem, "changed": [key_path] if created else []}
+    return {"request": request_pem, "changed": [os.path.join(request["config_dir"], "node.key")] if created else []}
 
 
 # -- write: the configuration, the certificates and the unit, each only when it differs --
 
 def write(request: dict) -> dict:
-    """Each file whose text differs, written whole; the agent's user given its key and its directories."""
+    """Each file whose text differs, written whole where :func:`_directory` trusts; the agent's user given its own."""
     changed = []
+    ids = _uid_of(request["owner"]) if os.getuid() == 0 else None
     for path, text, private in request["files"]:
-        if _read_text(path) == text:
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write(path, text.encode(), private=private)
-        changed.append(path)
+        real = os.path.join(_directory(os.path.dirname(path)), os.path.basename(path))
+        if _read_text(real) != text:
+            _write(real, text.encode(), private=private)
+            changed.append(path)
     for directory in request["dirs"]:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, mode=0o755)
-            changed.append(directory)
-    ids = _uid_of(request["owner"])
-    if ids is not None and os.getuid() == 0:
-        for path in [*request["dirs"], *request["owned"]]:
-            os.chown(path, *ids)
+        changed.extend([] if os.path.lexists(directory) else [directory])
+        real = _directory(directory, agent=ids and ids[0])
+        if ids is not None:
+            _give(real, ids, os.O_DIRECTORY)
+    for path in request["owned"] if ids is not None else ():  # each in a directory written in above
+        _give(os.path.join(_directory(os.path.dirname(path)), os.path.basename(path)), ids, 0)
     return {"changed": changed}
 
 
 def _write(path: str, data: bytes, private: bool) -> None:
-    """*data* at *path* whole (a rename), 0600 when *private*."""
+    """*data* at *path* whole (a rename, which replaces a link rather than follow it), 0600 when *private*."""
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
     try:
         os.fchmod(fd, 0o600 if private else 0o644)
@@ -279,6 +281,59 @@ def _write(path: str, data: bytes, private: bool) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _give(path: str, ids: tuple[int, int], kind: int) -> None:
+    """chown *path* to *ids* through a descriptor opened without following a link (O_NOFOLLOW)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | kind)
+    except OSError as e:
+        raise Declined(f"{path} cannot be given to the agent's user ({e.strerror})"
+                       f"{'; it is a symbolic link, and no file a link points at is' * os.path.islink(path)}: "
+                       "move it away and onboard again") from None
+    try:
+        if not (stat.S_ISDIR if kind else stat.S_ISREG)(os.fstat(fd).st_mode):
+            raise Declined(f"{path} is not a {'directory' if kind else 'file'}; move it away and onboard again")
+        os.fchown(fd, *ids)
+    finally:
+        os.close(fd)
+
+
+def _directory(path: str, agent: int | None = None) -> str:
+    """*path*, made when missing, as a real path only root (or this user) can redirect (docs/onboarding.rst)."""
+    real = _trusted(path, agent)
+    if not os.path.isdir(real):
+        if os.path.lexists(real):
+            raise Declined(f"{path} is there and is not a directory; move it away and onboard again")
+        os.makedirs(real, mode=0o755, exist_ok=True)
+        real = _trusted(path, agent)  # made meanwhile by someone else: held to the same rule
+    return real
+
+
+def _trusted(path: str, agent: int | None) -> str:
+    real, todo, links, mine = "/", [p for p in os.path.abspath(path).split("/") if p], 0, {0, os.geteuid()}
+    while todo:
+        step = os.path.normpath(os.path.join(real, todo.pop(0)))
+        try:
+            st = os.lstat(step)
+        except FileNotFoundError:
+            return os.path.normpath(os.path.join(step, *todo))
+        link = stat.S_ISLNK(st.st_mode)
+        if st.st_uid not in mine | ({agent} if agent is not None and not todo and not link else set()):
+            why = f"belongs to uid {st.st_uid} (make it root's: chown -h root {shlex.quote(step)})"
+        elif stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            why = f"is writable by others than its owner (chmod go-w {shlex.quote(step)})"
+        elif link and links > 40:
+            why = "is one link more than 40 on the way"
+        else:
+            why = None
+        if why is not None:
+            raise Declined(f"{step} {why}, and {path} is reached through it, so another user could point "
+                           "onboarding elsewhere; fix that or choose another path")
+        target = os.readlink(step) if link else ""  # a link's target is read on from where the link is
+        real = ("/" if target.startswith("/") else real) if link else step
+        links, todo = links + link, [p for p in target.split("/") if p] + todo
+    return real
 
 
 # -- start and remove: the unit --
@@ -312,7 +367,7 @@ def remove(request: dict) -> dict:
         changed.append(request["prefix"])
     for name in CONFIG_FILES:
         path = os.path.join(request["config_dir"], name)
-        if os.path.exists(path):
+        if os.path.lexists(path):
             os.unlink(path)
             changed.append(path)
     return {"changed": changed}
