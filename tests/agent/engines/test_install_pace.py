@@ -36,16 +36,17 @@ async def trickle(installer, gate, clock: Clock, converged, *, size: int, every_
             return
         want = done_so_far(installer) + size
         gate.let(size)
-        waited = 0
+        waited = 0.0
 
         def seen():
+            # A quarter second at a time: the step stays every_s long however slowly the bytes arrive here.
             nonlocal waited
-            clock.advance(1)
-            waited += 1
+            clock.advance(0.25)
+            waited += 0.25
             return converged.called or done_so_far(installer) >= want
 
         await until(seen, f"the node to see {want} bytes", detail=lambda: repr(installer.entries()))
-        clock.advance(max(0, every_s - waited))
+        clock.advance(max(0.0, every_s - waited))
 
 
 @pytest_twisted.ensureDeferred
@@ -88,14 +89,14 @@ async def test_a_download_past_its_deadline_is_given_up_however_fast_it_trickles
 
 @pytest_twisted.ensureDeferred
 async def test_a_slow_but_honest_link_passes_the_default_limits(tmp_path, mirror, make):
-    _, sha = publish(tmp_path, mirror, filler=2_500_000)
+    _, sha = publish(tmp_path, mirror, filler=4_000_000)
     gate = mirror.hold(f"{TAG}/{ASSET}", at=10_000)
     clock = Clock()
     installer = make(clock)  # agent.yaml's defaults: 4096 bytes/s over 300 s, 6 h in all
     converged = installer.converge(plan(mirror, sha), set)
     await until(lambda: gate.reached, "the download to reach the gate")
-    # 5 kB/s for longer than the window.
-    await trickle(installer, gate, clock, converged, size=50_000, every_s=10, steps=40)
+    # 10 kB/s for longer than the window.
+    await trickle(installer, gate, clock, converged, size=100_000, every_s=10, steps=35)
     assert not converged.called and only(installer).state is EngineState.INSTALLING, installer.entries()
     gate.release()
     await until(lambda: clock.advance(1) or converged.called, "the rest of the download")
