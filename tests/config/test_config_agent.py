@@ -117,3 +117,17 @@ def test_a_label_the_server_would_refuse_at_register_is_refused_at_load(confdir:
     with pytest.raises(ConfigError) as e:
         load_agent_config("agent.yaml")
     assert "labels.gpu" in str(e.value) and why in str(e.value)
+
+
+@pytest.mark.parametrize("value, why", [
+    ('"/data/weights "', "whitespace around it"),
+    ('"/data/w\\x1b]0;x\\x07"', "control character U+001B"),
+])
+def test_a_directory_the_link_would_refuse_to_report_is_refused_at_load(confdir: Path, value: str,
+                                                                      why: str) -> None:
+    # weights_dirs travel in every heartbeat as paths; one the link refuses would
+    # have the node's heartbeats refused for as long as it runs.
+    (confdir / "agent.yaml").write_text('hub: "wss://cp.example.org:7443/"\n' + TLS + f"weights_dirs: [{value}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_agent_config("agent.yaml")
+    assert "weights_dirs" in str(e.value) and why in str(e.value)

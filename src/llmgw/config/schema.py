@@ -21,6 +21,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from llmgw.config.yamlpos import Document, KeyPath, describe, is_null, line_of
 from llmgw.errors import ConfigError
+from llmgw.wiretext import Text, refusal
 
 
 def suggest(word: str, choices: list[str] | tuple[str, ...]) -> str:
@@ -252,6 +253,10 @@ class AbsPath(Type):
         value = Str(what="a string (an absolute path)").convert(loader, node, path)
         if not os.path.isabs(value):
             raise loader.fail(node, path, f"{value!r} is not an absolute path; start it with /")
+        # The link's rule for a path (llmgw.wiretext): an agent whose weights
+        # directory has a space at its end would have its every heartbeat refused.
+        if (why := refusal(value, Text.PATH, None)) is not None:
+            raise loader.fail(node, path, why)
         return os.path.normpath(value)
 
 
