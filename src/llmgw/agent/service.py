@@ -313,6 +313,15 @@ class AgentSession(ApplicationSession):
     def onConnect(self):
         self.join(self.config.realm, authid=self.agent.node_id)
 
+    def onUserError(self, fail, msg):
+        # A refusal is the caller's answer (a log of a shard not here, an id
+        # that is not one), not this node's trouble: autobahn's line per call
+        # let any operator polling a log write the node's log at will.
+        value = getattr(fail, "value", None)
+        if isinstance(value, ApplicationError) and value.error in (uris.ERROR_REFUSED, uris.ERROR_INVALID_ARGUMENT):
+            return
+        super().onUserError(fail, msg)
+
     async def onJoin(self, details):
         node = self.agent.node_id
         self.agent.session = self

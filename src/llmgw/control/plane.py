@@ -100,7 +100,7 @@ class ControlSession(ApplicationSession):
         if self.catalog is not None:
             fleet = self.catalog.config.fleet
             self.fleet.configure(NewsSettings(fleet.node_event_interval_s, fleet.node_figures_change),
-                                 fleet.downloads_per_node)
+                                 fleet.downloads_per_node, (fleet.refusal_log_lines, fleet.refusal_log_window_s))
 
     async def onJoin(self, details):
         with_details = RegisterOptions(details_arg="details")
@@ -358,8 +358,23 @@ class ControlSession(ApplicationSession):
         """A node's log lines (``LogsAnswer``), checked and relayed; a node that does not answer in 10 s says so."""
         self._known(node_id)
         n = relay.lines_asked(n)
+        self._started(node_id, source)
         answer = await relay.ask(self, node_id, uris.NODE_LOGS, source, n, timeout_ms=relay.LOGS_TIMEOUT_MS)
         return to_wire(relay.logs(node_id, answer, n))
+
+    def _started(self, node_id, source) -> None:
+        """Refuse, without asking *node_id*, a log of a shard it holds and has not started (still fetching).
+
+        The node has no log for it yet; asking it every poll of a dashboard
+        made it log a refusal each time.
+        """
+        held = self.fleet.shards.get((node_id, source)) if isinstance(source, str) else None
+        if held is None or held.status.state != ShardState.FETCHING:
+            return
+        doing = f" ({relay.words(held.status.reason)})" if held.status.reason else ""
+        raise ApplicationError(uris.ERROR_REFUSED, (
+            f"{source} on {node_id} has not started: it is fetching its weights{doing}; its log begins when its "
+            "engine starts (`llmgw ctl replicas` shows the download)"))
 
     # -- the routers' endpoint table --
 

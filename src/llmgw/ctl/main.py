@@ -121,7 +121,9 @@ def _run(command):
             try:
                 return await command(session, args)
             except ApplicationError as e:
-                raise Refused(printable(f"{e.error}: {e.args[0] if e.args else ''}")) from None
+                # A person reads the sentence; the URI is the link's, not theirs.
+                raise Refused(printable(e.args[0] if e.args and e.args[0] else f"the hub refused ({e.error})")) \
+                    from None
             finally:
                 session.leave()
 

@@ -96,7 +96,7 @@ async def check_operator(reactor, hub, tls, timeout: float) -> None:
                 f"the hub does not let {tls.cert} read the fleet ({message}); "
                 "llmgw-tui needs an operator certificate (llmgw pki issue DIR --role operator NAME)"
             ) from None
-        raise Refused(f"{e.error}: {message}") from None
+        raise Refused(message) from None
     except Exception as e:
         raise HubUnreachable(f"the hub at {hub.url} did not answer: {e or type(e).__name__}") from None
     finally:
