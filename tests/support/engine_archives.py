@@ -11,7 +11,8 @@
   release mirror serves ``TAG/ASSET``: 404 for what is not there, Range
   honoured, every request recorded, and a ``Gate`` that holds responses of
   one path open part-way until the test releases them, or lets them
-  trickle through a few bytes at a time.
+  trickle through a few bytes at a time; a path can also redirect, or
+  answer a body without a length that never ends.
 - ``stand_in_wheel(directory, name, version)`` and ``simple_index(directory,
   wheels)``: a pure-Python wheel written with zipfile (a package with
   ``__version__`` and a console script answering ``--version``), and a
@@ -213,6 +214,8 @@ class Mirror:
         #: The path of every GET, in order ("/b6000/llama-b6000-bin-ubuntu-x64.zip").
         self.requests: list[str] = []
         self._gates: dict[str, Gate] = {}
+        self._redirects: dict[str, str] = {}
+        self._endless: set[str] = set()
         self._server: http.server.ThreadingHTTPServer | None = None
 
     def start(self) -> Mirror:
@@ -245,6 +248,14 @@ class Mirror:
         gate = self._gates["/" + path.lstrip("/")] = Gate(at)
         return gate
 
+    def redirect(self, path: str, to: str) -> None:
+        """From now on, *path* answers 302 to *to* (a path on the mirror, or a URL)."""
+        self._redirects["/" + path.lstrip("/")] = to if "://" in to else self.url(to)
+
+    def endless(self, path: str) -> None:
+        """From now on, *path* answers 200 with no length and a body that never ends."""
+        self._endless.add("/" + path.lstrip("/"))
+
     def count(self, path: str) -> int:
         """How many GETs *path* has had."""
         return self.requests.count("/" + path.lstrip("/"))
@@ -255,6 +266,21 @@ def _handler(mirror: Mirror):
         def do_GET(self):  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             mirror.requests.append(path)
+            if path in mirror._redirects:
+                self.send_response(302)
+                self.send_header("Location", mirror._redirects[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if path in mirror._endless:
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    while True:
+                        self.wfile.write(bytes(mirror.chunk))
+                except OSError:
+                    return  # the client hung up
             file = (mirror.directory / path.lstrip("/")).resolve()
             if path.endswith("/"):
                 file = file / "index.html"  # a folder's page, as a package index serves one

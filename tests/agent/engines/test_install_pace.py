@@ -1,5 +1,9 @@
 """An engine's download is given up when the mirror trickles, runs past its deadline, or the plan moves on.
 
+And the other ways a mirror can misbehave on the way: a body that never
+ends, a redirect loop (a redirect elsewhere is followed, the sha256 still
+checked).
+
 A mirror on 127.0.0.1 lets an archive through a few bytes at a time
 (``Gate.let``); time follows a ``Clock`` the test advances, a step only once
 the node has seen the bytes of the step before.  The stall timeout alone
@@ -156,3 +160,33 @@ async def test_a_newer_plan_stops_the_pip_install_it_supersedes(tmp_path, mirror
                 timeout=60, detail=lambda: repr(installer.entries()))
     assert [(e.version, e.state) for e in installer.entries()] == [("0.10.0", EngineState.INSTALLED)]
     assert left_in(root, "vllm") == [venv_key(new)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_that_never_ends_is_stopped_at_the_size_limit(mirror, make, root):
+    mirror.endless(f"{TAG}/{ASSET}")
+    installer = make(max_download_bytes=1_000_000)
+    await installer.converge(plan(mirror, "1" * 64), set)
+    assert_refused(installer, root, "over the limit of 1000000")
+    assert list((root / ".downloads").iterdir()) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redirect_is_followed_to_the_archive_and_a_loop_is_refused(tmp_path, mirror, make, root):
+    _, sha = publish(tmp_path, mirror)
+    mirror.redirect(f"{NEXT}/{ASSET.replace(TAG, NEXT)}", f"{NEXT}/again")
+    mirror.redirect(f"{NEXT}/again", f"{NEXT}/{ASSET.replace(TAG, NEXT)}")
+    looping = make()
+    await looping.converge(plan(mirror, sha, tag=NEXT), set)
+    entry = only(looping)
+    assert entry.state is EngineState.BROKEN and mirror.url(f"{NEXT}/") in entry.reason, entry
+    assert "redirection" in entry.reason
+    assert left_in(root) == []
+    looping.stop()
+    # A mirror that moved the asset elsewhere: followed, and held to the same sha256.
+    mirror.redirect(f"{TAG}/{ASSET}", f"moved/{ASSET}")
+    (mirror.directory / "moved").mkdir()
+    (mirror.directory / TAG / ASSET).rename(mirror.directory / "moved" / ASSET)
+    moved = make()
+    await moved.converge(plan(mirror, sha), set)
+    assert only(moved).state is EngineState.INSTALLED
