@@ -222,10 +222,10 @@ def test_a_reload_reports_a_change_that_only_moves_replicas(server_yaml, old, ne
 def test_a_reload_says_listen_and_tls_wait_for_a_restart(server_yaml):
     catalog = Catalog(load_server_config(server_yaml))
     server_yaml.write_text(SERVER_YAML.replace('"ssl:7443"', '"ssl:7444"'))
-    assert catalog.reload() == ["listen/tls changed: they take effect when the server restarts"]
+    assert catalog.reload() == ["listen.link changed: it takes effect when the server restarts"]
     (server_yaml.parent / "new.crt").write_text("")
     server_yaml.write_text(SERVER_YAML.replace('"ssl:7443"', '"ssl:7444"').replace("cert: server.crt", "cert: new.crt"))
-    assert catalog.reload() == ["listen/tls changed: they take effect when the server restarts"]
+    assert catalog.reload() == ["tls.cert changed: it takes effect when the server restarts"]
 
 
 @pytest.mark.parametrize("broken, says", [

@@ -140,7 +140,7 @@ def test_an_accepted_reload_reaches_the_catalog_and_the_router(running, write):
     write(NEW_KEY + MORE_MODELS)
     outcome = reload_all(catalog, [listener])
     assert outcome.refused is None
-    assert outcome.changes == ("model echo2 added",)
+    assert outcome.changes == ("router.scoring, router.keys changed", "model echo2 added")
     assert sorted(catalog.entries) == ["echo", "echo2"]
     assert router.config is catalog.config.router
     assert router.dispatcher.config is catalog.config.router
@@ -208,7 +208,7 @@ def test_a_reload_of_the_server_process_reaches_its_catalog_and_its_router(serve
     server.write(NEW_KEY + MORE_MODELS)
     outcome = server.control.reload()
     assert outcome.refused is None
-    assert outcome.changes == ("model echo2 added",)
+    assert outcome.changes == ("router.scoring, router.keys changed", "model echo2 added")
     assert sorted(server.control.catalog.entries) == ["echo", "echo2"]
     assert server.router.config is server.control.catalog.config.router
     assert [k.name for k in server.router.dispatcher.config.keys] == ["bob"]
@@ -231,4 +231,4 @@ async def test_the_fleet_counts_the_link_connections_still_in_their_handshakes(s
 def test_fleet_timings_say_they_wait_for_a_restart(running, write):
     catalog, router, listener = running
     write(OLD_KEY + MODELS + "fleet: {settle_s: 9}\n")
-    assert reload_all(catalog, [listener]).changes == ("fleet changed: it takes effect when the server restarts",)
+    assert reload_all(catalog, [listener]).changes == ("fleet.settle_s changed: it takes effect when the server restarts",)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import attrs
 
 from llmgw.config.server import Model, Profile, ServerConfig
+from llmgw.control.sections import section_changes
 from llmgw.errors import ConfigError
 
 
@@ -103,16 +104,14 @@ class Catalog:
         check_profiles(new)
         return new
 
-    def changes(self, new: ServerConfig) -> list[str]:
-        """What switching to *new* would change, in the words the log and `ctl reload` use."""
-        changes = []
-        if (new.listen, new.tls) != (self.config.listen, self.config.tls):
-            changes.append("listen/tls changed: they take effect when the server restarts")
-        if new.fleet != self.config.fleet:
-            # The fleet and the reconciler read their timings once, at start.
-            changes.append("fleet changed: it takes effect when the server restarts")
+    def changes(self, new: ServerConfig, applied: Collection[str] = ()) -> list[str]:
+        """What switching to *new* would change, in the words the log and `ctl reload` use.
+
+        *applied*: the sections the reload's listeners apply (control/sections.py).
+        """
         from llmgw.engines.releases import engine_plan
 
+        changes = section_changes(self.config, new, applied)
         before, after = engine_plan(self.config), engine_plan(new)
         if after != before:
             builds = ", ".join(_build_words(b) for b in after.builds) or "no engine builds"

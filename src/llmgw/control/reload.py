@@ -42,6 +42,9 @@ class Listener:
 
     name: str  # as the log says it: "the router refused it: ..."
     prepare: Callable[[ServerConfig], Apply]
+    # The sections (or ``section.key``) of server.yaml it applies, for the
+    # reload's summary: a change to one nothing applies waits for a restart.
+    applies: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -58,7 +61,7 @@ def reload_all(catalog: Catalog, listeners: Sequence[Listener]) -> Outcome:
         new = catalog.read()
     except ConfigError as e:
         return _refused(str(e))
-    changes = list(catalog.changes(new))
+    changes = catalog.changes(new, applied=[key for listener in listeners for key in listener.applies])
     applies: list[tuple[str, Apply]] = [("the catalog", catalog.prepare(new))]
     for listener in listeners:
         try:
@@ -118,4 +121,4 @@ def revocation_listener(tls: HubTLS) -> Listener:
 
         return apply
 
-    return Listener("the revocation list", prepare)
+    return Listener("the revocation list", prepare, applies=("tls.crl",))

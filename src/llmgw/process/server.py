@@ -175,12 +175,12 @@ def router_listener(router: Router, listen_api: str) -> Listener:
 
         return apply
 
-    return Listener("the router", prepare)
+    return Listener("the router", prepare, applies=("router",))
 
 
 def admin_page_listener(page: AdminPage) -> Listener:
     """A page's share of a reload: ``admin:`` as the file now says it (networks, keys, bounds)."""
-    return Listener("the admin page", lambda config: lambda: page.reconfigure(config.admin))
+    return Listener("the admin page", lambda config: lambda: page.reconfigure(config.admin), applies=("admin",))
 
 
 class ControlPlane(service.Service):
