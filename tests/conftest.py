@@ -1,7 +1,7 @@
 """Fixtures shared by the whole suite: a cluster CA and certificates made by `llmgw pki`, and the real engines.
 
 Under ``CI=true`` a test marked for a real engine or tool (``REAL``:
-``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``, ``prometheus``) that skips fails
+``llama_server``, ``vllm``, ``ray``, ``browser``, ``sshd``, ``prometheus``, ``systemd``) that skips fails
 instead: CI installs them (``make engines``, Debian's packages in .ci/run),
 so a skip there means the suite did not test what it claims to.
 """
@@ -86,8 +86,14 @@ def promtool() -> str:
     return engines.system_tool("promtool", "prometheus")
 
 
+@pytest.fixture(scope="session")
+def systemd_analyze() -> str:
+    """systemd's systemd-analyze (Debian's systemd package), to verify and rate contrib's units; skips where absent."""
+    return engines.system_tool("systemd-analyze", "systemd")
+
+
 #: Markers of tests that need a real engine or tool CI installs; skipping one there fails.
-REAL = ("llama_server", "vllm", "ray", "browser", "sshd", "prometheus")
+REAL = ("llama_server", "vllm", "ray", "browser", "sshd", "prometheus", "systemd")
 
 
 @pytest.hookimpl(hookwrapper=True)

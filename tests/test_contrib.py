@@ -54,7 +54,7 @@ def created(owner: str) -> set[str]:
 
 
 def test_there_are_units_to_check() -> None:
-    assert {u.name for u in UNITS} == {"llmgw-agent.service", "llmgw-server.service"}
+    assert {u.name for u in UNITS} == {"llmgw-agent.service", "llmgw-router.service", "llmgw-server.service"}
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
