@@ -46,7 +46,8 @@ SERVER_CASES = [
         "unknown-key-nothing-close",
         SERVER + "fleet: {zzz: 1}\n",
         "server.yaml:4: fleet.zzz: unknown key; allowed here: unreachable_after_s, lost_after_s, settle_s, settle_quiet_s, "
-        "settle_max_s, node_event_interval_s, node_figures_change, downloads_per_node",
+        "settle_max_s, node_event_interval_s, node_figures_change, downloads_per_node, refusal_log_lines, "
+        "refusal_log_window_s",
     ),
     (
         "unknown-key-in-a-list-item",

@@ -100,3 +100,33 @@ async def test_a_register_full_of_invented_shards_writes_no_more_than_the_budget
         await until(lambda: plane.fleet.claims.log_budget.left_out("node03") == 400 - LINES, "every stop to fail")
     about = [line for line in (formatEvent(e) for e in events) if "node03" in line and "registered" not in line]
     assert len(about) == LINES, about
+
+
+@pytest_twisted.ensureDeferred
+async def test_server_yaml_sets_the_budget_and_a_control_plane_keeps_to_it(tmp_path, clock):
+    # fleet.refusal_log_lines and fleet.refusal_log_window_s reach the claims'
+    # budget through the control plane, as at start and on every reload.
+    from twisted.internet import defer, reactor
+    from autobahn.wamp.types import ComponentConfig
+
+    from llmgw.config.server import load_server_config
+    from llmgw.control.catalog import Catalog
+    from llmgw.control.fleet import Fleet
+    from llmgw.control.plane import ControlSession
+    from llmgw.link.hub import Hub
+    from tests.control.test_plane import server_yaml
+
+    path = server_yaml(tmp_path, "b5000")
+    path.write_text(path.read_text() + "fleet: {refusal_log_lines: 3, refusal_log_window_s: 10}\n")
+    control = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit),
+                             Catalog(load_server_config(path)), clock)
+    joined = defer.Deferred()
+    control.on("ready", lambda *a: joined.called or joined.callback(None))
+    Hub(reactor).attach_local(control)
+    await joined.addTimeout(5, reactor)
+    control.fleet.register("node03", None, Inventory(node_id="node03", engines=[]))
+    with capturedLogs() as events:
+        invent(control, "node03", 10)
+        clock.advance(10)
+    lines = warnings(events)
+    assert len(lines) == 4 and lines[-1].startswith("7 more refused claims from node03 were not logged in the last 10 s")

@@ -90,6 +90,10 @@ class FleetSettings:
     node_figures_change: float = 0.05
     # Downloads in progress one node may have shown at once.
     downloads_per_node: int = 64
+    # Lines one node's refused claims may write to the server's log a window;
+    # the rest are counted, then summed up in one line as the window ends.
+    refusal_log_lines: int = 20
+    refusal_log_window_s: float = 60.0
 
 
 @attrs.frozen
@@ -506,6 +510,8 @@ SCHEMA = Section(
                 "node_event_interval_s": Number(min=0),
                 "node_figures_change": Number(min=0),
                 "downloads_per_node": Int(min=1),
+                "refusal_log_lines": Int(min=1),
+                "refusal_log_window_s": Number(min=0, exclusive=True),
             },
         ),
         "link": Section(

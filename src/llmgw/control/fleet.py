@@ -196,10 +196,13 @@ class Fleet:
         self._text: dict[str, _NodeText] = {}
         self._brief: dict[str, _NodeText] = {}
 
-    def configure(self, news: NewsSettings, downloads_per_node: int) -> None:
-        """server.yaml's fleet limits, at start and on every reload."""
+    def configure(self, news: NewsSettings, downloads_per_node: int,
+                  refusal_log: tuple[int, float] | None = None) -> None:
+        """server.yaml's fleet limits, at start and on every reload; *refusal_log* is (lines, window_s)."""
         self.news = news
         self.downloads_per_node = downloads_per_node
+        if refusal_log is not None:
+            self.claims.log_budget.lines, self.claims.log_budget.window_s = refusal_log
 
     def _update(self, new: Node, change: str) -> None:
         old = self.nodes.get(new.id)
