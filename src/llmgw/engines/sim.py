@@ -34,11 +34,6 @@ class Sim(EngineAdapter):
     def validate(self, args: Sequence[str], *, gpus: int, ranks: int, source: str | None,
                  launcher: str | None = None) -> list[str]:
         problems = super().validate(args, gpus=gpus, ranks=ranks, source=source, launcher=launcher)
-        if not problems:
-            # The simulator is llmgw's own: what its parser would refuse at start is refused here.
-            from llmgw.sim.options import problems as refused
-
-            problems += refused(args)
         if ranks != 1:
             problems.append(f"sim runs on one node, ranks: {ranks} cannot be; set ranks: 1")
         return problems

@@ -59,18 +59,17 @@ def _name(text: str) -> str:
     return text
 
 
-def parser(*, add_help: bool = True, kind: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     """The simulator's parser; every option by its whole name, as llama.cpp's parser reads them.
 
     argparse's abbreviations (``--hos`` for ``--host``) would let a profile's
     args, which come after llmgw's, move the address llmgw listens the shard
     on: no option is read by a prefix (``allow_abbrev=False``).
     """
-    p = kind(
+    p = argparse.ArgumentParser(
         prog="python -m llmgw.sim",
         description="llmgw's OpenAI-compatible engine simulator, for tests, demos and router benchmarks.",
         allow_abbrev=False,
-        add_help=add_help,
     )
     p.add_argument("--model", type=_name, required=True, help="the one model name served; other names get 404 model_not_found")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -92,24 +91,6 @@ def parser(*, add_help: bool = True, kind: type[argparse.ArgumentParser] = argpa
     p.add_argument("--log-polls", action="store_true", default=verbose_logs(),
                    help=f"a line for /health and /metrics requests too (default: only when {VERBOSE_ENV}=1)")
     return p
-
-
-class _Refused(Exception):
-    """What argparse would have printed before exiting 2."""
-
-
-class _Checking(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise _Refused(message)
-
-
-def problems(args: Sequence[str]) -> list[str]:
-    """Why the simulator would refuse a profile's *args* after llmgw's own options; empty when it takes them."""
-    try:
-        parser(add_help=False, kind=_Checking).parse_args(["--model", "m", "--host", "127.0.0.1", "--port", "0", *args])
-    except _Refused as e:
-        return [f"sim would refuse these args when the shard starts ({e}); see python -m llmgw.sim --help"]
-    return []
 
 
 def parse(argv: Sequence[str] | None = None) -> SimOptions:
