@@ -22,20 +22,23 @@ from twisted.protocols import policies
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from llmgw.admin.web import BoundedRequest
+from llmgw.admin.web import TextAnswer, quiet_site
 
 #: A request line longer than this is not one for the page.
 MAX_LINE_BYTES = 8 * 1024
 PREFIX = b"/admin"
 
 
+class _PageRoot(Resource):
+    def getChild(self, path: bytes, request) -> Resource:
+        return TextAnswer(404, "nothing is here; the admin page is under /admin")
+
+
 def page_site(page: Resource) -> Site:
-    """A site with *page* at ``/admin`` and nothing else."""
-    root = Resource()
+    """A site with *page* at ``/admin`` and nothing else (``quiet_site``: no software named, no traceback)."""
+    root = _PageRoot()
     root.putChild(PREFIX[1:], page)
-    site = Site(root, requestFactory=BoundedRequest)
-    site.noisy = False
-    return site
+    return quiet_site(root)
 
 
 def for_the_page(line: bytes) -> bool:
