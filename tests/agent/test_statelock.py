@@ -78,6 +78,6 @@ def test_a_state_dir_this_user_may_not_create_is_refused_in_a_sentence(tmp_path)
     blocker.write_text("")
     with pytest.raises(StateDirUnusable) as refused:
         StateLock.acquire(blocker / "state", "node01")
-    message = str(refused.value)
-    assert message.startswith(f"cannot use state_dir {blocker / 'state'}: ")
-    assert "set state_dir in agent.yaml" in message and "install -d -o " in message
+    # It names the directory, what is in the way, and what to change (llmgw.agent.directories).
+    assert str(refused.value) == (f"state_dir {blocker / 'state'} does not exist and the agent cannot make it: "
+                                  f"{blocker} is not a directory; name another in agent.yaml")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from llmgw.agent import directories
 from llmgw.errors import LlmgwError
 
 LOCK_NAME = "agent.lock"
@@ -35,15 +36,6 @@ class StateDirInUse(LlmgwError):
 
 class StateDirUnusable(LlmgwError):
     """The state directory cannot be created or opened by this user; the message says what to do."""
-
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
 
 
 @attrs.frozen
@@ -71,15 +63,17 @@ class StateLock:
         """Lock *state_dir* for this process as *node_id*, or raise ``StateDirInUse`` naming the holder."""
         root = Path(state_dir)
         path = root / LOCK_NAME
+        unmade = directories.make(root, "state_dir")
+        if unmade is not None:
+            raise StateDirUnusable(unmade)
         try:
-            root.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             # Most often an agent started by a user who may not write the default /var/lib/llmgw.
             raise StateDirUnusable(
                 f"cannot use state_dir {root}: {e.strerror.lower() if e.strerror else e}; set state_dir in "
                 f"agent.yaml to a directory this user may write, or create this one for it "
-                f"(install -d -o {_user()} {root})"
+                f"(install -d -o {directories.user()} {root})"
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

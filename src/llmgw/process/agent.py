@@ -17,6 +17,7 @@ from twisted.application import internet, service
 from twisted.internet import defer
 from twisted.logger import Logger, globalLogPublisher
 
+from llmgw.agent import directories
 from llmgw.agent.service import Agent, AgentSession, node_id_for
 from llmgw.agent.statelock import StateLock
 from llmgw.config.agent import DEFAULT_STATE_DIR, DEFAULT_WEIGHTS_DIRS, AgentConfig, load_agent_config
@@ -61,6 +62,9 @@ def _build_holding(reactor, config: AgentConfig, hub, node_id: str, lock: StateL
     _LeaveEnginesRunning(agent).setServiceParent(top)
     top.agent = agent
     log.info("llmgw agent {id}: dialling {hub}; {where}", id=node_id, hub=config.hub, where=where_it_keeps(config))
+    # The node registers with the same sentences (discovery), so its disk is never missing without a word.
+    for sentence in directories.make_weights_dirs(config.weights_dirs):
+        log.warn("{sentence}", sentence=sentence)
     return top
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import llmgw
+from llmgw.agent import directories
 from llmgw.agent.discovery import cpu, gpus, host, infiniband, memory, storage
 from llmgw.records import Heartbeat, Inventory
 
@@ -40,6 +41,8 @@ def discover(
     replaces NVML for demos (see fakenvml).
     """
     processor, warnings = cpu.probe(proc_root)
+    # A weights directory that is missing or unusable is said, not only skipped: no disk, and why.
+    warnings = [*warnings, *directories.weights_dir_problems(weights_dirs)]
     total, available = memory.probe()
     driver, cards = gpus.probe(nvml)
     return Inventory(
