@@ -7,6 +7,7 @@ import sys
 
 import attrs
 
+from llmgw.ctl import render
 from llmgw.records import Progress
 from llmgw.states import NodeState
 from llmgw.tui import columns
@@ -41,9 +42,16 @@ def test_progress_is_a_bar_with_a_total_and_bytes_without_one():
     def progress(done, total, rate):
         return columns.progress(Progress("https://x/m.gguf", "m.gguf", done, total, rate)).plain
 
-    assert progress(0, 4 * GB, None) == "━━━━━━━━━━━━   0% 0.0 GB / 4.0 GB"
+    assert progress(0, 4 * GB, None) == "━━━━━━━━━━━━   0% 0 B / 4.0 GB"
     assert progress(4 * GB, 4 * GB, 2e9) == "━━━━━━━━━━━━ 100% 4.0 GB / 4.0 GB 2.0 GB/s"
-    assert progress(1 * GB, None, 5e7) == "1.0 GB so far 50 MB/s"
+    assert progress(1 * GB, None, 5e7) == "1.0 GB so far 50.0 MB/s"
+    # A download under a gigabyte in megabytes, not "0.0 GB / 0.3 GB".
+    assert progress(20_000_000, 253_000_000, None).endswith("8% 20.0 MB / 253 MB")
+
+
+def test_one_size_formatter_picks_the_unit_that_suits():
+    assert [render.size(n) for n in (None, 0, 999, 1_500, 253_000_000, 999_949_999, 1.5 * GB, 640 * GB, 2e12)] == [
+        "-", "0 B", "999 B", "1.5 kB", "253 MB", "1.0 GB", "1.5 GB", "640 GB", "2.0 TB"]
 
 
 def test_a_long_reason_is_cut_in_the_table_only():

@@ -118,22 +118,12 @@ def progress_bar(key: str, progress: Progress | None, words: str | None) -> Tag:
     return tags.span(tags.progress(**attrs_), " ", tags.span(text(words), **{"data-progress-words": key}), class_="bar")
 
 
-def size(n: int | None) -> str:
-    """Bytes as a person reads them: 1.0 MB, 3.2 GB; "-" when not known."""
-    if n is None:
-        return DASH
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def download_words(progress: Progress | None) -> str | None:
     if progress is None:
         return None
-    rate = f" at {size(int(progress.rate_bps))}/s" if progress.rate_bps else ""
+    rate = f" at {render.size(int(progress.rate_bps))}/s" if progress.rate_bps else ""
     # Also progress.json's words, which the page's script sets as they come: escaped here, not by page().
-    return f"{render.said(progress.file_name)}: {size(progress.bytes_done)} of {size(progress.bytes_total)}{rate}"
+    return f"{render.said(progress.file_name)}: {render.size(progress.bytes_done)} of {render.size(progress.bytes_total)}{rate}"
 
 
 def in_progress(replica: ReplicaView) -> bool:
@@ -291,17 +281,17 @@ def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], 
         ("nvidia driver", node.nvidia_driver),
         ("certificate expires", when(node.certificate_not_after)),
         ("weights held", DASH if node.weights is None else f"{len(node.weights.files)} file(s), "
-         f"{size(sum(f.size_bytes or 0 for f in node.weights.files))}"),
+         f"{render.size(sum(f.size_bytes or 0 for f in node.weights.files))}"),
     ]
     gpus = table(("gpu", "name", "uuid", "memory used", "memory total", "busy"), [
-        tags.tr(cell("gpu", g.index), cell("name", g.name), cell("uuid", g.uuid), cell("memory used", render.gb(g.memory_used_bytes)),
-                cell("memory total", render.gb(g.memory_total_bytes)),
+        tags.tr(cell("gpu", g.index), cell("name", g.name), cell("uuid", g.uuid), cell("memory used", render.size(g.memory_used_bytes)),
+                cell("memory total", render.size(g.memory_total_bytes)),
                 cell("busy", None if g.utilization_pct is None else f"{g.utilization_pct}%"))
         for g in (node.gpus or [])[:max_rows]], "none" if node.gpus is not None else DASH)
     disks = table(("mount", "type", "shared", "free", "total", "weights dirs"), [
         tags.tr(cell("mount", f.mountpoint), cell("type", f.fstype),
                 cell("shared", DASH if f.shared is None else ("yes" if f.shared else "no")),
-                cell("free", render.gb(f.free_bytes)), cell("total", render.gb(f.total_bytes)),
+                cell("free", render.size(f.free_bytes)), cell("total", render.size(f.total_bytes)),
                 cell("weights dirs", ", ".join(f.weights_dirs) or DASH))
         for f in (node.filesystems or [])[:max_rows]], "none" if node.filesystems is not None else DASH)
     engines = table(("engine", "version", "state", "reason"), [

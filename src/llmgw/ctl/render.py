@@ -27,13 +27,23 @@ def said(value: Any) -> str:
     return DASH if value is None else printable(str(value))
 
 
-def gb(n: int | float | None) -> str:
+def size(n: int | float | None) -> str:
+    """Bytes as a person reads them, in the unit that suits: ``253 MB``, ``1.5 GB``, ``640 GB``; ``-`` when not known.
+
+    The one size formatter of ctl, the dashboard and the admin page: a
+    tenth below 100 of a unit, whole from there.
+    """
     if n is None:
         return DASH
-    value = n / 1e9
-    if value >= 1000:
-        return f"{value / 1000:.1f} TB"
-    return f"{value:.1f} GB" if value < 100 else f"{value:.0f} GB"
+    for unit, scale in _UNITS:
+        value = n / scale
+        figure = f"{value:.1f}" if abs(value) < 100 and unit != "B" else f"{value:.0f}"
+        if abs(float(figure)) < 1000:  # 999.97 MB is "1.0 GB", not "1000 MB"
+            return f"{figure} {unit}"
+    return f"{n / 1e12:.0f} TB"
+
+
+_UNITS = (("B", 1), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))  # past 999 TB: whole TB
 
 
 def ago(seconds: float | None) -> str:
@@ -66,8 +76,8 @@ def memory(node: NodeView | NodeBrief) -> str:
     if total is None:
         return DASH
     if available is None:
-        return gb(total)
-    return f"{gb(available)} free / {gb(total)}"
+        return size(total)
+    return f"{size(available)} free / {size(total)}"
 
 
 def gpus(node: NodeView | NodeBrief) -> str:
@@ -83,11 +93,11 @@ def gpus(node: NodeView | NodeBrief) -> str:
     kinds = ", ".join(f"{n}x {name}" for name, n in names.items())
     if summary.memory_used_bytes is None or summary.memory_total_bytes is None:
         return kinds
-    return f"{kinds} ({gb(summary.memory_used_bytes)} / {gb(summary.memory_total_bytes)} used)"
+    return f"{kinds} ({size(summary.memory_used_bytes)} / {size(summary.memory_total_bytes)} used)"
 
 
 def _space(space: Space | None) -> str | None:
-    return None if space is None else f"{gb(space.free_bytes)} free / {gb(space.total_bytes)}"
+    return None if space is None else f"{size(space.free_bytes)} free / {size(space.total_bytes)}"
 
 
 def disk(node: NodeView | NodeBrief) -> str:
@@ -328,7 +338,7 @@ def weights_text(answer: WeightsAnswer) -> str:
     lines = []
     for node, files in sorted(answer.unwanted.items()):
         for f in files:
-            lines.append(f"{said(node)}  {gb(f.size_bytes)}  {said(f.path)}")
+            lines.append(f"{said(node)}  {size(f.size_bytes)}  {said(f.path)}")
     if not lines:
         lines.append("no node holds weights llmgw fetched that the catalog no longer wants")
     elif answer.collected is None:

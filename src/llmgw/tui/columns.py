@@ -129,9 +129,7 @@ def node_cells(node: NodeView, seen_ago_s: float | None) -> tuple:
 def rate(bps: float | None) -> str:
     if bps is None:
         return DASH
-    if bps >= 1e9:
-        return f"{bps / 1e9:.1f} GB/s"
-    return f"{bps / 1e6:.0f} MB/s"
+    return f"{render.size(bps)}/s"
 
 
 def progress(p: Progress, width: int = BAR_WIDTH) -> Text:
@@ -144,9 +142,9 @@ def progress(p: Progress, width: int = BAR_WIDTH) -> Text:
         filled = round(fraction * width)
         text.append("━" * filled, style="bold cyan")
         text.append("━" * (width - filled), style="grey37")
-        text.append(f" {fraction * 100:3.0f}% {render.gb(done)} / {render.gb(total)}")
+        text.append(f" {fraction * 100:3.0f}% {render.size(done)} / {render.size(total)}")
     else:
-        text.append(f"{render.gb(done)} so far")
+        text.append(f"{render.size(done)} so far")
     if p.rate_bps is not None:
         text.append(f" {rate(p.rate_bps)}")
     return text

@@ -79,13 +79,13 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
     for card in node.gpus or []:
         utilisation = card.utilization_pct
         _line(text, "", f"  {card.index}  {_value(card.name)}  "
-                        f"{render.gb(card.memory_used_bytes)} / {render.gb(card.memory_total_bytes)} used  "
+                        f"{render.size(card.memory_used_bytes)} / {render.size(card.memory_total_bytes)} used  "
                         f"{DASH if utilisation is None else f'{utilisation}%'} busy")
     _line(text, "disk", render.disk(node))
     for fs in node.filesystems or []:
         shared = " shared" if fs.shared else ""
         _line(text, "", f"  {said(fs.mountpoint)}  {_value(fs.fstype)}{shared}  "
-                        f"{render.gb(fs.free_bytes)} free / {render.gb(fs.total_bytes)}  "
+                        f"{render.size(fs.free_bytes)} free / {render.size(fs.total_bytes)}  "
                         f"weights: {', '.join(map(said, fs.weights_dirs)) or DASH}")
     adapters = node.infiniband
     if adapters is None:
