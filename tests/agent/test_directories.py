@@ -118,11 +118,13 @@ def test_under_systemd_a_read_only_directory_names_the_units_readwritepaths(tmp_
     made, used, described, second = json.loads(done.stdout)
     user = directories.user()
     assert made == (f"weights dir {target} does not exist and the agent cannot make it: its systemd unit may write "
-                    f"only where ReadWritePaths= says; make the directory (install -d -o {user} -m 0750 {target}) "
-                    f"and add it there (`systemctl edit llmgw-agent`: [Service] ReadWritePaths={target}; "
-                    "docs/operations.rst 'What the units allow')")
-    assert used.startswith(f"weights dir {existing} cannot be written: its systemd unit may write only where "
-                           "ReadWritePaths= says")
+                    f"only where ReadWritePaths= says; make the directory (install -d -o {user} -m 0750 {target}), "
+                    f"add it there (`systemctl edit llmgw-agent`: [Service] ReadWritePaths={target}) unless the unit "
+                    "names it already, and restart the agent (docs/operations.rst 'What the units allow')")
+    assert used == (f"weights dir {existing} cannot be written: its systemd unit may write only where "
+                    f"ReadWritePaths= says; add it there (`systemctl edit llmgw-agent`: [Service] "
+                    f"ReadWritePaths={existing}) unless the unit names it already, and restart the agent "
+                    "(docs/operations.rst 'What the units allow')")
     # Discovery says the same, without making anything; a read-only directory the agent only reads is fine:
     # only the first weights dir is fetched into.
     assert described == [made]

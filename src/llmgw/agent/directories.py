@@ -105,7 +105,7 @@ def problem(path: str | os.PathLike[str], what: str, *, writes: bool) -> str | N
         return (f"the agent (user {user()}) may not read {what} {path}: let it "
                 f"({_quoted('chown', '-R', user(), path)}), or name another in agent.yaml")
     if writes and _read_only(path):
-        return _read_only_sentence(f"{what} {path} cannot be written", path)
+        return _read_only_sentence(f"{what} {path} cannot be written", path, exists=True)
     if writes and not os.access(path, os.W_OK | os.X_OK):
         return (f"the agent (user {user()}) may not write to {what} {path}: let it "
                 f"({_quoted('chown', user(), path)}), or name another in agent.yaml")
@@ -122,7 +122,7 @@ def _read_only(path: str) -> bool:
 def _cannot_make(path: str, what: str, parent: str, code: int | None) -> str:
     said = f"{what} {path} does not exist and the agent cannot make it"
     if code == errno.EROFS:
-        return _read_only_sentence(said, path)
+        return _read_only_sentence(said, path, exists=False)
     if code in (errno.EACCES, errno.EPERM):
         return (f"{said}: user {user()} may not write to {parent}; make it for the agent "
                 f"({_quoted('install', '-d', '-o', user(), '-m', '0750', path)}), or name another in agent.yaml")
@@ -131,11 +131,13 @@ def _cannot_make(path: str, what: str, parent: str, code: int | None) -> str:
     return f"{said}: {os.strerror(code).lower() if code else 'unknown error'}"
 
 
-def _read_only_sentence(said: str, path: str) -> str:
+def _read_only_sentence(said: str, path: str, *, exists: bool) -> str:
     if under_systemd():
-        return (f"{said}: its systemd unit may write only where ReadWritePaths= says; make the directory "
-                f"({_quoted('install', '-d', '-o', user(), '-m', '0750', path)}) and add it there "
-                f"(`systemctl edit {UNIT}`: [Service] ReadWritePaths={_unit_path(path)}; {UNITS_DOC})")
+        # systemd binds ReadWritePaths= when the unit starts: only a directory there then, and a restart.
+        make = "" if exists else f"make the directory ({_quoted('install', '-d', '-o', user(), '-m', '0750', path)}), "
+        return (f"{said}: its systemd unit may write only where ReadWritePaths= says; {make}add it there "
+                f"(`systemctl edit {UNIT}`: [Service] ReadWritePaths={_unit_path(path)}) unless the unit names it "
+                f"already, and restart the agent ({UNITS_DOC})")
     return f"{said}: the filesystem is read-only; name a directory on a writable one in agent.yaml"
 
 
