@@ -147,3 +147,16 @@ def test_check_refuses_a_prefix_another_user_could_swap_before_its_python_is_run
     finally:
         hub.close()
     assert not ran.exists()
+
+
+def test_remove_removes_nothing_through_a_directory_another_user_could_swap(tmp_path):
+    target = victim(tmp_path)
+    (target / "node.key").write_text("root's key\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "etc").symlink_to(target)  # what another user would do with a directory of theirs
+    os.chown(home, OTHER, OTHER)
+    with pytest.raises(nodeside.Declined, match=f"{home} belongs to uid {OTHER}"):
+        nodeside.remove({"prefix": str(tmp_path / "opt"), "config_dir": str(home / "etc"),
+                         "state_dir": str(tmp_path / "state"), "unit_dir": str(tmp_path / "units"), "owner": AGENT})
+    assert (target / "node.key").exists() and untouched(target)

@@ -1,17 +1,13 @@
 """What `llmgw ctl onboard` runs on the node, sent over ssh: the standard library only, one request per run.
 
-The operator's side (:mod:`llmgw.ctl.onboard`) pipes this file to the node's
-Python, followed by one JSON line (the request) and the bytes it names (the
-wheels it carries).  It answers one JSON line on stdout.  A refusal exits
-with :data:`REFUSED` and one sentence on stderr; anything else that fails
-exits otherwise, its stderr shown to the operator as it is.  Every request
-either does what it says or takes back what it did, and its answer lists
-what it changed (``changed``), so a re-run that changes nothing says so.
-
-Before llmgw is installed this runs under the node's own Python; the
-request that makes the key (``csr``) runs under the venv's, which has
-``cryptography`` — so the key is made on the node and only the request
-leaves it.
+The operator's side (:mod:`llmgw.ctl.onboard`) pipes this file to the node's Python, followed by one
+JSON line (the request) and the bytes it names (the wheels it carries).  It answers one JSON line on
+stdout.  A refusal exits with :data:`REFUSED` and one sentence on stderr; anything else that fails exits
+otherwise, its stderr shown to the operator as it is.  Every request either does what it says or takes
+back what it did, and its answer lists what it changed (``changed``), so a re-run that changes nothing
+says so.  Before llmgw is installed this runs under the node's own Python; the request that makes the
+key (``csr``) runs under the venv's, which has ``cryptography`` — so the key is made on the node and
+only the request leaves it.  Running as root, it acts only through paths :func:`_trusted` holds.
 """
 
 from __future__ import annotations
@@ -351,7 +347,9 @@ def start(request: dict) -> dict:
 
 def remove(request: dict) -> dict:
     """Stop and remove the agent: its unit, its venv, the files onboarding wrote; the state directory stays."""
-    changed = []
+    agent, changed = (_uid_of(request.get("owner") or "") or (None,))[0], []
+    for key in ("unit_dir", "state_dir", "prefix", "config_dir"):  # nothing removed through another user's link
+        _trusted(request[key], agent if key == "state_dir" else None)
     unit_path = os.path.join(request["unit_dir"], UNIT)
     if os.path.exists(unit_path):
         _systemctl("stop", UNIT, check=False)
