@@ -118,12 +118,8 @@ def progress_bar(key: str, progress: Progress | None, words: str | None) -> Tag:
     return tags.span(tags.progress(**attrs_), " ", tags.span(text(words), **{"data-progress-words": key}), class_="bar")
 
 
-def download_words(progress: Progress | None) -> str | None:
-    if progress is None:
-        return None
-    rate = f" at {render.size(int(progress.rate_bps))}/s" if progress.rate_bps else ""
-    # Also progress.json's words, which the page's script sets as they come: escaped here, not by page().
-    return f"{render.said(progress.file_name)}: {render.size(progress.bytes_done)} of {render.size(progress.bytes_total)}{rate}"
+#: Also progress.json's words, which the page's script sets as they come: escaped by ``said``, not by page().
+download_words = render.download_words
 
 
 def in_progress(replica: ReplicaView) -> bool:
@@ -314,16 +310,17 @@ def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], 
             [tags.a(verb, href=url(base, "confirm", node=node.id, action=verb), class_="button")
              for verb in VERBS if verb != ("cordon" if node.cordoned else "uncordon")],
             class_="actions")),
-        tags.section(tags.h2("Replicas"), table(
-            ("replica", "model", "state", "nodes", "endpoint", "age", "stale", "reason"),
-            [replica_row(base, r) for r in mine[:max_rows]], "none here")),
-        logs,
+        # What the node is, then what runs on it, then its log: a log is as long as it likes.
         tags.section(tags.h2("Reported"), facts(rows)),
         tags.section(tags.h2("GPUs"), gpus),
         tags.section(tags.h2("Filesystems"), disks),
         tags.section(tags.h2("Engines"), engines),
         tags.section(tags.h2("InfiniBand"), ib),
         tags.section(tags.h2("Labels"), labels),
+        tags.section(tags.h2("Replicas"), table(
+            ("replica", "model", "state", "nodes", "endpoint", "age", "stale", "reason"),
+            [replica_row(base, r) for r in mine[:max_rows]], "none here")),
+        logs,
     ]
     return page(base, f"Node {node.id}", operator, body, scripts=True)
 
@@ -377,6 +374,11 @@ def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int)
     tails = [tags.section(tags.h3(f"last lines of {s.shard} on {text(s.node)}"),
                           tags.pre("\n".join(render.log_lines(s.output_tail)), class_="log"))
              for s in r.shards if s.state == ShardState.FAILED and s.output_tail]
+    leader = next((s for s in sorted(r.shards, key=lambda s: s.rank or 0) if s.node), None)
+    waiting = render.not_started(r, leader.shard if leader else None)
+    if waiting is not None:
+        # Its node has no log for it yet; the download is above.
+        logs = tags.section(tags.h2(f"Log: {text(leader.shard)}"), tags.p(waiting, class_="waiting"))
     body = [tags.section(tags.h2("Replica"), facts(rows)), tags.section(tags.h2("Ranks"), shards), tails, logs]
     return page(base, f"Replica {r.replica}", operator, body, scripts=True)
 

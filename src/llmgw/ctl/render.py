@@ -14,7 +14,7 @@ import datetime
 import time
 from typing import Any
 
-from llmgw.records import EngineInfo
+from llmgw.records import EngineInfo, Progress
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.text import printable
 from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReplicaView, Space, WeightsAnswer
@@ -44,6 +44,34 @@ def size(n: int | float | None) -> str:
 
 
 _UNITS = (("B", 1), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))  # past 999 TB: whole TB
+
+
+def download_words(progress: Progress | None) -> str | None:
+    """A download as words: ``model.safetensors: 120 MB of 253 MB at 5.0 MB/s``; None when there is none."""
+    if progress is None:
+        return None
+    rate = f" at {size(progress.rate_bps)}/s" if progress.rate_bps else ""
+    return f"{said(progress.file_name)}: {size(progress.bytes_done)} of {size(progress.bytes_total)}{rate}"
+
+
+def not_started(replica: ReplicaView | None, shard_id: str | None) -> str | None:
+    """What *replica*'s shard *shard_id* does instead of writing a log (fetching, waiting); None once it has started.
+
+    Its node has no log for it yet: the dashboard and the admin page show
+    this instead of asking it (which would only be refused, every poll).
+    """
+    if replica is None or shard_id is None:
+        return None
+    shard = next((s for s in replica.shards if s.shard == shard_id), None)
+    if shard is None or (shard.state not in (ShardState.FETCHING, None) and shard.started is not False):
+        return None
+    if shard.started is False:
+        doing = said(shard.waiting or "waiting to be started")
+    else:
+        doing = "fetching its weights"
+        if replica.progress is not None:
+            doing += ": " + download_words(replica.progress)
+    return f"{said(shard_id)} has not started, so it has no log yet: {doing}"
 
 
 def ago(seconds: float | None) -> str:

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
-from llmgw.ctl.render import log_lines, new_lines_start, said
+from llmgw.ctl.render import log_lines, new_lines_start, not_started, said
 from llmgw.tui.backend import LogsUnavailable
 from llmgw.views import ReplicaView
 
@@ -37,6 +37,8 @@ class LogTarget:
     source: str | None = None
     #: What the pane's title says it follows ("echo/0 on node01").
     what: str = ""
+    #: The replica whose shard this is: asked for only once the shard has started.
+    replica: str | None = None
 
     @property
     def source_name(self) -> str:
@@ -48,7 +50,7 @@ def replica_log_target(replica: ReplicaView) -> LogTarget | None:
     if not replica.shards or replica.shards[0].node is None:
         return None
     first = replica.shards[0]
-    return LogTarget(first.node, first.shard, replica.replica)
+    return LogTarget(first.node, first.shard, replica.replica, replica.replica)
 
 
 class LogPane(Vertical):
@@ -109,8 +111,14 @@ class LogPane(Vertical):
         return self.is_attached and self.screen.is_current and all(node.display for node in self.ancestors_with_self)
 
     def poll(self) -> None:
-        if self.target is not None and self.visible():
-            self._fetch(self.target)
+        if self.target is None or not self.visible():
+            return
+        waiting = not_started(self.app.store.replicas.get(self.target.replica or ""), self.target.source)
+        self.set_class(waiting is not None, "-waiting")
+        if waiting is not None:
+            self._set_status(waiting)
+            return
+        self._fetch(self.target)
 
     @work(exclusive=True, group="log-fetch")
     async def _fetch(self, target: LogTarget) -> None:
