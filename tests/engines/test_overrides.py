@@ -83,3 +83,23 @@ def test_a_simulator_given_an_abbreviated_port_after_its_own_exits_and_serves_no
                           env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     assert done.returncode == 2 and "unrecognized arguments: --por 1" in done.stderr
     assert "serving" not in done.stdout
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("args", [["--config", "/etc/x.yaml"], ["--config=/etc/x.yaml"], ["--conf", "/etc/x.yaml"]],
+                         ids=["apart", "joined", "prefix"])
+def test_a_config_file_which_could_set_what_llmgw_sets_is_refused(engine, args):
+    # Both put the file's options under the command line's, so llmgw's own still win; but the file
+    # may set anything llmgw does not write (--uds, --api-key, ...), past every check of the args.
+    (problem,) = validate_profile(engine, args, 1, 1, "/m")
+    spelled = args[0].partition("=")[0]
+    assert problem.startswith(f"{engine} profiles may not set {spelled}: ")
+    assert "reads options from that file" in problem and "put the options in the profile's args instead" in problem
+    if spelled == "--conf":
+        assert f"{engine} may read it as --config" in problem
+
+
+def test_llama_cpp_has_no_config_file_and_its_presets_are_refused():
+    assert validate_profile("llama.cpp", ["--config", "/etc/x.ini"], 0, 1, "/m.gguf") == []  # it exits naming it
+    (problem,) = validate_profile("llama.cpp", ["--models-preset", "/etc/x.ini"], 0, 1, "/m.gguf")
+    assert "may not set --models-preset" in problem

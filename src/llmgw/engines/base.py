@@ -122,6 +122,9 @@ class EngineAdapter:
     name: str = ""
     # Options llmgw sets itself; a profile that sets them is refused.
     reserved_args: tuple[str, ...] = ()
+    # Options that read more options from a file (vLLM's and SGLang's --config):
+    # the file could set what llmgw sets, past every check of a profile's args.
+    option_files: tuple[str, ...] = ()
     spelling: Spelling = Spelling()
 
     # The ways this engine's ranks meet across nodes; the first is the default.
@@ -145,6 +148,14 @@ class EngineAdapter:
                 problems.append(
                     f"{self.name} profiles may not set {spelled}: {self.name} {reads} {' or '.join(options)}, "
                     "which llmgw sets for each shard"
+                )
+            for name in self.spelling.options(arg, self.option_files):
+                spelled = arg.partition("=")[0]
+                reads = "" if spelled == name else f" {self.name} may read it as {name}, and"
+                problems.append(
+                    f"{self.name} profiles may not set {spelled}:{reads} {self.name} reads options from that "
+                    "file, where llmgw cannot check them and they could set what llmgw sets for each shard "
+                    "(the model, host, port); put the options in the profile's args instead"
                 )
         return problems
 

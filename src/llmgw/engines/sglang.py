@@ -60,6 +60,8 @@ class SGLang(EngineAdapter):
         "--served-model-name",
         "--nnodes", "--node-rank", "--dist-init-addr",
     )  # fmt: skip
+    # As vLLM's: a --config YAML's options go under the command line's (ConfigArgumentMerger).
+    option_files = ("--config",)
     spelling = SPELLING
     launchers = ("native",)
 

@@ -107,6 +107,9 @@ class VLLM(EngineAdapter):
     # with gpus:.
     # --uds: a Unix socket instead of the host and port llmgw gives it.
     reserved_args = ("--model", "--host", "--port", "--served-model-name", "--uds")
+    # vLLM puts a --config file's options before the command line's, so llmgw's win,
+    # but the file can set any option llmgw does not write (--uds, --api-key, --ssl-*).
+    option_files = ("--config",)
     spelling = SPELLING
     launchers = ("native", "ray")
 
