@@ -160,3 +160,16 @@ def test_remove_removes_nothing_through_a_directory_another_user_could_swap(tmp_
         nodeside.remove({"prefix": str(tmp_path / "opt"), "config_dir": str(home / "etc"),
                          "state_dir": str(tmp_path / "state"), "unit_dir": str(tmp_path / "units"), "owner": AGENT})
     assert (target / "node.key").exists() and untouched(target)
+
+
+def test_remove_takes_a_venv_root_linked_elsewhere_and_its_link(tmp_path):
+    # Before, shutil.rmtree refused the link with a Python traceback for the operator.
+    venv = tmp_path / "srv" / "llmgw"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "twistd").write_text("#!/bin/sh\n")
+    (tmp_path / "opt").symlink_to(venv)
+    request = {"prefix": str(tmp_path / "opt"), "config_dir": str(tmp_path / "etc"), "state_dir": str(tmp_path / "state"),
+               "unit_dir": str(tmp_path / "units"), "owner": AGENT}
+    assert nodeside.remove(request) == {"changed": [str(tmp_path / "opt")]}
+    assert not venv.exists() and not os.path.lexists(tmp_path / "opt") and (tmp_path / "srv").is_dir()

@@ -361,7 +361,9 @@ def remove(request: dict) -> dict:
     # an agent taken away leaves none.
     changed.extend(stop_engines(request["state_dir"]))
     if _is_llmgw_venv(request["prefix"]):
-        shutil.rmtree(request["prefix"])
+        shutil.rmtree(_trusted(request["prefix"], None))  # a link root made: the venv it points at, then the link
+        if os.path.islink(request["prefix"]):
+            os.unlink(request["prefix"])
         changed.append(request["prefix"])
     for name in CONFIG_FILES:
         path = os.path.join(request["config_dir"], name)
