@@ -16,7 +16,9 @@ import sys
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
+from autobahn.wamp.types import CallOptions
 from twisted.internet import reactor
+from twisted.logger import LogLevel
 
 from llmgw.agent.service import Agent, AgentSession
 from llmgw.config import load_agent_config
@@ -58,7 +60,7 @@ async def node01(pki, tmp_path):
 async def refusal(hub: Hub, verb: str, *args, **kwargs) -> ApplicationError:
     """What the control plane hears calling *verb* on node01 with *args* and *kwargs*: it must be an ERROR."""
     with pytest.raises(ApplicationError) as refused:
-        await hub.control.call(uris.node_uri("node01", verb), *args, **kwargs)
+        await hub.control.call(uris.node_uri("node01", verb), *args, options=CallOptions(timeout=10_000), **kwargs)
     return refused.value
 
 
@@ -113,3 +115,31 @@ async def test_a_node_that_fails_answering_says_so_in_one_sentence_and_keeps_the
         assert (failed.error, failed.args, failed.kwargs) == (uris.ERROR_RUNTIME, (FAULT,), {})
     tracebacks = [line for line in logged.lines() if "Traceback" in line]
     assert "IsADirectoryError" in tracebacks[0] and "KeyError" in tracebacks[1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_log_line_no_utf_8_encodes_reaches_the_operator_replaced(node01):
+    hub, agent = node01
+    agent.log_buffer({"log_format": "skipped {path}", "path": "/weights/caf\udce9.gguf", "log_level": LogLevel.warn})
+    answer = await hub.control.call(uris.node_uri("node01", uris.NODE_LOGS), "agent", 1)
+    [line] = answer["lines"]
+    assert line.endswith("[warn] skipped /weights/caf?.gguf")
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_answer_the_link_cannot_carry_is_said_so_in_llmgw_s_words(node01, monkeypatch):
+    hub, agent = node01
+    for n in range(1800):  # 18 MB of the agent's own log: more than a link message may be
+        agent.log_buffer({"log_format": "{n} {text}", "n": n, "text": "x" * 10_000, "log_level": LogLevel.info})
+    too_big = await refusal(hub, uris.NODE_LOGS, "agent", 10_000)
+    assert (too_big.error, too_big.args) == (uris.ERROR_LIMIT, (
+        "node01's agent could not send its answer to this call: it is larger than the 16 MiB a link message may be; "
+        "ask for less; its log has the details",))
+    # An answer holding what no UTF-8 encodes (a stand-in for a status naming an undecodable file).
+    monkeypatch.setattr(agent.supervisor, "drain", lambda shard_id: {"reason": "no such file /w/caf\udce9"})
+    monkeypatch.setattr("llmgw.agent.service.to_wire", lambda value: value)
+    unsendable = await refusal(hub, uris.NODE_DRAIN_SHARD, "s/0/0")
+    assert (unsendable.error, unsendable.args) == (uris.ERROR_RUNTIME, (
+        "node01's agent could not send its answer to this call: it holds text the link cannot carry (not UTF-8); "
+        "its log has the details",))
+    assert await hub.control.call(uris.node_uri("node01", uris.NODE_CORDON), False) is False  # the session goes on

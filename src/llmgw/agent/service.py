@@ -309,6 +309,7 @@ class AgentSession(ApplicationSession):
         answers.worded_errors(self, fault=(
             f"{agent.node_id}'s agent failed while answering this call (its fault, not the caller's); "
             f"its log has the details: `llmgw ctl logs {agent.node_id}`"))
+        answers.worded_unsendable(self, f"{agent.node_id}'s agent")
 
     def onConnect(self):
         self.join(self.config.realm, authid=self.agent.node_id)
@@ -440,6 +441,8 @@ class AgentSession(ApplicationSession):
                 raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
         else:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, "source is a name from the node's sources")
+        # A line may hold what no UTF-8 encodes (a file name read with surrogate escapes): shown replaced.
+        lines = [line.encode("utf-8", "replace").decode("utf-8") if not line.isascii() else line for line in lines]
         return {"node": self.agent.node_id, "source": source, "sources": sources, "lines": lines}
 
     def collect_weights(self, paths):

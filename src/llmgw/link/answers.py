@@ -172,6 +172,50 @@ def worded_errors(app_session, fault: str = SERVER_FAULT):
     return app_session
 
 
+# autobahn's callee words an answer it made but could not send in Python's (the answer's repr and the
+# serializer's exception), under URIs autobahn's caller raises as exceptions that are no ApplicationError:
+# the error llmgw answers instead, and what it means.
+_UNSENDABLE = {
+    ApplicationError.INVALID_PAYLOAD: (uris.ERROR_RUNTIME, "it holds text the link cannot carry (not UTF-8)"),
+    ApplicationError.PAYLOAD_SIZE_EXCEEDED: (uris.ERROR_LIMIT,
+                                             "it is larger than the 16 MiB a link message may be; ask for less"),
+}
+
+
+class _WordedTransport:
+    """A callee's transport: an ERROR saying its answer could not be sent goes in llmgw's words; all else as it is."""
+
+    def __init__(self, transport, who: str):
+        self._transport = transport
+        self._who = who
+
+    def send(self, msg) -> None:
+        if (isinstance(msg, message.Error) and msg.request_type == message.Invocation.MESSAGE_TYPE
+                and msg.error in _UNSENDABLE):
+            error, why = _UNSENDABLE[msg.error]
+            msg = message.Error(msg.request_type, msg.request, error, args=[
+                f"{self._who} could not send its answer to this call: {why}; its log has the details"])
+        self._transport.send(msg)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+def worded_unsendable(app_session, who: str):
+    """*app_session*, a callee over the link, telling its caller in words when its answer could not be sent.
+
+    *who* names the callee ("node01's agent").  What the serializer or the
+    link refused is logged by autobahn where the callee runs.
+    """
+    opened = app_session.onOpen
+
+    def onOpen(transport):
+        return opened(_WordedTransport(transport, who))
+
+    app_session.onOpen = onOpen
+    return app_session
+
+
 def local_refusal(app_session, registration: int, procedure: str, args, kwargs) -> str | None:
     """Why the in-process *app_session*'s handler of *registration* cannot take *args* and *kwargs*; None when it can."""
     held = getattr(app_session, "_registrations", {}).get(registration)
