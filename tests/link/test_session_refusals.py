@@ -3,24 +3,33 @@
 Before, a certificate the cluster CA signed but refused for its dates, its
 revocation, its purpose or its subject completed its handshake and got
 ABORT at HELLO, and no figure counted it; nor a HELLO for another realm, nor
-one claiming another certificate's name.  Now each is counted once, under a
-label from llmgw's fixed set (``link.metrics.LIMITS``), never a peer's text.
+one claiming another certificate's name; nor a connection refused by a TLS
+alert (a certificate from elsewhere, a forgery, none at all).  Now each is
+counted once, under a label from llmgw's fixed set (``link.metrics.LIMITS``),
+never a peer's text.
 """
 
 from __future__ import annotations
 
 import datetime
+import socket
 
+import pytest
 import pytest_twisted
+from autobahn.twisted.wamp import ApplicationSession
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import CollectorRegistry
+from twisted.internet import defer, endpoints, reactor, ssl
 
 from llmgw import pki
+from llmgw.errors import HubUnreachable
 from llmgw.link import uris
+from llmgw.link.client import _factory, connect_once
 from llmgw.link.metrics import LIMITS, LinkCollector
 from llmgw.tlsfiles import TLSFiles
 from tests.link.test_tls_revocation import ca, ca_signed, files, start_hub  # noqa: F401  (fixtures)
 from tests.link.wire import ABORT, HELLO, wire_peer
+from tests.support.wait import until
 
 DAY = datetime.timedelta(days=1)
 ROLES = {"caller": {}}
@@ -64,4 +73,42 @@ async def test_each_session_refused_at_hello_is_counted_by_its_kind(ca):
     finally:
         for session in list(hub.sessions.values()):
             session.drop()
+        await hub.port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_each_connection_refused_by_a_tls_alert_is_counted_by_its_kind(ca, other_pki):
+    hub = await start_hub(ca)
+    registry = CollectorRegistry()
+    registry.register(LinkCollector(hub, {}, hub.tls))
+
+    def count(kind: str) -> float:
+        return registry.get_sample_value("llmgw_link_refusals_total", {"limit": kind})
+
+    try:
+        with socket.create_connection(("127.0.0.1", hub.address.port)):
+            pass  # a TCP probe: no TLS client, no refusal
+        stranger = TLSFiles(str(ca / "ca.crt"), str(other_pki / "node01.crt"), str(other_pki / "node01.key"))
+        cases = [
+            ("tls_certificate", stranger),
+            ("tls_certificate", signed(ca, "node11", forged=True)),
+            ("tls_no_certificate", None),
+        ]
+        for kind, tls in cases:
+            before = {k: count(k) for k in LIMITS}
+            if tls is not None:
+                with pytest.raises(HubUnreachable):
+                    await connect_once(reactor, hub.address, tls, timeout=5)
+            else:
+                options = ssl.optionsForClientTLS("127.0.0.1",
+                                                  trustRoot=ssl.Certificate.loadPEM((ca / "ca.crt").read_bytes()))
+                lost = defer.Deferred()
+                factory = _factory(hub.address, ApplicationSession)
+                factory.on_lost = lambda reason: lost.called or lost.callback(None)
+                tcp = endpoints.TCP4ClientEndpoint(reactor, "127.0.0.1", hub.address.port)
+                await endpoints.wrapClientTLS(options, tcp).connect(factory)
+                await lost
+            await until(lambda: count(kind) == before[kind] + 1, f"the hub to count a {kind} refusal")
+            assert {k: count(k) for k in LIMITS} == {**before, kind: before[kind] + 1}  # that one, once: not the probe
+    finally:
         await hub.port.stopListening()

@@ -4,37 +4,42 @@ when the server's own certificates expire."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator, Mapping
 
 from cryptography import x509
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-# Every limit Hub.refusals counts, so each series exists (at 0) before its first refusal: llmgw's
-# names, never a peer's text.  The certificate_* and the HELLO's own (no_such_realm, authid_mismatch)
-# are sessions refused at HELLO, after a handshake that completed.
+# Every limit Hub.refusals and HubTLS.refusals count, so each series exists (at 0) before its first
+# refusal: llmgw's names, never a peer's text.  The certificate_* and the HELLO's own (no_such_realm,
+# authid_mismatch) are sessions refused at HELLO, after a handshake that completed; the tls_* (and a
+# revoked certificate OpenSSL could not judge) connections refused by a TLS alert.
 LIMITS = ("hello_timeout", "duplicate_node", "subscriptions", "message_depth", "invalid_uri",
           "not_authorized", "protocol_violation",
           "certificate_expired", "certificate_not_yet_valid", "certificate_revoked", "certificate_purpose",
-          "certificate_subject", "no_certificate", "no_such_realm", "authid_mismatch")
+          "certificate_subject", "no_certificate", "no_such_realm", "authid_mismatch",
+          "tls_certificate", "tls_no_certificate", "tls_handshake")
 # A certificate chain file is a few kB; one far larger is not one.
 MAX_CERTIFICATE_BYTES = 1 << 20
 
 
 class LinkCollector(Collector):
-    """Reads the hub's counters and each listener's ``ConnectionBudget`` on every collect."""
+    """Reads the hub's counters, its TLS's (*tls*, a ``HubTLS``) and each listener's ``ConnectionBudget`` on every collect."""
 
-    def __init__(self, hub, listeners: Mapping[str, object]):
+    def __init__(self, hub, listeners: Mapping[str, object], tls=None):
         self._hub = hub
         self._listeners = listeners
+        self._tls = tls
 
     def collect(self) -> Iterator[Metric]:
         refusals = CounterMetricFamily(
             "llmgw_link_refusals", "Messages, sessions and connections the hub refused or ended, by link limit",
             labels=["limit"],
         )
-        for limit in sorted(set(LIMITS) | set(self._hub.refusals)):
-            refusals.add_metric([limit], self._hub.refusals.get(limit, 0))
+        counted = self._hub.refusals + (self._tls.refusals if self._tls is not None else Counter())
+        for limit in sorted(set(LIMITS) | set(counted)):
+            refusals.add_metric([limit], counted.get(limit, 0))
         yield refusals
         duplicates = CounterMetricFamily(
             "llmgw_link_duplicate_sessions_refused",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -137,6 +138,7 @@ class HubTLS:
     def __init__(self, options: Callable[[], ssl.CertificateOptions], revocations: RevocationList):
         self._make_options = options
         self._live: weakref.WeakKeyDictionary[object, LivePeer] = weakref.WeakKeyDictionary()
+        self.refusals: Counter[str] = Counter()  # connections refused by a TLS alert, by kind (metrics.LIMITS)
         self._use(revocations)
 
     def _use(self, revocations: RevocationList) -> None:
@@ -301,10 +303,14 @@ class _Handshake:
             return printable(str(peer)) if peer is not None else "an unknown address"
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def _refuse(self, why: str, alert: bool = True) -> None:
+    def _refuse(self, why: str, kind: str | None) -> None:
+        """Log *why* once; refused by an alert when *kind* (its count's label) is given, else told at HELLO."""
         if self._refused:
             return
         self._refused = True
+        alert = kind is not None
+        if alert:
+            self._hub.refusals[kind] += 1
         sentence = f"refused the link connection from {self._address()}: {why}"
         log.warn("{sentence}", sentence=sentence)
         protocol = self._protocol()
@@ -332,13 +338,13 @@ class _Handshake:
                     self._told = self._told or (f"certificate {subject}: {reason}", errno)
                     return True
                 where = "" if depth == 0 else f" (its chain, at depth {depth})"
-                self._refuse(f"certificate {subject}{where}: {reason}")
+                self._refuse(f"certificate {subject}{where}: {reason}", "tls_certificate")
                 return False
             if depth != 0 or self._told is not None:
                 return True
             if revocation is not None:
                 # OpenSSL checks the list too; this is for a list it could not apply.
-                self._refuse(f"certificate {subject}: {revocation.reason}")
+                self._refuse(f"certificate {subject}: {revocation.reason}", "certificate_revoked")
                 return False
             protocol = self._protocol()
             if protocol is not None:
@@ -355,7 +361,7 @@ class _Handshake:
             protocol = self._protocol()
             if self._told is not None and not self._refused and protocol is not None:
                 why, errno = self._told
-                self._refuse(why, alert=False)
+                self._refuse(why, None)  # counted when its HELLO is answered
                 _refused_sessions[protocol] = SessionRefusal(_KINDS[errno], f"{why}; {_TOLD_IN_ABORT[errno]}")
             return
         if not where & SSL.SSL_CB_ALERT or ret >> 8 != _FATAL or self._refused:
@@ -371,8 +377,10 @@ class _Handshake:
             return
         try:
             alert = _ALERTS.get(ret & 0xFF, f"TLS alert {ret & 0xFF}")
+            kind = "tls_handshake"
             if where & SSL.SSL_CB_WRITE:
                 if ret & 0xFF == 116 or (ret & 0xFF == 40 and conn.get_peer_certificate() is None):
+                    kind = "tls_no_certificate"
                     why = ("it sent no client certificate; a node, an operator and a router each need one "
                            "from `llmgw pki issue`")
                 else:
@@ -381,7 +389,7 @@ class _Handshake:
                 why = f"the peer ended the handshake ({alert})"
                 if ret & 0xFF in (42, 45, 46, 48):
                     why += ": it does not accept the hub's certificate; check that its ca.crt is this cluster's"
-            self._refuse(why)
+            self._refuse(why, kind)
         except Exception:
             log.failure("while logging a refused link connection")
 

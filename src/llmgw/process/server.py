@@ -79,7 +79,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         listeners["api"] = ConnectionBudget(budgets.api, "listen.api (what the open-files limit leaves after link.max_connections)")
         top.must_listen("listen.api", router, listeners["api"])
         reload_listeners.append(router_listener(router, config.listen.api))
-    registry.register(LinkCollector(hub, listeners))
+    registry.register(LinkCollector(hub, listeners, hub_tls))
     registry.register(CertificateCollector({"server": config.tls.cert, "ca": config.tls.ca}))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.handshaking = lambda: len(link_budget.pending)
