@@ -416,8 +416,8 @@ def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S) -> list[str]:
 
 def _engine_group(path: str) -> int | None:
     """The process group a shard record names, when it is the agent's engine and still runs; else None."""
-    try:
-        with open(path, "rb") as f:
+    try:  # the agent's user writes these: a link is not followed, a FIFO not waited on
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
             record = json.loads(f.read(MAX_RECORD_BYTES + 1)[:MAX_RECORD_BYTES])
     except (OSError, ValueError):
         return None
