@@ -88,3 +88,31 @@ def test_a_request_with_neither_wheels_nor_an_index_installs_nothing(tmp_path):
     with pytest.raises(nodeinstall.InstallRefused, match="carries no wheels and names no index"):
         nodeinstall.install({"prefix": str(tmp_path / "opt"), "requirements": "", "wheels": []}, stdin=io.BytesIO())
     assert not (tmp_path / "opt").exists()
+
+
+def index_of(house: wheelhouse.Wheelhouse, where: Path) -> str:
+    """A simple package index (PEP 503, a page per project) on file:// serving the wheelhouse's files."""
+    for wheel in house.wheels:
+        (where / wheel.project).mkdir(parents=True, exist_ok=True)
+        (where / wheel.project / wheel.name).write_bytes(wheel.path.read_bytes())
+        (where / wheel.project / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    return where.as_uri() + "/"
+
+
+def test_from_an_index_the_operator_names_the_same_hashes_hold(house, tmp_path):
+    url = index_of(house, tmp_path / "index")
+    prefix = tmp_path / "opt" / "llmgw"
+    request, payload = wheelhouse.install_request(house, url)
+    assert payload == []
+    assert nodeinstall.install({"prefix": str(prefix), **request}, stdin=io.BytesIO())["created"]
+    assert nodeinstall.facts(str(prefix))["installed_set"] == house.requirements_sha256
+    # The index serves a different file under the same name: pip refuses it, and nothing is installed.
+    victim = next(w for w in house.wheels if w.project == "attrs")
+    served = tmp_path / "index" / "attrs" / victim.name
+    data = bytearray(served.read_bytes())
+    data[-40] ^= 0x01
+    served.write_bytes(bytes(data))
+    again = tmp_path / "opt2" / "llmgw"
+    with pytest.raises(nodeinstall.InstallRefused, match=f"^pip refused {victim.name}: its sha256 is not the one"):
+        nodeinstall.install({"prefix": str(again), **request}, stdin=io.BytesIO())
+    assert not (tmp_path / "opt2").exists() or not list((tmp_path / "opt2").iterdir())

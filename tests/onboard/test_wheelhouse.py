@@ -89,7 +89,7 @@ def test_a_plain_wheel_directory_is_pinned_by_the_sha256_computed_before_it_is_s
     digest = hashlib.sha256(dep.read_bytes()).hexdigest()
     assert f"zope-interface==8.7 --hash=sha256:{digest}\n" in house.requirements
     assert house.requirements == wheelhouse.read(tmp_path, "0.1.0").requirements  # the same files, the same text
-    with pytest.raises(Refusal, match=r"has no llmgw-0\.2\.0-\*\.whl, the server's version; make the wheelhouse"):
+    with pytest.raises(Refusal, match=r"has no llmgw-0\.2\.0-\*\.whl, the server's version; make a wheelhouse with `llmgw ctl wheelhouse NEWDIR`"):
         wheelhouse.read(tmp_path, "0.2.0")
     fake_wheel(tmp_path, "zope_interface", "8.8", "py3-none-any")
     with pytest.raises(Refusal, match="has wheels of more than one version of zope-interface and no requirements.txt"):
@@ -219,3 +219,31 @@ def test_an_llmgw_neither_installed_nor_in_a_source_tree_is_refused(tmp_path):
     (tmp_path / "llmgw").mkdir()
     with pytest.raises(Refusal, match="is neither an installed distribution nor a source tree"):
         selfwheel.running(str(tmp_path / "llmgw" / "__init__.py"))
+
+
+def test_a_ctl_of_another_version_than_the_servers_is_refused_before_any_node_unless_given_wheels():
+    import llmgw
+
+    wheelhouse.same_version(llmgw.__version__)
+    with pytest.raises(Refusal) as refused:
+        wheelhouse.same_version("9.9.9")
+    assert str(refused.value).startswith(f"this ctl runs llmgw {llmgw.__version__} and the server 9.9.9; onboarding "
+                                         "installs on the node the llmgw that runs here")
+    assert "--wheels DIR" in str(refused.value)
+
+
+def test_with_an_index_the_node_is_sent_the_hashes_and_no_wheel(tmp_path):
+    fake_wheel(tmp_path, "llmgw", "0.1.0")
+    house = wheelhouse.read(tmp_path, "0.1.0")
+    request, payload = wheelhouse.install_request(house, "https://wheels.example/simple")
+    assert request == {"requirements": house.requirements, "index_url": "https://wheels.example/simple", "wheels": []}
+    assert payload == []
+    request, payload = wheelhouse.install_request(house, None)
+    assert request["wheels"] == [house.wheels[0].sent()] and payload == [house.wheels[0].path]
+
+
+@pytest.mark.parametrize("url", ["pypi.org/simple", "-oProxyCommand=x", "https://a b/", "https://x/\n", "ftp://x/", ""])
+def test_an_index_url_pip_could_read_as_more_or_as_no_url_is_refused(url):
+    with pytest.raises(Refusal, match="--index-url .*: give the URL of a package index serving this wheelhouse"):
+        wheelhouse.index_url(url)
+    assert wheelhouse.index_url("file:///srv/wheels/simple") == "file:///srv/wheels/simple"

@@ -180,8 +180,8 @@ def read(directory: str | Path, version: str) -> Wheelhouse:
     directory = Path(directory)
     wheels = [_hashed(p) for p in sorted(directory.glob("*.whl"))]
     if not any(w.project == "llmgw" and w.version == version for w in wheels):
-        raise Refusal(f"{directory} has no llmgw-{version}-*.whl, the server's version; make the wheelhouse with "
-                      f"`llmgw ctl wheelhouse {directory}` from an llmgw {version}")
+        raise Refusal(f"{directory} has no llmgw-{version}-*.whl, the server's version; make a wheelhouse with "
+                      f"`llmgw ctl wheelhouse NEWDIR` from an llmgw {version}, and give --wheels NEWDIR")
     listed = directory / REQUIREMENTS
     if not listed.exists():
         versions = {}
@@ -195,8 +195,8 @@ def read(directory: str | Path, version: str) -> Wheelhouse:
     text = listed.read_text(encoding="utf-8")
     pinned = _pinned(listed, text)
     if ("llmgw", version) not in pinned:
-        raise Refusal(f"{listed} does not pin llmgw=={version}, the server's version; make the wheelhouse again "
-                      f"with `llmgw ctl wheelhouse {directory}` from an llmgw {version}")
+        raise Refusal(f"{listed} does not pin llmgw=={version}, the server's version; make a wheelhouse with "
+                      f"`llmgw ctl wheelhouse NEWDIR` from an llmgw {version}, and give --wheels NEWDIR")
     carried = []
     for (name, pin), hashes in sorted(pinned.items()):
         mine = [w for w in wheels if w.project == name and w.version == pin]
@@ -204,10 +204,10 @@ def read(directory: str | Path, version: str) -> Wheelhouse:
             if wheel.sha256 not in hashes:
                 raise Refusal(f"{wheel.path} has sha256 {wheel.sha256}, which {listed} does not give "
                               f"{name}=={pin}: it changed after the wheelhouse was made, so nothing was sent; "
-                              f"make the wheelhouse again (llmgw ctl wheelhouse DIR)")
+                              "make the wheelhouse again (llmgw ctl wheelhouse NEWDIR)")
         if not mine:
             raise Refusal(f"{listed} pins {name}=={pin}, and {directory} has no wheel of it; add it, or make the "
-                          "wheelhouse again (llmgw ctl wheelhouse DIR)")
+                          "wheelhouse again (llmgw ctl wheelhouse NEWDIR)")
         carried += mine
     return Wheelhouse(directory, tuple(carried), text, version)
 
@@ -298,6 +298,40 @@ def assemble(into: Path, tags: NodeTags, source: selfwheel.Running | None = None
             shutil.copy(own, into / own.name)
     wheels = [_hashed(p) for p in sorted(into.glob("*.whl"))]
     (into / REQUIREMENTS).write_text(requirements_text(wheels))
+
+
+# -- onboarding's install step --
+
+def same_version(server_version: str) -> None:
+    """A Refusal, before any node is reached, when the llmgw here is not the server's: it is what a node would get."""
+    here = selfwheel.running().version
+    if here != server_version:
+        raise Refusal(f"this ctl runs llmgw {here} and the server {server_version}; onboarding installs on the node "
+                      f"the llmgw that runs here, so run it from an llmgw {server_version}, or give --wheels DIR, a "
+                      f"wheelhouse of llmgw {server_version} (llmgw ctl wheelhouse DIR)")
+
+
+def index_url(text: str) -> str:
+    """*text* when it is an index's URL pip can be given (http, https or file, no space or control character)."""
+    if re.fullmatch(r"(https?|file)://[^\s\x00-\x1f\x7f]+", text):
+        return text
+    raise Refusal(f"--index-url {printable(repr(text[:300]))}: give the URL of a package index serving this "
+                  "wheelhouse's very files (https://…/simple, or file:///…)")
+
+
+def install_request(house: Wheelhouse, index_url: str | None) -> tuple[dict, list[Path]]:
+    """nodeside's install request for *house* and the files it carries: none where the node asks *index_url*."""
+    carried = [] if index_url else list(house.wheels)
+    return ({"requirements": house.requirements, "index_url": index_url, "wheels": [w.sent() for w in carried]},
+            [w.path for w in carried])
+
+
+def described(house: Wheelhouse, index_url: str | None, kept: bool) -> str:
+    """Where the install came from, for the step's line."""
+    if index_url:
+        return f"from {printable(index_url)}, each of {len(house.wheels)} files held to its sha256 by pip"
+    whose = f"from {house.directory}" if kept else "assembled here"
+    return f"from {len(house.wheels)} wheels {whose}, carried over, each sha256 checked"
 
 
 # -- llmgw ctl wheelhouse DIR --
