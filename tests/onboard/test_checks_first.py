@@ -72,3 +72,13 @@ def test_onboarding_a_name_whose_certificate_is_not_a_nodes_is_refused_before_th
         assert "is the server certificate of llmgw-server, not a node's" in out.stdout, out.stdout
         assert "left the node as it was" in out.stdout, out.stdout
         left_nothing(host)
+
+
+def test_a_label_the_agent_would_refuse_is_refused_before_any_node_is_reached(fleet, nodes):
+    # Before, onboarding wrote it into agent.yaml, started the unit, and the agent refused to start.
+    host = nodes.add("edge1")
+    out = onboard(fleet, nodes, host, "--label", "rack= r1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the agent would refuse the agent.yaml onboarding writes for edge1 (labels.rack: ' r1'" in out.stderr, out.stderr
+    assert "change --label" in out.stderr and "edge1: check" not in out.stdout, out.stdout + out.stderr
+    left_nothing(host)

@@ -7,6 +7,7 @@ systemd's own parser (``systemd-analyze verify``) where the machine has it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -276,3 +277,22 @@ def test_a_name_the_link_would_refuse_is_refused_by_the_command_line_before_the_
         assert out.returncode == 2, (argv, out.stdout, out.stderr)
         assert "--name:" in out.stderr or "node:" in out.stderr, (argv, out.stderr)
     assert not (tmp_path / "ssh-ran").exists()
+
+
+@pytest.mark.parametrize("flag,value,key", [
+    ("label", ("rack", " r1"), "labels.rack"), ("label", ("rack", "r\x1b[2J"), "labels.rack"),
+    ("label", ("rack", "x" * 300), "labels.rack"), ("label", ("bad key", "x"), "labels.'bad key'"),
+    ("fabric", ("mlx5_0", "ib 0"), "fabrics.mlx5_0"), ("fabric", ("not an adapter", "ib0"), "fabrics"),
+])
+def test_an_agent_yaml_the_agent_would_refuse_is_refused_by_onboarding_first(flag, value, key):
+    import argparse
+
+    from llmgw.ctl.layout import check_agent_yaml
+
+    args = argparse.Namespace(node_hub="wss://hub.example.org:7443/", label=[], fabric=[], weights_dir=[])
+    getattr(args, flag).append(value)
+    with pytest.raises(Refusal, match=rf"the agent would refuse the agent.yaml onboarding writes for gpu05 \({re.escape(key)}"
+                                      rf".*change --{flag}$"):
+        check_agent_yaml(args, "gpu05", Layout())
+    getattr(args, flag).clear()
+    check_agent_yaml(args, "gpu05", Layout())

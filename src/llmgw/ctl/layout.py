@@ -152,3 +152,33 @@ def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:
     if layout.state_dir is not None:
         lines.append(f"state_dir: {json.dumps(layout.state_dir)}")
     return "\n".join(lines) + "\n"
+
+
+# Which of onboarding's flags each key of the agent.yaml it writes comes from.
+_FLAG_OF = {"hub": "--node-hub", "labels": "--label", "fabrics": "--fabric", "weights_dirs": "--weights-dir",
+            "state_dir": "--state-dir", "node_id": "--name"}
+
+
+def check_agent_yaml(args, node_id: str, layout: Layout) -> None:
+    """Refuse, before any node is reached, an agent.yaml the agent would refuse to start with: the agent's own rules.
+
+    The file is read as the agent reads it (:func:`llmgw.config.agent.load_agent_config`),
+    with stand-ins for the TLS files, which are made on the node later.
+    """
+    import tempfile
+
+    from llmgw.config.agent import load_agent_config
+    from llmgw.errors import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="llmgw-onboard-") as here:
+        for name in ("ca.crt", "node.crt", "node.key"):
+            Path(here, name).touch()
+        path = os.path.join(here, "agent.yaml")
+        Path(path).write_text(agent_yaml(args, node_id, f"{node_id}-host", attrs.evolve(layout, config_dir=here)))
+        try:
+            load_agent_config(path)
+        except ConfigError as e:
+            said = re.sub(rf"\A{re.escape(path)}:\d+: ", "", str(e))
+            flag = _FLAG_OF.get(said.split(".", 1)[0].split(":", 1)[0], "the flags")
+            raise Refusal(f"the agent would refuse the agent.yaml onboarding writes for {node_id} ({said}); "
+                          f"change {flag}") from None

@@ -30,7 +30,7 @@ import attrs
 
 from llmgw import __version__
 from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STATE_DIR, UNIT_USER, Layout, unit_path,
-                              agent_yaml, unit_text, unit_user)
+                              agent_yaml, check_agent_yaml, unit_text, unit_user)
 from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
@@ -326,6 +326,8 @@ async def cmd_onboard(session, args) -> int:
         raise Refusal(f"{len(args.name)} --name for {len(args.hosts)} hosts: give one --name per host, in the "
                       "hosts' order, or none (each node is then its short host name)")
     layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user).checked()
+    for name in args.name or ["node"]:  # as the agent will read it, before any node is changed
+        check_agent_yaml(args, name, layout.for_node(name))
     # Computed once, here, before any is sent: each node checks what it receives against these.
     args.wheel_files = _wheels(args.wheels, server["version"]) if args.wheels else []
     reactor.suggestThreadPoolSize(max(10, args.parallel))
