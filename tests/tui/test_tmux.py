@@ -34,10 +34,10 @@ class Tmux:
         assert out.returncode == 0, f"tmux {' '.join(args)}: {out.stderr}"
         return out.stdout
 
-    def start(self, command: list[str], env: dict[str, str]) -> None:
+    def start(self, command: list[str], env: dict[str, str], size: tuple[int, int] = (80, 24)) -> None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("PYTHONPATH", "HOME", "PATH"))
         # The shell stays a while after the program, so what it printed last can be read.
-        self("new-session", "-d", "-s", "tui", "-x", "80", "-y", "24",
+        self("new-session", "-d", "-s", "tui", "-x", str(size[0]), "-y", str(size[1]),
              f"cd {shlex.quote(str(ROOT))} && env {exports} {shlex.join(command)}; "
              'echo "exited with $?"; sleep 120')
         self.started = True
@@ -56,6 +56,9 @@ class Tmux:
             subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
 
 
+LAUNCHES = 4
+
+
 @pytest.fixture
 def tmux():
     t = Tmux()
@@ -67,10 +70,7 @@ def test_llmgw_tui_in_tmux_shows_the_fleet_answers_keys_and_quits(cluster, tmux)
     cluster.start_server()
     cluster.start_agent("node01")
     cluster.wait_node("node01", "ready")
-    pki = cluster.pki
-    command = [sys.executable, "-m", "llmgw.tui", "--hub", cluster.hub, "--ca", str(pki / "ca.crt"),
-               "--cert", str(pki / "alice.crt"), "--key", str(pki / "alice.key")]
-    tmux.start(command, environment(HOME=os.environ.get("HOME", "/root")))
+    tmux.start(tui_command(cluster), environment(HOME=os.environ.get("HOME", "/root")))
 
     screen = tmux.wait_screen(lambda s: "node01" in s and "ready" in s and "Nodes 1/1 ready" in s, "node01 ready")
     lines = screen.splitlines()
@@ -88,3 +88,31 @@ def test_llmgw_tui_in_tmux_shows_the_fleet_answers_keys_and_quits(cluster, tmux)
     tmux("send-keys", "-t", "tui", "q")
     screen = tmux.wait_screen(lambda s: "exited with" in s, "llmgw-tui to exit after q")
     assert "exited with 0" in screen
+
+
+def tui_command(cluster) -> list[str]:
+    pki = cluster.pki
+    return [sys.executable, "-m", "llmgw.tui", "--hub", cluster.hub, "--ca", str(pki / "ca.crt"),
+            "--cert", str(pki / "alice.crt"), "--key", str(pki / "alice.key")]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_the_first_screen_shows_the_node_row_as_soon_as_the_fleet_is_loaded(cluster, size):
+    """Launched afresh several times: once the tab line says the node is ready, its row is on screen, every time.
+
+    The table's horizontal scrollbar, which appears once its columns are
+    measured, used to take the only row's line until the next event.
+    """
+    cluster.start_server()
+    cluster.start_agent("node01")
+    cluster.wait_node("node01", "ready")
+    for launch in range(LAUNCHES):
+        tmux = Tmux()
+        try:
+            tmux.start(tui_command(cluster), environment(HOME=os.environ.get("HOME", "/root")), size)
+            # Waits for the data only; the row is then looked for once.
+            screen = tmux.wait_screen(lambda s: "Nodes 1/1 ready" in s, "the tab line to count node01 ready")
+            rows = [line for line in screen.splitlines()[1:] if line.lstrip().startswith("node01")]
+            assert rows and "ready" in rows[0], f"launch {launch + 1}: no node01 row under the tab line:\n{screen}"
+        finally:
+            tmux.kill()

@@ -23,7 +23,7 @@ from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
 from llmgw.tui.nodes import NodesPane
 from llmgw.tui.replicas import ReplicasPane
 from llmgw.tui.store import FleetStore
-from llmgw.tui.table import TablePane
+from llmgw.tui.table import FleetTable, TablePane
 
 PANES = ("nodes", "replicas", "logs")
 
@@ -98,13 +98,18 @@ class FleetScreen(FleetView, Screen):
     def on_resize(self) -> None:
         self.call_after_refresh(self._size_tables)
 
+    @on(FleetTable.ScrollbarsChanged)
+    def _scrollbars_changed(self) -> None:
+        self._size_tables()
+
     def _size_tables(self) -> None:
         """Each table as tall as its rows (and header) where both fit; else share the room."""
         panes = [self.query_one(NodesPane), self.query_one(ReplicasPane)]
         room = self.query_one("#panes").size.height - sum(p.filter_input.display for p in panes)
         if room <= 0:
             return
-        needs = [p.table.row_count + 1 + p.table.scrollbar_size_horizontal for p in panes]
+        needs = [p.table.row_count + 1 + (p.table.styles.scrollbar_size_horizontal
+                                          if p.table.needs_horizontal_scrollbar() else 0) for p in panes]
         if sum(needs) > room:
             small = min(range(2), key=lambda i: needs[i])
             needs[small] = min(needs[small], room // 2)

@@ -119,7 +119,31 @@ class FleetTable(DataTable):
             return None
         return row_key.value
 
+    def needs_horizontal_scrollbar(self) -> bool:
+        """Whether its columns are wider than it is: its rows measured now, not when the app is next idle."""
+        self._measure()
+        return self.show_horizontal_scrollbar or self.virtual_size.width > self.container_size.width
+
+    class ScrollbarsChanged(Message):
+        """A scrollbar came or went: the screen gives the table the room it takes (``FleetScreen._size_tables``)."""
+
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        self.post_message(self.ScrollbarsChanged())
+
     # -- changing --
+
+    def _measure(self) -> None:
+        """Measure the rows added since the last time, as DataTable does when the app is idle.
+
+        A screen that sizes the table by its rows must know its width before
+        the first draw, not after: the scrollbar that comes with the measure
+        took the one row's line until the next event.
+        """
+        if self._require_update_dimensions:
+            self._require_update_dimensions = False
+            new_rows = self._new_rows.copy()
+            self._new_rows.clear()
+            self._update_dimensions(new_rows)
 
     def apply(self, changes: Mapping[str, tuple | None]) -> None:
         """Change, add (with a tuple) or remove (with None) these rows."""
