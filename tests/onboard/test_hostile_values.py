@@ -17,7 +17,6 @@ import pytest
 
 from llmgw.ctl import nodeside
 from llmgw.ctl.layout import Layout, unit_path, unit_text, unit_user
-from llmgw.ctl.onboard import _wheels
 from llmgw.ctl.ssh import REFUSED, Refusal, Ssh, StepFailed, _find_python, _with_python, ssh_target
 from tests.support.cluster import environment
 from tests.support.net import free_port
@@ -210,13 +209,16 @@ def test_what_the_node_advises_is_shell_quoted_as_it_could_be_pasted(tmp_path):
     assert shlex.split(advice) == ["useradd", "--system", "--home-dir", str(odd), "no_such_user_llmgw"]
 
 
-def test_the_wheels_advice_is_shell_quoted_as_it_could_be_pasted(tmp_path):
+def test_the_wheels_advice_names_the_command_that_makes_a_wheelhouse_and_no_package_index(tmp_path):
+    from llmgw.ctl import wheelhouse
+
     odd = tmp_path / "my wheels $(x)"
     odd.mkdir()
     with pytest.raises(Refusal) as refused:
-        _wheels(str(odd), "1.2.3")
-    advice = str(refused.value).split("; add it (", 1)[1][:-1]
-    assert shlex.split(advice) == ["pip", "wheel", "--wheel-dir", str(odd), "llmgw==1.2.3"]
+        wheelhouse.read(odd, "1.2.3")
+    assert str(refused.value).endswith("make a wheelhouse with `llmgw ctl wheelhouse NEWDIR` from an llmgw 1.2.3, "
+                                       "and give --wheels NEWDIR")
+    assert "pip wheel" not in str(refused.value)
 
 
 # -- over a real ssh, to a real sshd on 127.0.0.1 --

@@ -12,7 +12,6 @@ only the request leaves it.  Running as root, it acts only through paths :func:`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -25,10 +24,14 @@ import sys
 import tempfile
 import time
 
+try:  # on a node, ssh.py's program made it this module: llmgw is not installed there yet
+    import llmgw_nodeinstall as nodeinstall
+except ImportError:
+    from llmgw.ctl import nodeinstall
+
 REFUSED = 3
 # Checked before anything is installed: a venv with llmgw's dependencies is about 150 MB.
 MIN_FREE_MB = 500
-PIP_TIMEOUT_S = 900
 SYSTEMCTL_TIMEOUT_S = 60
 HUB_TIMEOUT_S = 5.0
 UNIT = "llmgw-agent.service"
@@ -50,7 +53,7 @@ def main() -> int:
     request = json.loads(sys.stdin.buffer.readline())
     try:
         answer = OPS[request["op"]](request)
-    except Declined as e:
+    except (Declined, nodeinstall.InstallRefused) as e:
         print(str(e), file=sys.stderr)
         return REFUSED
     sys.stdout.write(json.dumps(answer) + "\n")
@@ -102,6 +105,7 @@ def check(request: dict) -> dict:
         "installed": _installed_version(prefix),
         "certificate": _read_text(os.path.join(request["config_dir"], "node.crt")),
         "has_key": os.path.lexists(os.path.join(request["config_dir"], "node.key")),
+        **nodeinstall.facts(prefix),  # the tags of the wheelhouse it installs from, and what its venv came from
     }
 
 
@@ -154,58 +158,7 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-# -- install: the wheels checked, then a venv with llmgw at the server's version --
-
-def install(request: dict) -> dict:
-    prefix, requirement = request["prefix"], request["requirement"]
-    wheels = request.get("wheels") or []
-    stage = None
-    created = not os.path.exists(prefix)
-    # The first directory of the prefix that is not there yet: removed whole if the install fails.
-    made = prefix
-    while not os.path.exists(os.path.dirname(made)):
-        made = os.path.dirname(made)
-    try:
-        if wheels:
-            stage = tempfile.mkdtemp(prefix=".llmgw-wheels-", dir=_existing_parent(os.path.dirname(prefix) or "/"))
-            _receive(wheels, stage)
-        if created:
-            _run([sys.executable, "-m", "venv", prefix], "creating the venv", PIP_TIMEOUT_S)
-        pip = [os.path.join(prefix, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        if stage is not None:
-            pip += ["--no-index", "--find-links", stage]
-        _run([*pip, requirement], f"pip install {requirement}", PIP_TIMEOUT_S)
-    except BaseException:
-        if created and os.path.exists(made):
-            shutil.rmtree(made, ignore_errors=True)
-        raise
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-    return {"changed": [prefix], "created": created}
-
-
-def _receive(wheels: list[dict], stage: str) -> None:
-    """Each wheel from stdin into *stage*, refused whole if any differs from the sha256 the operator computed."""
-    for wheel in wheels:
-        name = os.path.basename(wheel["name"])
-        if not name.endswith(".whl") or name != wheel["name"]:
-            raise Declined(f"{wheel['name']!r} is not a wheel's file name")
-        digest = hashlib.sha256()
-        left = int(wheel["size"])
-        with open(os.path.join(stage, name), "wb") as f:
-            while left:
-                chunk = sys.stdin.buffer.read(min(left, 1 << 20))
-                if not chunk:
-                    raise Declined(f"the connection ended {left} bytes short of {name}; run onboarding again")
-                digest.update(chunk)
-                f.write(chunk)
-                left -= len(chunk)
-        if digest.hexdigest() != wheel["sha256"]:
-            raise Declined(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} computed "
-                          "before it was sent; nothing was installed. Run onboarding again; if it recurs, "
-                          "something between here and the node changes what it carries")
-
+# -- install: nodeinstall.install, exactly the wheelhouse's files, each sha256 checked --
 
 def _run(argv: list[str], what: str, timeout: float) -> None:
     try:
@@ -493,7 +446,7 @@ def _systemctl(*args: str, check: bool = True) -> int:
     return out.returncode
 
 
-OPS = {"check": check, "install": install, "csr": csr, "write": write, "start": start, "remove": remove}
+OPS = {"check": check, "install": nodeinstall.install, "csr": csr, "write": write, "start": start, "remove": remove}
 
 if __name__ == "__main__":
     sys.exit(main())

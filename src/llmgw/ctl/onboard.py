@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
-import shlex
 import sys
 import time
-from pathlib import Path
 
 import attrs
 
 from llmgw import __version__
+from llmgw.ctl import wheelhouse
 from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STATE_DIR, UNIT_USER, Layout, unit_path,
                               agent_yaml, check_agent_yaml, unit_text, unit_user)
 from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
@@ -104,7 +102,8 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
             # The paths depend on the id, only now known: check them again, and read what is there.
             answer = await _in_thread(ssh.run, "check", {**layout.for_node(node_id).request(),
                                                          **_hub_parts(args.node_hub)})
-        return f"Python {answer['python']}, llmgw {answer['installed'] or 'not installed'}", answer
+        return (f"Python {answer['python']} ({answer['python_version']}, {answer['platform']}, "
+                f"{answer['libc'] or 'libc unknown'}), llmgw {answer['installed'] or 'not installed'}"), answer
 
     found = await run.step("check", check)
     node_id = run.node_id
@@ -130,15 +129,15 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     await run.step("name", name)
 
     async def install():
-        if found["installed"] == server["version"]:
-            return f"llmgw {server['version']} is there already", False
-        wheels = args.wheel_files
-        request = {**layout.request(), "requirement": f"llmgw=={server['version']}",
-                   "wheels": [w for w, _ in wheels]}
-        answer = await _in_thread(ssh.run, "install", request, payload=[path for _, path in wheels])
+        # Exactly the operator's llmgw and pins: a kept wheelhouse (--wheels), else one assembled for the node's tags.
+        house = args.wheel_house or await _in_thread(wheelhouse.assembled, wheelhouse.node_tags(found, run.target))
+        if found["installed_set"] == house.requirements_sha256:
+            return f"llmgw {server['version']} is there already, from these very wheels", False
+        request, payload = wheelhouse.install_request(house, args.index_url)
+        answer = await _in_thread(ssh.run, "install", {**layout.request(), **request}, payload=payload)
         run.changed.extend(answer["changed"])
-        source = f"{len(wheels)} wheels carried over, each sha256 checked" if wheels else "the node's package index"
-        return f"llmgw {server['version']} into {layout.prefix} from {source}", True
+        source = wheelhouse.described(house, args.index_url, kept=args.wheel_house is not None)
+        return f"llmgw {server['version']} into {layout.prefix} {source}", True
 
     installed = await run.step("install", install)
     python = os.path.join(layout.prefix, "bin", "python")
@@ -287,22 +286,6 @@ def _same_key(cert_pem: str, request_pem: str) -> bool:
         return False
 
 
-def _wheels(directory: str, version: str) -> list[tuple[dict, Path]]:
-    """Every wheel in *directory* with its size and sha256, computed here before any is sent."""
-    paths = sorted(Path(directory).glob("*.whl"))
-    if not any(p.name.startswith(f"llmgw-{version}-") for p in paths):
-        raise Refusal(f"{directory} has no llmgw-{version}-*.whl, the server's version; add it "
-                      f"({shlex.join(['pip', 'wheel', '--wheel-dir', directory, f'llmgw=={version}'])})")
-    found = []
-    for path in paths:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        found.append(({"name": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}, path))
-    return found
-
-
 # -- many nodes --
 
 async def cmd_onboard(session, args) -> int:
@@ -328,8 +311,10 @@ async def cmd_onboard(session, args) -> int:
     layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user).checked()
     for name in args.name or ["node"]:  # as the agent will read it, before any node is changed
         check_agent_yaml(args, name, layout.for_node(name))
-    # Computed once, here, before any is sent: each node checks what it receives against these.
-    args.wheel_files = _wheels(args.wheels, server["version"]) if args.wheels else []
+    # Read and checked once, here, before any is sent: each node checks what it receives against these.
+    args.wheel_house = wheelhouse.read(args.wheels, server["version"]) if args.wheels else None
+    if args.wheel_house is None:
+        wheelhouse.same_version(server["version"])
     reactor.suggestThreadPoolSize(max(10, args.parallel))
     gate = defer.DeferredSemaphore(args.parallel)
     names = args.name or [None] * len(args.hosts)
@@ -433,8 +418,12 @@ def add_parsers(sub, run) -> None:
     onboard.add_argument("--user", default=UNIT_USER, type=_checked(unit_user),
                          help=f"the user the agent runs as (default {UNIT_USER})")
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
-    onboard.add_argument("--wheels", metavar="DIR", help="carry DIR's wheels over (an air-gapped node) instead of "
-                         "installing from the node's package index")
+    onboard.add_argument("--wheels", metavar="DIR", help="install from the wheelhouse in DIR (`llmgw ctl wheelhouse "
+                         "DIR`), each file checked against its requirements.txt (default: one assembled here from "
+                         "the llmgw this runs, for the node's Python)")
+    onboard.add_argument("--index-url", type=_checked(wheelhouse.index_url), metavar="URL",
+                         help="the node installs from this package index instead of wheels carried over; the "
+                         "wheelhouse's sha256s still hold, so it must serve those very files")
     onboard.add_argument("--unit", metavar="FILE", help=f"the agent's systemd unit to fill in and install (default: the {UNIT_NAME} llmgw ships, "
                          "as contrib/ has it)")
     onboard.add_argument("--parallel", type=_parallel, default=1, metavar="N", help="onboard N hosts at a time (default 1)")
@@ -446,3 +435,4 @@ def add_parsers(sub, run) -> None:
     from llmgw.ctl.offboard import add_parser as add_offboard
 
     add_offboard(sub, run)
+    wheelhouse.add_parser(sub)

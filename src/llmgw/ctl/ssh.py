@@ -34,6 +34,8 @@ SSH_STEP_TIMEOUT_S = 1200
 MAX_ANSWER_BYTES = 1 << 20
 MAX_STDERR_BYTES = 64 << 10
 NODESIDE = Path(__file__).with_name("nodeside.py")
+# nodeside's install half (the standard library only too), sent with it as the module llmgw_nodeinstall.
+NODEINSTALL = Path(__file__).with_name("nodeinstall.py")
 REFUSED = 3  # nodeside's exit status for a refusal
 # Read by the node's Python from stdin: nodeside's length, nodeside, then the request.
 _BOOT = ('import sys; n = int(sys.stdin.buffer.readline()); '
@@ -55,7 +57,9 @@ _TARGET = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9_:][A-Za-
 # What each of nodeside's answers holds; anything else is refused, not trusted.
 _MAYBE_STR = (str, type(None))
 ANSWERS = {
-    "check": {"hostname": str, "python": str, "installed": _MAYBE_STR, "certificate": _MAYBE_STR, "has_key": bool},
+    "check": {"hostname": str, "python": str, "installed": _MAYBE_STR, "certificate": _MAYBE_STR, "has_key": bool,
+              "python_version": str, "implementation": str, "soabi": str, "platform": str, "libc": str,
+              "installed_set": _MAYBE_STR},
     "install": {"changed": list}, "csr": {"request": str, "changed": list}, "write": {"changed": list},
     "start": {"changed": list}, "remove": {"changed": list},
 }
@@ -123,7 +127,7 @@ class Ssh:
         def failed(status: int, stderr: str) -> StepFailed:
             return StepFailed(shlex.join(argv), status, stderr, fed)
 
-        data = NODESIDE.read_bytes()
+        data = node_program()
         stdin = b"%d\n" % len(data) + data + json.dumps({**request, "op": op}).encode() + b"\n"
         stdin += b"".join(path.read_bytes() for path in payload)
         try:
@@ -156,6 +160,14 @@ class Ssh:
                                  f"what llmgw's nodeside answers; is something else answering on the node?")
         # Only what was checked goes on, its text escaped: onboarding prints it ("check: Python …", "wrote …").
         return {key: _shown(answer.get(key)) for key in ANSWERS[op]}
+
+
+def node_program() -> bytes:
+    """What the node's Python runs: nodeinstall made the module ``llmgw_nodeinstall``, then nodeside as ``__main__``."""
+    return ("import sys, types\n"
+            "_m = sys.modules['llmgw_nodeinstall'] = types.ModuleType('llmgw_nodeinstall')\n"
+            f"exec(compile({NODEINSTALL.read_text()!r}, 'llmgw-nodeinstall', 'exec'), _m.__dict__)\n"
+            f"exec(compile({NODESIDE.read_text()!r}, 'llmgw-nodeside', 'exec'), {{'__name__': '__main__'}})\n").encode()
 
 
 def _bounded_run(argv: list[str], stdin: bytes, timeout: float) -> tuple[int, bytes | None, bytes]:
