@@ -226,3 +226,25 @@ async def test_a_relayed_503_cut_short_closes_the_client_connection(make_router)
         assert router.metrics.upstream_errors == [(MODEL, endpoint.id, "unavailable"), (MODEL, endpoint.id, "reset")]
     finally:
         await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_engines_software_and_version_do_not_reach_the_client(make_router):
+    # vLLM answers through uvicorn, which names itself; llmgw's own listeners name
+    # no software (docs/security.rst), and neither does what it relays.
+    body = b'{"usage": {"prompt_tokens": 1, "completion_tokens": 2}}'
+    for head in (b"HTTP/1.1 200 OK\r\nServer: uvicorn\r\nX-Powered-By: Express 4.1\r\nContent-Length: %d\r\n",
+                 b"HTTP/1.1 200 OK\r\nserver: llama.cpp b6000\r\nTransfer-Encoding: chunked\r\n"):
+        chunked = b"chunked" in head
+        reply = head + b"x-request-id: r1\r\n\r\n"
+        reply = (reply % len(body) + body) if not chunked else reply + b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+        engine, port, scripted = scripted_engine(reply)
+        try:
+            router = make_router(StaticDispatcher([scripted]))
+            status, headers, got = await threads.deferToThread(exchange, router.address,
+                                                               post("/v1/chat/completions", chat()))
+            assert status == 200 and json.loads(got) == json.loads(body)
+            assert "server" not in headers and "x-powered-by" not in headers
+            assert headers["x-request-id"] == "r1"  # what the engine says of the answer still goes
+        finally:
+            await port.stopListening()

@@ -32,6 +32,10 @@ NONE, LENGTH, CHUNKED, UNTIL_CLOSE = range(4)
 _STATUS_LINE = re.compile(r"HTTP/1\.([0-9]) ([0-9]{3})(?: [\t\x20-\x7e\x80-\xff]*)?")
 # Fields that describe one connection and must not be passed to another.
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection", "te", "upgrade", "transfer-encoding"))
+# Fields an engine's answer loses on its way to a client: the engine's
+# software and version (uvicorn's for vLLM) are nobody's business but the
+# operator's, as llmgw's own listeners name none (docs/security.rst).
+NOT_RELAYED = HOP_BY_HOP | frozenset(("server", "x-powered-by"))
 
 _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
 _PLAIN_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,16})\r\n")
@@ -50,7 +54,7 @@ class ResponseHead:
         self.length = length
         self.keep_alive = keep_alive
         # Can go as it is to an HTTP/1.1 client on a kept-alive connection:
-        # HTTP/1.1, nothing hop-by-hop but "Transfer-Encoding: chunked".
+        # HTTP/1.1, nothing hop-by-hop or NOT_RELAYED but "Transfer-Encoding: chunked".
         self.clean = clean
         self.size = size
 
@@ -153,7 +157,7 @@ class ResponseParser:
                 if not (value.isascii() and value.isdigit()) or len(value) > 18 or (length >= 0 and int(value) != length):
                     return self._refuse("malformed Content-Length %r" % value[:40])
                 length = int(value)
-            elif lname in HOP_BY_HOP:
+            elif lname in NOT_RELAYED:
                 if lname == "transfer-encoding":
                     # Engines chunk and do nothing else; a relay that passes
                     # framing through cannot re-code gzip or a doubled chunked.
@@ -332,7 +336,7 @@ def relay_head(head: ResponseHead, *, close: bool, dechunk: bool) -> bytes:
     lines = [b"HTTP/1.1 %d %s\r\n" % (head.status, _reason(head.status))]
     chunked = head.framing == CHUNKED and not dechunk
     for name, value in head.fields:
-        if name.lower() not in HOP_BY_HOP:
+        if name.lower() not in NOT_RELAYED:
             lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")))
     if chunked:
         lines.append(b"Transfer-Encoding: chunked\r\n")
