@@ -245,11 +245,15 @@ def test_a_nodes_answer_is_escaped_before_onboarding_prints_it(nodes):
 
     node = nodes.add("edge1")
     answer = ('{"hostname": "edge1", "python": "\\u001b]0;owned\\u0007/usr/bin/python3", '
-              '"installed": "1.0\\u001b[2J\\u202e", "certificate": null, "has_key": false}')
+              '"installed": "1.0\\u001b[2J\\u202e", "certificate": null, "has_key": false, '
+              '"python_version": "3.11", "implementation": "cpython", "soabi": "cpython-311-x86_64-linux-gnu", '
+              '"platform": "linux-x86_64\\u001b[2J", "libc": "glibc 2.36\\u0007", "installed_set": null}')
     said = Ssh(node.alias, str(nodes.operator.config), python=fake_python(node, f"cat >/dev/null; echo '{answer}'"))
     got = said.run("check", {})
     assert got == {"hostname": "edge1", "python": "\\x1b]0;owned\\x07/usr/bin/python3",
-                   "installed": "1.0\\x1b[2J\\u202e", "certificate": None, "has_key": False}
+                   "installed": "1.0\\x1b[2J\\u202e", "certificate": None, "has_key": False,
+                   "python_version": "3.11", "implementation": "cpython", "soabi": "cpython-311-x86_64-linux-gnu",
+                   "platform": "linux-x86_64\\x1b[2J", "libc": "glibc 2.36\\x07", "installed_set": None}
 
 
 def test_a_value_filled_into_the_unit_is_not_filled_in_again():
