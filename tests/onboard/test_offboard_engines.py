@@ -74,3 +74,14 @@ def test_an_engine_that_outlives_sigkill_is_a_failure_naming_it(tmp_path, starte
     monkeypatch.setattr(nodeside.os, "killpg", lambda pgid, sig: None)  # signals that do nothing
     with pytest.raises(SystemExit, match=rf"engine process groups {engine.pid} \(shard stuck\) still run 0 s"):
         nodeside.stop_engines(str(tmp_path / "state"), stop_s=0.0)
+
+
+def test_remove_kills_no_group_with_a_process_of_another_user_whatever_the_record_says(tmp_path, started):
+    # The agent's user writes the shard records and offboarding runs as root: a
+    # record naming a group of root's (pid and start time read from /proc, as
+    # anyone may) must not have root kill it.  The agent here is "nobody".
+    engine = started()
+    record(tmp_path / "state", "forged", pid=engine.pid, pgid=engine.pid,
+           create_time=psutil.Process(engine.pid).create_time())
+    assert nodeside.remove({**layout(tmp_path), "owner": "nobody"})["changed"] == []
+    assert engine.poll() is None

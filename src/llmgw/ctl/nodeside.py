@@ -312,7 +312,7 @@ def remove(request: dict) -> dict:
         changed.append(unit_path)
     # The unit's KillMode=process leaves the engines running (a restarted agent adopts them);
     # an agent taken away leaves none.
-    changed.extend(stop_engines(request["state_dir"]))
+    changed.extend(stop_engines(request["state_dir"], owner=agent))
     if _is_llmgw_venv(request["prefix"]):
         shutil.rmtree(_trusted(request["prefix"], None))  # a link root made: the venv it points at, then the link
         if os.path.islink(request["prefix"]):
@@ -331,12 +331,15 @@ def _is_llmgw_venv(prefix: str) -> bool:
     return all(os.path.isfile(os.path.join(prefix, *p)) for p in (("pyvenv.cfg",), ("bin", "twistd")))
 
 
-def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S) -> list[str]:
+def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S, owner: int | None = None) -> list[str]:
     """Kill the engine process groups the agent recorded in *state_dir*/shards, and wait (bounded) until they are gone.
 
     A group is killed only when its recorded leader is the very process the
     agent started (pid and start time), or when the leader has exited and
-    its group still runs (a group id is not reused while its group lives).
+    its group still runs (a group id is not reused while its group lives);
+    and, with *owner* (the agent's uid), only when every process in it is
+    that user's: the agent's user writes the records, and offboarding runs
+    as root, so a forged record must not name another user's group.
     What is left after SIGKILL and *stop_s* is a failure naming it.
     """
     groups = {}
@@ -347,7 +350,7 @@ def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S) -> list[str]:
         return []
     for name in names:
         found = _engine_group(os.path.join(shards, name))
-        if found is not None:
+        if found is not None and (owner is None or _group_owned_by(found, owner)):
             groups[found] = name[:-len(".json")]
     if not groups:
         return []
@@ -387,6 +390,22 @@ def _engine_group(path: str) -> int | None:
         same = abs(now - started) <= CREATE_TIME_TOLERANCE_S and _pgid(pid) == pgid
         return pgid if same else None
     return pgid if _group_alive(pgid) else None
+
+
+def _group_owned_by(pgid: int, uid: int) -> bool:
+    """Whether every process of group *pgid* runs as *uid* (real and effective), as the agent's engines do."""
+    for pid in (n for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[2] != str(pgid):
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                uids = next(line.split()[1:3] for line in f if line.startswith("Uid:"))
+        except (OSError, IndexError, StopIteration):
+            continue  # gone meanwhile
+        if uids != [str(uid), str(uid)]:
+            return False
+    return True
 
 
 def _create_time(pid: int) -> float | None:
