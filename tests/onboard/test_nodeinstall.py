@@ -116,3 +116,12 @@ def test_from_an_index_the_operator_names_the_same_hashes_hold(house, tmp_path):
     with pytest.raises(nodeinstall.InstallRefused, match=f"^pip refused {victim.name}: its sha256 is not the one"):
         nodeinstall.install({"prefix": str(again), **request}, stdin=io.BytesIO())
     assert not (tmp_path / "opt2").exists() or not list((tmp_path / "opt2").iterdir())
+
+
+def test_the_assembled_wheelhouse_holds_every_dependency_the_nodes_markers_ask_for(house):
+    from llmgw.ctl import closure
+
+    held = {w.project: (w.version, w.path) for w in house.wheels}
+    tags = wheelhouse.this_machine()
+    assert closure.missing(held, "llmgw", closure.marker_environment(tags.python_version, tags.machine)) == []
+    assert {"twisted", "pyopenssl", "service-identity", "cryptography", "cffi"} <= set(held)  # twisted[tls]'s too

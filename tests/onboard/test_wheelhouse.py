@@ -247,3 +247,29 @@ def test_an_index_url_pip_could_read_as_more_or_as_no_url_is_refused(url):
     with pytest.raises(Refusal, match="--index-url .*: give the URL of a package index serving this wheelhouse"):
         wheelhouse.index_url(url)
     assert wheelhouse.index_url("file:///srv/wheels/simple") == "file:///srv/wheels/simple"
+
+
+def wheel_requiring(directory: Path, name: str, version: str, *requires: str) -> Path:
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                   + "".join(f"Requires-Dist: {r}\n" for r in requires) + "\nRequires-Dist: not-a-header\n")
+    return path
+
+
+def test_a_dependency_only_the_nodes_python_or_machine_needs_is_named_missing(tmp_path):
+    from llmgw.ctl import closure
+
+    made = [wheel_requiring(tmp_path, "llmgw", "0.1.0", "twisted[tls]>=24", "old-backport; python_version < '3.12'",
+                            "arm-helper; platform_machine == 'aarch64'", "winonly; sys_platform == 'win32'"),
+            wheel_requiring(tmp_path, "twisted", "26.1", "pyopenssl>=24; extra == 'tls'", "zope.interface>=5",
+                            "tests-only; extra == 'test'"),
+            wheel_requiring(tmp_path, "zope_interface", "8.7"),
+            wheel_requiring(tmp_path, "pyOpenSSL", "23.0")]
+    held = {wheelhouse.project(p.name.split("-")[0]): (p.name.split("-")[1], p) for p in made}
+    # This machine's pip fetched for 3.13 on x86_64: a 3.11 node on aarch64 needs two more, and a newer pyOpenSSL.
+    assert closure.missing(held, "llmgw", closure.marker_environment("3.11", "aarch64")) == \
+        ["arm-helper", "old-backport", "pyopenssl>=24"]
+    assert closure.missing(held, "llmgw", closure.marker_environment("3.13", "x86_64")) == ["pyopenssl>=24"]
+    held["pyopenssl"] = ("24.1", held["pyopenssl"][1])
+    assert closure.missing(held, "llmgw", closure.marker_environment("3.13", "x86_64")) == []

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import attrs
 
-from llmgw.ctl import selfwheel
+from llmgw.ctl import closure, selfwheel
 from llmgw.ctl.ssh import Refusal
 from llmgw.text import printable
 
@@ -281,23 +281,38 @@ def assemble(into: Path, tags: NodeTags, source: selfwheel.Running | None = None
         own = selfwheel.build(source, Path(scratch))
         pinned = Path(scratch) / "constraints.txt"
         pinned.write_text(constraints)
-        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-input",
-                "--dest", str(into), *tags.pip_args(), "--constraint", str(pinned), str(own)]
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise Refusal(f"fetching llmgw's dependencies for {tags.label} took more than {DOWNLOAD_TIMEOUT_S} s") from None
-        if out.returncode != 0:
-            said = " ".join(line.strip() for line in out.stderr.splitlines()
-                            if line.strip() and not line.startswith("WARNING: Location"))
-            raise Refusal(f"fetching llmgw's dependencies for {tags.label} from this machine's package index failed "
-                          f"(pip download, exit status {out.returncode}): {printable(said[-1500:])}; make a wheelhouse "
-                          "where the index is reachable (llmgw ctl wheelhouse DIR --python-version … --platform …) "
-                          "and onboard with --wheels DIR")
+        _download(into, tags, pinned, [str(own)])
         if not (into / own.name).exists():
             shutil.copy(own, into / own.name)
+        # pip read the dependencies' markers for this machine's Python: what the node's needs as well, fetched.
+        environment = closure.marker_environment(tags.python_version, tags.machine)
+        for _ in range(closure.MAX_ROUNDS):
+            held = {project(m["name"]): (m["version"], p) for p in into.glob("*.whl") if (m := _WHEEL.fullmatch(p.name))}
+            lacking = closure.missing(held, "llmgw", environment)
+            if not lacking:
+                break
+            _download(into, tags, pinned, lacking, "--no-deps")
+        else:
+            raise Refusal(f"llmgw's dependencies for {tags.label} still lack {', '.join(lacking)} after "
+                          f"{closure.MAX_ROUNDS} rounds of pip download; make the wheelhouse by hand and give --wheels DIR")
     wheels = [_hashed(p) for p in sorted(into.glob("*.whl"))]
     (into / REQUIREMENTS).write_text(requirements_text(wheels))
+
+
+def _download(into: Path, tags: NodeTags, pinned: Path, wanted: list[str], *more: str) -> None:
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-input",
+            "--dest", str(into), *tags.pip_args(), "--constraint", str(pinned), *more, *wanted]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise Refusal(f"fetching llmgw's dependencies for {tags.label} took more than {DOWNLOAD_TIMEOUT_S} s") from None
+    if out.returncode != 0:
+        said = " ".join(line.strip() for line in out.stderr.splitlines()
+                        if line.strip() and not line.startswith("WARNING: Location"))
+        raise Refusal(f"fetching llmgw's dependencies for {tags.label} from this machine's package index failed "
+                      f"(pip download, exit status {out.returncode}): {printable(said[-1500:])}; make a wheelhouse "
+                      "where the index is reachable (llmgw ctl wheelhouse DIR --python-version … --platform …) "
+                      "and onboard with --wheels DIR")
 
 
 # -- onboarding's install step --
