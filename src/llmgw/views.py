@@ -18,7 +18,7 @@ from typing import Callable
 import attrs
 
 from llmgw.records import (
-    CPU, GPU, IDENT, PROSE, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus,
+    CPU, GPU, IDENT, PROSE, TIME, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus,
     WeightsFile, WeightsReport,
 )
 from llmgw.states import NodeState, ReplicaState, ShardState
@@ -327,6 +327,21 @@ class NodeEvent:
 
     change: str
     node: NodeView
+
+
+#: The most nodes one ``llmgw.event.heard`` names; a larger fleet's batch goes out in several.
+HEARD_PAGE = 10_000
+
+
+@attrs.frozen
+class HeardEvent:
+    """``llmgw.event.heard``: the nodes heard from since the last, each with the seconds since it last was.
+
+    Published every few seconds (``llmgw.control.heard``), so "last seen"
+    is true between the node events a steady node's heartbeats do not make.
+    """
+
+    seen_ago_s: dict[str, float] = field(factory=dict, chars=IDENT, items=HEARD_PAGE, least=0, most=TIME)
 
 
 @attrs.frozen

@@ -17,6 +17,8 @@ from twisted.logger import Logger
 from llmgw.control import relay
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
 from llmgw.control.fleet import Fleet, NodeQuery, NotRegistered, TooManyDownloads
+from llmgw.control.heard import Heard
+from llmgw.control.heard import interval as heard_interval
 from llmgw.control.news import NewsSettings
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
@@ -73,6 +75,9 @@ class ControlSession(ApplicationSession):
         self.identity = None
         self._configure_fleet()
         self._clock = clock if clock is not None else self.fleet._clock
+        # The nodes heard since the last llmgw.event.heard, and the call that publishes the next.
+        self.heard = Heard()
+        self._heard_next = None
         self.reconciler = Reconciler(
             self._clock, self.fleet,
             lambda: self.catalog.entries if self.catalog is not None else {},
@@ -122,6 +127,8 @@ class ControlSession(ApplicationSession):
             await self.identity.register(self)
         await self.subscribe(self._session_joined, hubmod.META_ON_JOIN, SubscribeOptions())
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
+        if self._heard_next is None:
+            self._publish_heard()
         log.info("control plane attached to the hub")
 
     def _emit(self, kind: str, ident: str, event) -> None:
@@ -210,6 +217,16 @@ class ControlSession(ApplicationSession):
             self.fleet.heartbeat(node_id, details.caller, self._decode(Heartbeat, beat, node_id))
         except NotRegistered:
             raise ApplicationError(uris.ERROR_NOT_REGISTERED, f"{node_id} must register first") from None
+        self.heard.noted(node_id)
+
+    def _publish_heard(self) -> None:
+        """Every few seconds, one ``llmgw.event.heard`` for the nodes heard since the last (``llmgw.control.heard``)."""
+        self._heard_next = self._clock.callLater(heard_interval(self.fleet.unreachable_after), self._publish_heard)
+        nodes = self.fleet.nodes
+        events = self.heard.batch(lambda node_id: getattr(nodes.get(node_id), "last_seen", None), self._clock.seconds())
+        if self.is_attached():
+            for event in events:
+                self.publish(uris.EVENT_HEARD, to_wire(event))
 
     def agent_shard_status(self, status, details=None):
         node_id = self._node_caller(details)

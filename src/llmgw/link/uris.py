@@ -68,6 +68,8 @@ EVENT_PREFIX = "llmgw.event."
 EVENT_NODE = EVENT_PREFIX + "node"
 EVENT_SHARD = EVENT_PREFIX + "shard"
 EVENT_PROGRESS = EVENT_PREFIX + "progress"
+# Every few seconds, the nodes heard from since the last (llmgw.control.heard).
+EVENT_HEARD = EVENT_PREFIX + "heard"
 # The whole endpoint table, published whenever it changes.
 EVENT_ENDPOINTS = EVENT_PREFIX + "endpoints"
 

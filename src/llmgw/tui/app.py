@@ -70,12 +70,14 @@ class DashboardApp(App):
         clock: Callable[[], float] = time.monotonic,
         flush_s: float = FLUSH_S,
         seen_tick_s: float = SEEN_TICK_S,
+        moving_poll_s: float = MOVING_POLL_S,
     ):
         super().__init__()
         self.backend = backend
         self.store = FleetStore(clock)
         self._flush_s = flush_s
         self._seen_tick_s = seen_tick_s
+        self._moving_poll_s = moving_poll_s
         #: What the banner says; None while the link is up and the fleet loaded.
         self.link_problem: str | None = CONNECTING
         self._last_refetch = float("-inf")
@@ -86,7 +88,7 @@ class DashboardApp(App):
         self.push_screen(FleetScreen())
         self.set_interval(self._flush_s, self.flush)
         self.set_interval(self._seen_tick_s, self._tick)
-        self.set_interval(MOVING_POLL_S, self._poll_moving)
+        self.set_interval(self._moving_poll_s, self._poll_moving)
         self._start_backend()
 
     @work(group="link")
@@ -109,6 +111,9 @@ class DashboardApp(App):
 
     def shard_changed(self, shard_id: str | None) -> None:
         self.store.mark_replicas()
+
+    def nodes_heard(self, seen_ago_s: dict[str, float]) -> None:
+        self.store.heard(seen_ago_s)
 
     @on(LinkUp)
     def _link_up(self) -> None:

@@ -24,7 +24,7 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NODES_PAGE, LogsAnswer, NodeEvent, NodeView, ReplicaView, node_pages
+from llmgw.views import NODES_PAGE, HeardEvent, LogsAnswer, NodeEvent, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -70,6 +70,9 @@ class FleetListener(Protocol):
 
     def shard_changed(self, shard_id: str | None) -> None:
         """A shard changed, or a download moved (None); replicas derive from both, so the app refetches them."""
+
+    def nodes_heard(self, seen_ago_s: dict[str, float]) -> None:
+        """Nodes heard from lately, each with the seconds since it last was (``llmgw.event.heard``)."""
 
 
 class Backend(abc.ABC):
@@ -237,6 +240,16 @@ class WampBackend(Backend):
         if self.listener is not None:
             self.listener.shard_changed(shard_id)
 
+    def _heard_event(self, event) -> None:
+        # While a snapshot is taken its own views say when each node was heard; the next batch is seconds away.
+        if self.listener is None or self._snapshotting:
+            return
+        try:
+            seen = from_wire(HeardEvent, event).seen_ago_s
+        except WireError:
+            return
+        self.listener.nodes_heard(seen)
+
     # -- calls --
 
     async def _call(self, uri: str, *args, timeout: float | None = None, answered=None, **kwargs):
@@ -337,6 +350,7 @@ class DashboardSession(ApplicationSession):
         await self.subscribe(lambda shard_id, event: self._backend._shard_event(shard_id), uris.EVENT_SHARD)
         # A download's progress shows on its replica, which is refetched like a shard change.
         await self.subscribe(lambda node_id, event: self._backend._shard_event(None), uris.EVENT_PROGRESS)
+        await self.subscribe(self._backend._heard_event, uris.EVENT_HEARD)
         self._backend._joined(self)
 
     def onLeave(self, details):

@@ -113,7 +113,8 @@ def node_facts(node: NodeView, seen_ago_s: float | None, replicas: list[ReplicaV
     return text
 
 
-def replica_facts(replica: ReplicaView) -> Text:
+def replica_facts(replica: ReplicaView, age_s: float | None) -> Text:
+    """*replica*'s details; *age_s* as of now (the store's, which counts on between fetches)."""
     text = Text()
     text.append(said(replica.replica), style="bold")
     text.append("  ")
@@ -132,7 +133,7 @@ def replica_facts(replica: ReplicaView) -> Text:
     _line(text, "endpoint", _value(replica.endpoint))
     _line(text, "stale", {True: "stale: the catalog changed since it started", False: "no",
                           None: "unknown"}[replica.stale])
-    _line(text, "age", render.age(replica.age_s))
+    _line(text, "age", render.age(age_s))
     _line(text, "fingerprint", _value(replica.fingerprint))
     for shard in replica.shards:
         line = Text(f"{said(shard.shard)} on {_value(shard.node)}: ")
@@ -201,13 +202,16 @@ class DetailsScreen(FleetView, Screen):
     # -- the fleet changed --
 
     def _show(self, store: FleetStore) -> None:
-        facts = self.query_one("#facts", Static)
+        found = self.query("#facts")
+        if not found:
+            return  # pushed, not yet composed: on_mount shows it
+        facts = found.first(Static)
         if self.kind == "node":
             view = store.nodes.get(self.key)
             text = node_facts(view, store.seen_ago(self.key), store.replicas_on(self.key)) if view else None
         else:
             view = store.replicas.get(self.key)
-            text = replica_facts(view) if view else None
+            text = replica_facts(view, store.replica_age(self.key)) if view else None
         gone = Text(f"{said(self.key)} is no longer in the fleet", style="yellow")
         facts.update(shown(text) if text is not None else gone)
 
@@ -222,8 +226,8 @@ class DetailsScreen(FleetView, Screen):
         self._show(store)
 
     def tick(self, store: FleetStore) -> None:
-        if self.kind == "node":
-            self._show(store)
+        """A node's "last seen" and a replica's age count on between events."""
+        self._show(store)
 
     def show_link(self, problem: str | None) -> None:
         self.query_one(LinkBanner).show_link(problem)

@@ -71,6 +71,11 @@ class FakeBackend(Backend):
         if self.listener is not None and self.connected:
             self.listener.node_changed(view)
 
+    def emit_heard(self, seen_ago_s: dict[str, float]) -> None:
+        """Say these nodes were heard from, so many seconds ago each (``llmgw.event.heard``)."""
+        if self.listener is not None and self.connected:
+            self.listener.nodes_heard(seen_ago_s)
+
     def set_replicas(self, views: Iterable[ReplicaView], shard_id: str = "any/0/0") -> None:
         """Replace the replica views and send the shard event that says they changed."""
         self.replica_views = list(views)

@@ -74,6 +74,15 @@ class FleetStore:
                 self._urgent.add(node_id)
         self._pending[node_id] = (view, self._clock())
 
+    def heard(self, seen_ago_s: dict[str, float]) -> None:
+        """Nodes heard from lately (``llmgw.event.heard``): "last seen" counts from then, shown at the next tick."""
+        if self.syncing:
+            return
+        now = self._clock()
+        for node_id, ago in seen_ago_s.items():
+            if node_id in self.nodes:
+                self._hear(node_id, now - ago)
+
     def mark_replicas(self) -> None:
         self.replicas_dirty = True
 
@@ -123,7 +132,12 @@ class FleetStore:
         if view.seen_ago_s is None:
             self._heard_at.pop(view.id, None)
         else:
-            self._heard_at[view.id] = received - view.seen_ago_s
+            self._hear(view.id, received - view.seen_ago_s)
+
+    def _hear(self, node_id: str, at: float) -> None:
+        # A view queued before a batch of heard nodes arrived is older than it.
+        heard = self._heard_at.get(node_id)
+        self._heard_at[node_id] = at if heard is None else max(heard, at)
 
     # -- reading --
 
