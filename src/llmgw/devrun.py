@@ -49,6 +49,12 @@ def llmgw_command() -> str:
     return _from_here(script) if script.exists() else f"{sys.executable} -m llmgw"
 
 
+def tui_command() -> str:
+    """``llmgw-tui`` beside this Python, as ``llmgw_command`` finds ``llmgw``."""
+    script = Path(sys.executable).with_name("llmgw-tui")
+    return _from_here(script) if script.exists() else f"{sys.executable} -m llmgw.tui"
+
+
 def activate_hint() -> str:
     """How to get a plain ``llmgw`` on PATH, when this Python is a venv's."""
     activate = Path(sys.executable).with_name("activate")
@@ -320,6 +326,7 @@ llmgw is running from {run}
   server log   {logs / 'server.log'}
   agent log    {logs / 'agent.log'}
   the fleet    {llmgw_command()} ctl --config {files['ctl']} nodes
+  dashboard    {tui_command()} --config {files['ctl']}   (in a terminal of its own)
                {activate_hint()}
 Ctrl-C stops both.
 """,

@@ -33,6 +33,30 @@ FOLLOW_WINDOW = 500
 GC_THRESHOLDS = (10_000, 10, 10)
 
 
+#: Where `make run` writes the settings of the cluster it starts, from the checkout it runs in.
+DEV_SETTINGS = "run/ctl.yaml"
+
+
+def settings(args: argparse.Namespace, program: str, rest: str = ""):
+    """The connection settings from *args* (``--hub``... ``--config``), the environment and ctl.yaml.
+
+    Where none of them gives them but this directory holds what `make run`
+    wrote, the error says to give that file: ``PROGRAM --config run/ctl.yaml REST``.
+    """
+    import os
+
+    from llmgw.config.ctl import default_ctl_config_path, resolve_ctl_settings
+    from llmgw.errors import ConfigError
+
+    try:
+        return resolve_ctl_settings(hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config)
+    except ConfigError as e:
+        if args.config is None and not os.path.exists(default_ctl_config_path()) and os.path.isfile(DEV_SETTINGS):
+            again = " ".join(filter(None, (program, "--config", DEV_SETTINGS, rest)))
+            raise ConfigError(f"{e}; `make run` wrote {DEV_SETTINGS} here: {again}") from None
+        raise
+
+
 def fewer_collections() -> None:
     """Set ``GC_THRESHOLDS`` for this process (ctl's, the dashboard's: never the server's)."""
     gc.set_threshold(*GC_THRESHOLDS)
@@ -106,15 +130,12 @@ def _run(command):
 
         fewer_collections()
 
-        from llmgw.config.ctl import resolve_ctl_settings
         from llmgw.huburl import parse_hub_url
         from llmgw.link.client import connect_once
 
-        settings = resolve_ctl_settings(
-            hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config
-        )
-        hub = parse_hub_url(settings.hub)
-        tls = settings.tls
+        given = settings(args, "llmgw ctl", getattr(args, "ctl_command", None) or "")
+        hub = parse_hub_url(given.hub)
+        tls = given.tls
 
         async def main(reactor):
             session = await connect_once(reactor, hub, tls, timeout=args.timeout)

@@ -48,15 +48,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmgw.config.ctl import resolve_ctl_settings
-    from llmgw.ctl.main import fewer_collections
+    from llmgw.ctl.main import fewer_collections, settings
     from llmgw.huburl import parse_hub_url
     from llmgw.tui.backend import install_reactor
 
     fewer_collections()
-    settings = resolve_ctl_settings(hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config)
-    hub = parse_hub_url(settings.hub)
-    tls = settings.tls
+    given = settings(args, "llmgw-tui")
+    hub = parse_hub_url(given.hub)
+    tls = given.tls
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     reactor = install_reactor(loop)
