@@ -273,3 +273,41 @@ def test_a_dependency_only_the_nodes_python_or_machine_needs_is_named_missing(tm
     assert closure.missing(held, "llmgw", closure.marker_environment("3.13", "x86_64")) == ["pyopenssl>=24"]
     held["pyopenssl"] = ("24.1", held["pyopenssl"][1])
     assert closure.missing(held, "llmgw", closure.marker_environment("3.13", "x86_64")) == []
+
+
+def test_a_cache_others_may_write_to_is_refused_before_anything_is_read_from_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    root = wheelhouse.cache_root()
+    root.mkdir(parents=True)
+    root.chmod(0o777)
+    with pytest.raises(Refusal, match=f"the wheelhouse cache {root} belongs to uid .* or others may write to it"):
+        wheelhouse.assembled(wheelhouse.platform_tags("3.11", "manylinux_2_28_x86_64"))
+    assert list(root.iterdir()) == []
+
+
+def test_a_wheelhouse_is_renamed_into_place_whole_and_one_made_meanwhile_is_kept(tmp_path):
+    where = tmp_path / "house"
+
+    def fill(stage: Path) -> None:
+        (stage / "requirements.txt").write_text("mine\n")
+
+    def raced(stage: Path) -> None:
+        where.mkdir()
+        (where / "requirements.txt").write_text("theirs\n")
+        fill(stage)
+
+    wheelhouse._made_whole(where, raced)
+    assert (where / "requirements.txt").read_text() == "theirs\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["house"]  # no stage left
+    (where / "requirements.txt").unlink()  # half made, by a run that was killed
+    (where / "some.whl").write_text("")
+    wheelhouse._made_whole(where, fill)
+    assert sorted(p.name for p in where.iterdir()) == ["requirements.txt"]
+
+    def broken(stage: Path) -> None:
+        (stage / "x.whl").write_text("")
+        raise Refusal("pip download failed")
+
+    with pytest.raises(Refusal):
+        wheelhouse._made_whole(tmp_path / "other", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["house"]

@@ -261,16 +261,38 @@ def assembled(tags: NodeTags, root: Path | None = None) -> Wheelhouse:
     with _locks_lock:
         lock = _locks.setdefault(str(where), threading.Lock())
     with lock:
+        _own_cache(where.parent)
         if not (where / REQUIREMENTS).exists():
-            where.parent.mkdir(parents=True, exist_ok=True)
-            stage = Path(tempfile.mkdtemp(prefix=f".{where.name}.", dir=where.parent))
-            try:
-                assemble(stage, tags, source, constraints)
-                os.replace(stage, where)
-            except BaseException:
-                shutil.rmtree(stage, ignore_errors=True)
-                raise
+            _made_whole(where, lambda stage: assemble(stage, tags, source, constraints))
         return read(where, source.version)
+
+
+def _own_cache(root: Path) -> None:
+    """*root* made (0700) and held to be this user's alone: what is cached there is installed on nodes as root."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = root.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise Refusal(f"the wheelhouse cache {root} belongs to uid {st.st_uid} or others may write to it, and what is "
+                      "kept there is installed on nodes; make it yours alone (chmod go-w), or set XDG_CACHE_HOME")
+
+
+def _made_whole(where: Path, fill) -> None:
+    """*where* filled by *fill* in a stage beside it and renamed into place, so it is whole or absent."""
+    stage = Path(tempfile.mkdtemp(prefix=f".{where.name}.", dir=where.parent))
+    try:
+        fill(stage)
+        if where.exists() and not (where / REQUIREMENTS).exists() and not any(where.iterdir()):
+            where.rmdir()
+        elif where.exists() and not (where / REQUIREMENTS).exists():
+            shutil.rmtree(where)  # left half made by an older run: this one is whole
+        try:
+            os.replace(stage, where)
+        except OSError:
+            if not (where / REQUIREMENTS).exists():
+                raise
+            # Another ctl made the same one meanwhile: the same llmgw, tags and pins.
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def assemble(into: Path, tags: NodeTags, source: selfwheel.Running | None = None, constraints: str | None = None) -> None:
@@ -369,8 +391,8 @@ def cmd_wheelhouse(args) -> int:
     into = Path(args.directory)
     if into.exists() and (not into.is_dir() or any(into.iterdir())):
         raise Refusal(f"{into} is there and not an empty directory; give a new one (a wheelhouse is made whole)")
-    into.mkdir(parents=True, exist_ok=True)
-    assemble(into, tags)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    _made_whole(into, lambda stage: assemble(stage, tags))
     house = read(into, selfwheel.running().version)
     print(f"{into}: llmgw {house.version} and {len(house.wheels) - 1} dependencies for {tags.label}, "
           f"each pinned with its sha256 in {into / REQUIREMENTS}; onboard with --wheels {into}")
