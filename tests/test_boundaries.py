@@ -25,7 +25,8 @@ FORBIDDEN = {
 }
 # The contracts two processes share import no process's package.
 NEUTRAL = ("llmgw.records", "llmgw.wire", "llmgw.states", "llmgw.errors",
-           "llmgw.weightnames", "llmgw.tlsfiles", "llmgw.huburl", "llmgw.durable", "llmgw.text")
+           "llmgw.weightnames", "llmgw.tlsfiles", "llmgw.huburl", "llmgw.durable", "llmgw.text",
+           "llmgw.wiretext", "llmgw.hostnames")
 PARTS = ("llmgw.agent", "llmgw.control", "llmgw.router", "llmgw.link", "llmgw.config",
          "llmgw.ctl", "llmgw.tui", "llmgw.sim", "llmgw.engines", "llmgw.pki")
 
