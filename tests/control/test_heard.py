@@ -6,44 +6,15 @@ The control plane is attached to a hub in process, with the fleet on a
 
 from __future__ import annotations
 
-import pytest
 import pytest_twisted
-from autobahn.wamp.types import ComponentConfig
-from twisted.internet import defer, reactor, task
 
 from llmgw.control import heard
-from llmgw.control.fleet import Fleet
-from llmgw.control.plane import ControlSession
 from llmgw.link import uris
-from llmgw.link.hub import Hub
 from llmgw.records import Heartbeat, Inventory
 from llmgw.views import HEARD_PAGE, HeardEvent
 from llmgw.wire import from_wire, to_wire
-from tests.link.conftest import Joined
+from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures: the control plane on a task.Clock
 from tests.support.wait import until
-
-
-@pytest.fixture
-def clock():
-    return task.Clock()
-
-
-@pytest_twisted.async_yield_fixture
-async def plane(clock):
-    hub = Hub(reactor)
-    control = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit, unreachable_after=15.0))
-    joined = defer.Deferred()
-    control.on("ready", lambda *a: joined.called or joined.callback(None))
-    hub.attach_local(control)
-    await joined.addTimeout(5, reactor)
-
-    async def attach(authid, role):
-        client = Joined(ComponentConfig(realm=uris.REALM))
-        hub.attach_local(client, authid=authid, role=role)
-        return await client.ready.addTimeout(5, reactor)
-
-    control.attach = attach
-    yield control
 
 
 @pytest_twisted.ensureDeferred
@@ -58,7 +29,7 @@ async def test_nodes_heard_are_published_once_a_batch_with_how_long_ago_not_once
         nodes[name] = await plane.attach(name, uris.ROLE_NODE)
         await nodes[name].call(uris.AGENT_REGISTER, to_wire(Inventory(node_id=name, memory_total_bytes=8)))
     await until(lambda: len(node_events) == 3, "the three nodes' register events")
-    assert heard.interval(15.0) == 5.0
+    assert plane.fleet.unreachable_after == 15.0 and heard.interval(15.0) == 5.0
 
     # node01 beats every second, node02 once; node03 is silent.
     for second in range(5):

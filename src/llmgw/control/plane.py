@@ -7,6 +7,8 @@ its record is refused with the field that is wrong, and changes nothing.
 
 from __future__ import annotations
 
+import heapq
+
 import attrs
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
@@ -42,7 +44,12 @@ log = Logger()
 
 
 #: The errors the control plane's procedures answer with on purpose, in words, each logged (if at all) where it is raised.
-_ANSWERS = frozenset({uris.ERROR_REFUSED, uris.ERROR_INVALID_ARGUMENT, uris.ERROR_NOT_REGISTERED})
+#: An operator's question about a node that is not there, or that does not answer, is answered, not logged: a
+#: dashboard polling a forgotten node's log every 2 s wrote the server's log as often.
+_ANSWERS = frozenset({uris.ERROR_REFUSED, uris.ERROR_INVALID_ARGUMENT, uris.ERROR_NOT_REGISTERED,
+                      uris.ERROR_NO_SUCH_NODE, uris.ERROR_NOT_ANSWERING})
+#: How many of the known nodes a refusal for an unknown one names.
+KNOWN_SHOWN = 10
 
 
 class ControlSession(ApplicationSession):
@@ -294,8 +301,12 @@ class ControlSession(ApplicationSession):
 
     def _known(self, node_id):
         if node_id not in self.fleet.nodes:
-            known = ", ".join(sorted(self.fleet.nodes)) or "none have registered"
-            raise ApplicationError(uris.ERROR_NO_SUCH_NODE, f"no node {node_id!r} (known: {known})")
+            nodes = self.fleet.nodes
+            more = len(nodes) - KNOWN_SHOWN
+            known = (", ".join(heapq.nsmallest(KNOWN_SHOWN, nodes)) + (f" and {more} more" if more > 0 else "")
+                     if nodes else "none have registered")
+            raise ApplicationError(uris.ERROR_NO_SUCH_NODE, f"no node {relay.words(repr(node_id))} (known: {known}; "
+                                   "`llmgw ctl nodes` lists them all)")
 
     async def cordon(self, node_id, cordoned=True):
         self._known(node_id)
