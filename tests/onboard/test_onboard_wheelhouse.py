@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from tests.onboard.test_nodeinstall import evil_index
+from llmgw.ctl.wheelhouse import read
+from tests.onboard.test_nodeinstall import evil_index, index_of
 from tests.onboard.test_onboard import left_nothing, onboard
 from tests.onboard.test_wheelhouse import flip
 
@@ -65,3 +66,20 @@ def test_a_kept_wheelhouse_with_a_changed_wheel_is_refused_naming_it_and_nothing
         in sentence, out.stderr
     left_nothing(node)
     assert not (node.units / "systemctl.calls").exists()
+
+
+def test_an_index_serving_another_file_than_the_wheelhouses_is_refused_by_the_nodes_pip_naming_it(
+        fleet, nodes, wheelhouse, tmp_path):
+    node = nodes.add("edge1")
+    house = read(wheelhouse, "0.1.0")
+    url = index_of(house, tmp_path / "index")
+    victim = next(w for w in house.wheels if w.project == "idna")
+    flip(tmp_path / "index" / "idna" / victim.name)  # after the wheelhouse's hashes were taken
+    out = onboard(fleet, nodes, node, "--index-url", url, wheels=wheelhouse)
+    assert out.returncode == 1, out.stdout + out.stderr
+    said = re.search(r"^edge1: install failed \(\d+\.\d s\): (.*)$", out.stdout, re.M)
+    assert said is not None, out.stdout
+    assert said.group(1).startswith(f"pip refused {victim.name}: its sha256 is not the one the wheelhouse's "
+                                    "requirements give it, so nothing was installed"), out.stdout
+    assert "edge1: left the node as it was" in out.stdout
+    left_nothing(node)

@@ -107,15 +107,15 @@ def _receive(wheels: list[dict], stage: str, stdin) -> None:
             while left:
                 chunk = stdin.read(min(left, 1 << 20))
                 if not chunk:
-                    raise InstallRefused(f"the connection ended {left} bytes short of {name}; nothing was installed; "
-                                   "run onboarding again")
+                    raise InstallRefused(f"the connection ended {left} bytes short of {name}; nothing was "
+                                         "installed; run onboarding again")
                 digest.update(chunk)
                 f.write(chunk)
                 left -= len(chunk)
         if digest.hexdigest() != wheel["sha256"]:
-            raise InstallRefused(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} computed "
-                           "before it was sent; nothing was installed. Run onboarding again; if it recurs, "
-                           "something between here and the node changes what it carries")
+            raise InstallRefused(f"{name} arrived with sha256 {digest.hexdigest()}, not the {wheel['sha256']} "
+                                 "computed before it was sent, so nothing was installed; run onboarding again, and "
+                                 "if it recurs, something between here and the node changes what it carries")
 
 
 def pip_environment() -> dict[str, str]:
@@ -134,9 +134,10 @@ def _pip(argv: list[str], stage: str) -> None:
         return
     if "DO NOT MATCH THE HASHES" in out.stderr:
         wrong = [os.path.basename(where) for _, where in _MISMATCH.findall(out.stderr)]
-        raise InstallRefused(f"pip refused {', '.join(wrong) or 'a wheel'}: its sha256 is not the one the wheelhouse's "
-                       "requirements give it, so nothing was installed; build the wheelhouse again "
-                       "(llmgw ctl wheelhouse DIR) or onboard without --wheels")
+        raise InstallRefused(f"pip refused {', '.join(wrong) or 'a wheel'}: its sha256 is not the one the "
+                             "wheelhouse's requirements give it, so nothing was installed; it changed after the "
+                             "wheelhouse was made, or the index serves another file: make the wheelhouse again "
+                             "(llmgw ctl wheelhouse NEWDIR) and serve those very files")
     sys.stderr.write(out.stderr[-4000:])
     raise SystemExit(f"pip install failed (exit status {out.returncode}): {shlex.join(argv)}")
 
