@@ -311,3 +311,21 @@ def test_a_wheelhouse_is_renamed_into_place_whole_and_one_made_meanwhile_is_kept
     with pytest.raises(Refusal):
         wheelhouse._made_whole(tmp_path / "other", broken)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["house"]
+
+
+def test_the_wheelhouse_command_asks_nothing_of_this_machine_when_given_the_nodes_tags(tmp_path, monkeypatch):
+    import argparse
+
+    def not_linux():
+        raise Refusal("this machine runs an unknown C library on macosx-14.0-arm64")
+
+    made = []
+    monkeypatch.setattr(wheelhouse, "this_machine", not_linux)
+    monkeypatch.setattr(wheelhouse, "_made_whole", lambda where, fill: made.append(where))
+    monkeypatch.setattr(wheelhouse, "read", lambda where, version: wheelhouse.Wheelhouse(where, (), "", version))
+    with pytest.raises(Refusal, match="macosx"):
+        wheelhouse.cmd_wheelhouse(argparse.Namespace(directory=str(tmp_path / "a"), python_version="3.11",
+                                                     platform=None, abi=None))
+    args = argparse.Namespace(directory=str(tmp_path / "b"), python_version="3.12", platform="manylinux_2_28_aarch64",
+                              abi=None)
+    assert wheelhouse.cmd_wheelhouse(args) == 0 and made == [tmp_path / "b"]

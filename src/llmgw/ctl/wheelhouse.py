@@ -385,7 +385,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_wheelhouse(args) -> int:
-    here = this_machine()
+    here = this_machine() if not (args.python_version and args.platform) else None  # a Mac makes a Linux node's too
     tags = platform_tags(args.python_version or here.python_version,
                          args.platform or f"manylinux_{here.glibc.replace('.', '_')}_{here.machine}", args.abi)
     into = Path(args.directory)
