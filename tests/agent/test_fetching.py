@@ -14,7 +14,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from llmgw.agent.service import Agent
-from llmgw.config.agent import InstallLimits
+from llmgw.config.agent import InstallLimits, WeightsLimits
 from llmgw.huburl import HubAddress
 from llmgw.records import ShardSpec, ShardStatus
 from llmgw.states import ShardState
@@ -47,7 +47,8 @@ class Supervisor:
 @pytest.fixture
 def agent(tmp_path):
     config = SimpleNamespace(state_dir=str(tmp_path / "state"), weights_dirs=[str(tmp_path / "weights")],
-                             labels={}, fabrics={}, installs=InstallLimits())
+                             labels={}, fabrics={}, installs=InstallLimits(),
+                             weights=WeightsLimits())
     clock = Clock()
     clock.advance(100)
     agent = Agent(clock, config, "node01", HubAddress("wss://127.0.0.1:1/ws", "127.0.0.1", 1))

@@ -449,7 +449,7 @@ AGENT_CASES = [
         "unknown-key-typo",
         AGENT + "lables: {rack: r1}\n",
         "agent.yaml:3: lables: unknown key; did you mean 'labels'? allowed here: hub, tls, "
-        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engines, installs",
+        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engines, installs, weights",
     ),
     (
         "weights-dir-relative",

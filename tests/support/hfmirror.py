@@ -21,6 +21,8 @@ and reactor tests alike can use it.  The test steers it between requests:
   up to each stop (a byte offset of the file) and waits there until
   ``release(path)``; ``reached(path)`` counts the stops met, so a test looks
   at a download while it is held open instead of racing it;
+* ``let(path, n)``: every response held at a stop of *path* sends *n* more
+  bytes and stays held there, a mirror that trickles;
 * ``cut(path, at, times=1)``: the next *times* responses close the
   connection at byte *at*, an interrupted download;
 * ``corrupt(path)``: serve *path* with its first byte changed, the listing
@@ -123,6 +125,9 @@ class HubMirror:
     def release(self, path: str) -> None:
         self._control("release", path=path)
 
+    def let(self, path: str, n: int) -> None:
+        self._control("let", path=path, n=n)
+
     def reached(self, path: str) -> int:
         return self._control("state")["reached"].get(path, 0)
 
@@ -207,7 +212,7 @@ def serve(config: dict) -> None:
     cuts: dict[str, list[int]] = {}  # path -> [at, times]
     corrupt: set[str] = set()
     seen: list[dict] = []
-    waiting: list = []  # responses held at a stop: (path, index, resume)
+    waiting: list = []  # responses held at a stop: (path, index, its Sender)
 
     repos: dict[str, tuple[tuple, _Repo]] = {}
 
@@ -238,7 +243,7 @@ def serve(config: dict) -> None:
         for item in list(waiting):
             if item[0] == path and released.get(path, 0) > item[1]:
                 waiting.remove(item)
-                reactor.callLater(0, item[2])
+                reactor.callLater(0, item[2].send)
 
     class Mirror(resource.Resource):
         isLeaf = True
@@ -251,6 +256,9 @@ def serve(config: dict) -> None:
             verb, path = parts[2], body.get("path")
             if verb == "hold":
                 holds[path] = sorted(body["stops"])
+            elif verb == "let":
+                for item in [w for w in waiting if w[0] == path]:
+                    item[2].trickle(body["n"])
             elif verb == "release":
                 released[path] = released.get(path, 0) + 1
                 wake(path)
@@ -398,11 +406,21 @@ def serve(config: dict) -> None:
                     index, _ = self.stops.pop(0)
                     reached[self.key] = reached.get(self.key, 0) + 1
                     if released.get(self.key, 0) <= index:
-                        waiting.append((self.key, index, self.send))
+                        waiting.append((self.key, index, self))
                         return
                     continue
                 self.request.finish()
                 return
+
+        def trickle(self, n: int) -> None:
+            """*n* more bytes from where the response is held; it stays held after them."""
+            if self.gone:
+                return
+            piece = self.data[self.pos:min(self.end, self.pos + n)]
+            self.request.write(piece)
+            self.pos += len(piece)
+            self.record["sent"] += len(piece)
+            self.stops = [stop for stop in self.stops if stop[1] > self.pos]
 
     def stop_all(*_):
         for path in holds:

@@ -63,7 +63,8 @@ class Agent:
         # Fetched weights land in the first weights directory, under cache names
         # (agent.yaml's weights_dirs is never empty: [] reads as the default).
         self.cache_dir = Path(config.weights_dirs[0])
-        self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress, node_id=node_id)
+        self.fetcher = Fetcher(reactor, self.cache_dir, progress=self.report_progress, node_id=node_id,
+                               pace=config.weights)
         self.weights_watch = InventoryWatch(self.cache_dir)
         # Shards waiting for their weights, by shard id.
         self.fetching: dict[str, ShardFetch] = {}

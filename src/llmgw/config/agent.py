@@ -96,6 +96,21 @@ class InstallLimits:
 
 
 @attrs.frozen
+class WeightsLimits:
+    """``weights:`` in agent.yaml: how slow a fetch of a model's weights may be before the node gives it up.
+
+    The keys are ``installs:``'s; the defaults suit weights, hundreds of
+    times larger than an engine: 24 h passes 1 TB over an honest 100 Mbit/s
+    link, and 64 kB/s is a trickle on any link a model is fetched over.
+    """
+
+    min_rate_bytes_per_s: float | None = 65536.0
+    rate_window_s: float = 300.0
+    # One fetch (a file, or a repository's files together), from its first request to its last byte.
+    download_deadline_s: float | None = 86400.0
+
+
+@attrs.frozen
 class AgentConfig:
     """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
 
@@ -113,6 +128,7 @@ class AgentConfig:
     heartbeat_interval_s: float = 5.0
     engines: dict[str, EngineOverride] = attrs.Factory(dict)
     installs: InstallLimits = attrs.Factory(InstallLimits)
+    weights: WeightsLimits = attrs.Factory(WeightsLimits)
 
     def engine_path(self, engine: str) -> str | None:
         """The path agent.yaml gives for *engine*, or None: find it on this node."""
@@ -127,6 +143,12 @@ class AgentConfig:
     def hub_port(self) -> int:
         return parse_hub_url(self.hub).port
 
+
+_PACE = {
+    "min_rate_bytes_per_s": Nullable(Number(min=0, exclusive=True)),
+    "rate_window_s": Number(min=0, exclusive=True),
+    "download_deadline_s": Nullable(Number(min=0, exclusive=True)),
+}
 
 SCHEMA = Section(
     AgentConfig,
@@ -146,11 +168,8 @@ SCHEMA = Section(
             Section(EngineOverride, {"path": AbsPath()}),
             key=Str(what="an engine name", check=_check_engine),
         ),
-        "installs": Section(InstallLimits, {
-            "min_rate_bytes_per_s": Nullable(Number(min=0, exclusive=True)),
-            "rate_window_s": Number(min=0, exclusive=True),
-            "download_deadline_s": Nullable(Number(min=0, exclusive=True)),
-        }),
+        "installs": Section(InstallLimits, _PACE),
+        "weights": Section(WeightsLimits, _PACE),
     },
 )
 

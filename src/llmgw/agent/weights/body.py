@@ -39,6 +39,8 @@ class Writer(protocol.Protocol):
             self.hasher.update(data)
         self.d.done += len(data)
         self.d.received += len(data)
+        if self.d.pace is not None:
+            self.d.pace.moved += len(data)
         self.last_data = self.d.clock.seconds()
         if self.d.max_bytes is not None and self.d.done > self.d.max_bytes:
             # A server that sent no length, or more than it said.

@@ -40,8 +40,10 @@ from llmgw.weightnames import HF_ENDPOINT, WeightsSource, cache_name, parse, par
 
 from .body import Writer, describe, discard
 from .errors import ChecksumMismatch, FetchError, SizeMismatch
-from .partial import check_local, finished, lock_partial
+from .pace import Pace
+from .partial import check_local, finished, lock_partial, release_partial
 from .records import Progress
+from .refusals import header, linked_sha256, refused
 from .room import Room, free_bytes
 from .sources import request_headers
 
@@ -66,7 +68,9 @@ class Fetcher:
     and *max_files* bound what llmgw reads of a repository's listing.
     A download whose size is known is refused when it does not fit in the
     free space (*free*, statvfs unless testing) beside the downloads under
-    way (``room``); *node_id* begins those refusals.
+    way (``room``); *node_id* begins those refusals.  *pace* (agent.yaml's
+    ``weights:`` or ``installs:``, named *pace_where* in what a give-up
+    says) holds every fetch to a minimum rate and a deadline: :mod:`.pace`.
     """
 
     def __init__(self, reactor, weights_dir: str | os.PathLike, clock=None,
@@ -76,7 +80,8 @@ class Fetcher:
                  progress_interval_s: float = 1.0, lock_poll_s: float = 5.0,
                  tls_policy=None, redirect_limit: int = 10, max_bytes: int | None = None,
                  check: str = "the model's source", max_listing_bytes: int = 16 << 20,
-                 max_files: int = 10_000, node_id: str | None = None, free=free_bytes):
+                 max_files: int = 10_000, node_id: str | None = None, free=free_bytes,
+                 pace=None, pace_where: str = "agent.yaml's weights"):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         self.weights_dir = Path(weights_dir)
@@ -91,6 +96,7 @@ class Fetcher:
         self.max_listing_bytes = max_listing_bytes
         self.max_files = max_files
         self.room = Room(node_id, free)
+        self._pace, self._pace_where = pace, pace_where
         pool = connection_pool(reactor, persistent=False)
         agent = Agent(reactor, contextFactory=tls_policy or BrowserLikePolicyForHTTPS(),
                       connectTimeout=connect_timeout_s, pool=pool)
@@ -100,6 +106,8 @@ class Fetcher:
         # (source, its files: patterns) -> the callers waiting on its one fetch
         self._flights: dict[tuple[str, str], list[defer.Deferred]] = {}
         self._running: dict[tuple[str, str], defer.Deferred] = {}  # the same keys -> the fetch itself
+        self._paces: dict[tuple[str, str], Pace] = {}  # the same keys -> the fetch's pace, when limited
+        self._why: dict[str, str] = {}  # source -> why it is being given up, while it is
 
     def in_flight(self) -> frozenset[str]:
         """The sources being fetched now."""
@@ -111,9 +119,10 @@ class Fetcher:
 
         While a fetch of *source* runs, further calls wait for it and its
         checks (the first caller's *sha256* and *expected_size*) apply to all.
-        Cancelling one caller's Deferred stops that caller waiting, not the
-        download.  *files* are a repository's ``files:`` patterns (none:
-        every file); a fetch with other patterns is another fetch.
+        Cancelling one caller's Deferred stops that caller waiting; when no
+        caller waits any more the download is given up, its ``.partial``
+        kept for the next fetch.  *files* are a repository's ``files:``
+        patterns (none: every file); a fetch with other patterns is another.
         """
         try:
             parsed = parse(source, hf_endpoint=self._hf_endpoint)
@@ -133,15 +142,21 @@ class Fetcher:
         fresh = waiters is None
         if fresh:
             waiters = self._flights[key] = []
-        waiter: defer.Deferred = defer.Deferred(lambda d: waiters.remove(d) if d in waiters else None)
+        waiter: defer.Deferred = defer.Deferred(lambda d: self._left(key, d))
         waiters.append(waiter)
         if fresh:
+            pace = None
+            if self._pace is not None and parsed.path is None:
+                what = source if parsed.directory else parsed.url
+                pace = self._paces[key] = Pace(self._clock, what, self._pace, self._pace_where,
+                                               lambda reason: self._give_up(key, reason))
             if parsed.directory:
                 from .snapshot import Snapshot
 
-                flight = defer.Deferred.fromCoroutine(Snapshot(self, parsed, tuple(files)).run())
+                flight = defer.Deferred.fromCoroutine(Snapshot(self, parsed, tuple(files), pace).run())
             else:
-                flight = defer.Deferred.fromCoroutine(self._fetch(parsed, sha256 and sha256.lower(), expected_size))
+                flight = defer.Deferred.fromCoroutine(
+                    self._fetch(parsed, sha256 and sha256.lower(), expected_size, pace))
             self._running[key] = flight
             flight.addBoth(self._landed, key, flight)
         return waiter
@@ -154,13 +169,41 @@ class Fetcher:
         """
         keys = [key for key in self._flights if key[0] == source]
         for key in keys:
-            waiters = self._flights.pop(key)
-            flight = self._running.pop(key, None)
-            if flight is not None:
-                flight.cancel()
-            for waiter in waiters:
-                waiter.errback(FetchError(reason))
+            self._give_up(key, reason)
         return bool(keys)
+
+    def _left(self, key: tuple[str, str], waiter: defer.Deferred) -> None:
+        """*waiter* was cancelled: it waits no more, and a download nobody waits for is given up."""
+        waiters = self._flights.get(key)
+        if waiters is None or waiter not in waiters:
+            return
+        waiters.remove(waiter)
+        if not waiters:
+            self._give_up(key, f"{key[0]}: nothing on this node wants it any more")
+
+    def _give_up(self, key: tuple[str, str], reason: str) -> None:
+        waiters = self._flights.pop(key, None)
+        if waiters is None:
+            return
+        log.warn("gave up fetching {source}: {reason}", source=key[0], reason=reason)
+        pace = self._paces.pop(key, None)
+        if pace is not None:
+            pace.stop()
+        flight = self._running.pop(key, None)
+        if flight is not None:
+            self._why[key[0]] = reason
+            try:
+                flight.cancel()
+            finally:
+                del self._why[key[0]]
+        for waiter in waiters:
+            waiter.errback(FetchError(reason))
+
+    def error_text(self, source: str, e: BaseException) -> str:
+        """What a fetch of *source* ending in *e* says in its last progress report: why, if it was given up."""
+        if isinstance(e, defer.CancelledError) and source in self._why:
+            return self._why[source]
+        return str(e) or type(e).__name__
 
     async def get(self, src: WeightsSource, url: str, offset: int = 0):
         """The response to a GET of *url* for *src* (from byte *offset*), or FetchError when none came."""
@@ -184,13 +227,16 @@ class Fetcher:
         if self._running.get(key) is not flight:
             return None  # aborted: its callers were told why
         del self._running[key]
+        pace = self._paces.pop(key, None)
+        if pace is not None:
+            pace.stop()
         for waiter in self._flights.pop(key, []):
             if isinstance(result, Failure):
                 waiter.errback(result)
             else:
                 waiter.callback(result)
 
-    async def _fetch(self, src: WeightsSource, sha256: str | None, expected_size: int | None) -> Path:
+    async def _fetch(self, src: WeightsSource, sha256: str | None, expected_size: int | None, pace=None) -> Path:
         if src.path is not None:
             return check_local(Path(src.path))
         try:
@@ -211,22 +257,9 @@ class Fetcher:
             try:
                 if finished(final, expected_size):
                     return final
-                return await _Download(self, src, locked, partial, final, sha256, expected_size).run()
+                return await _Download(self, src, locked, partial, final, sha256, expected_size, pace=pace).run()
             finally:
-                _release(locked, partial)
-
-
-def _release(locked, partial: Path) -> None:
-    """Close (and so unlock) the partial file, removing it when nothing was written to resume."""
-    try:
-        try:
-            locked.flush()
-            if os.fstat(locked.fileno()).st_size == 0:
-                partial.unlink(missing_ok=True)
-        finally:
-            locked.close()
-    except OSError as e:
-        log.info("closing {partial}: {error}", partial=partial, error=e.strerror)
+                release_partial(locked, partial)
 
 
 def _cancelled(e: BaseException) -> bool:
@@ -235,52 +268,18 @@ def _cancelled(e: BaseException) -> bool:
     return any(_cancelled(r.value) for r in getattr(e, "reasons", None) or ())
 
 
-def _header(response, name: bytes) -> str | None:
-    values = response.headers.getRawHeaders(name)
-    return values[0].decode("latin-1") if values else None
-
-
-def _linked_sha256(response) -> str | None:
-    """The sha256 in ``X-Linked-Etag`` on *response* or a redirect before it, when it is one."""
-    while response is not None:
-        value = _header(response, b"X-Linked-Etag")
-        if value is not None:
-            value = value.strip().removeprefix("W/").strip('"').lower()
-            return value if _SHA256.fullmatch(value) else None
-        response = getattr(response, "previousResponse", None)
-    return None
-
-
-async def refused(fetcher: Fetcher, src: WeightsSource, response, url: str | None = None) -> FetchError:
-    """What an error answer to a request for *src* (at *url*, if not its own) means, and what to do."""
-    body = await discard(response, fetcher._clock, fetcher._idle_timeout_s, keep=2048)
-    said = body.decode("utf-8", "replace").strip().splitlines()[:1]
-    detail = f" ({said[0][:200]})" if said else ""
-    what = f"{url or src.url}: HTTP {response.code} {response.phrase.decode('latin-1')}{detail}"
-    if src.kind == "hf" and response.code in (401, 403):
-        if "Authorization" in request_headers(src, fetcher._environ):
-            return FetchError(f"{what}; the HF_TOKEN sent was refused: check that it may read this repository")
-        return FetchError(f"{what}; this repository needs a token: set HF_TOKEN in the agent's environment")
-    if response.code == 404:
-        kind = _header(response, b"X-Error-Code")
-        if kind == "RevisionNotFound":
-            return FetchError(f"{what}; {src.repository} has no revision {src.revision}: check the source's @REVISION")
-        if kind == "RepoNotFound":
-            return FetchError(f"{what}; there is no repository {src.repository} (or it is private: set HF_TOKEN)")
-        return FetchError(f"{what}; check {fetcher._check}")
-    return FetchError(what)
-
-
 class _Download:
     """One download of one source into its locked partial file, up to the rename.
 
     *report*, when given, receives each progress report's figures instead of
-    the fetcher's callback (a repository reports bytes of the whole).
+    the fetcher's callback (a repository reports bytes of the whole); *pace*
+    is the whole fetch's, fed while this body is read.
     """
 
     def __init__(self, fetcher: Fetcher, src: WeightsSource, file, partial: Path, final: Path,
-                 sha256: str | None, expected_size: int | None, report=None):
+                 sha256: str | None, expected_size: int | None, report=None, pace: Pace | None = None):
         self.f, self.src, self.file, self.partial, self.final = fetcher, src, file, partial, final
+        self.pace = pace
         self.sha256, self.expected_size = sha256, expected_size
         self.clock, self.idle_timeout_s = fetcher._clock, fetcher._idle_timeout_s
         # A file of a listing is the size the listing says: more is an error.
@@ -306,7 +305,7 @@ class _Download:
             ticker.start(self.f._interval_s, now=False)
             path = await self._run()
         except BaseException as e:
-            self._report(final=True, error=str(e) or type(e).__name__)
+            self._report(final=True, error=self.f.error_text(self.src.text, e))
             raise
         finally:
             self.f.room.give_back(self)
@@ -382,7 +381,7 @@ class _Download:
         gave a sha256; one that contradicts the sha256 given is refused before
         its bytes are read.
         """
-        linked = _linked_sha256(response) if self.src.kind == "hf" else None
+        linked = linked_sha256(response) if self.src.kind == "hf" else None
         if linked is None:
             return hasher
         if self.sha256 is None:
@@ -428,7 +427,7 @@ class _Download:
         return await self.f.get(self.src, self.src.url, offset)
 
     def _content_range(self, response) -> tuple[int | None, int | None, int | None]:
-        text = _header(response, b"Content-Range") or ""
+        text = header(response, b"Content-Range") or ""
         match = _CONTENT_RANGE.fullmatch(text.strip())
         if not match:
             return (None, None, None)
@@ -466,6 +465,9 @@ class _Download:
             if self.clock.seconds() - writer.last_data >= self.idle_timeout_s:
                 writer.stalled()
                 return
+            where = f"byte {self.done}" + (f" of {self.src.file_name}" if self.report_to is not None else "")
+            if self.pace is not None and not self.pace.look(self.src.url, where):
+                return  # given up: the download has ended, and said so
         self._report()
 
     def _report(self, *, final: bool = False, error: str | None = None) -> None:

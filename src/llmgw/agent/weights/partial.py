@@ -9,7 +9,11 @@ import os
 import stat
 from pathlib import Path
 
+from twisted.logger import Logger
+
 from .errors import FetchError, SizeMismatch
+
+log = Logger()
 
 
 def check_local(path: Path) -> Path:
@@ -124,3 +128,16 @@ def lock_directory(staging: Path) -> int | None:
             return None
         if held:
             return fd
+
+
+def release_partial(locked, partial: Path) -> None:
+    """Close (and so unlock) the partial file, removing it when nothing was written to resume."""
+    try:
+        try:
+            locked.flush()
+            if os.fstat(locked.fileno()).st_size == 0:
+                partial.unlink(missing_ok=True)
+        finally:
+            locked.close()
+    except OSError as e:
+        log.info("closing {partial}: {error}", partial=partial, error=e.strerror)

@@ -37,8 +37,9 @@ from llmgw.weightnames import PARTIAL_SUFFIX, WeightsSource, cache_name, partial
 
 from .body import read_json_body
 from .errors import FetchError
-from .partial import finished, finished_directory, lock_directory, lock_partial, make_directory
+from .partial import finished, finished_directory, lock_directory, lock_partial, make_directory, release_partial
 from .records import Progress
+from .refusals import refused
 
 log = Logger()
 
@@ -146,8 +147,8 @@ def matches(path: str, patterns: tuple[str, ...]) -> bool:
 class Snapshot:
     """One fetch of a repository (or a split GGUF's parts) into its cache directory."""
 
-    def __init__(self, fetcher, src: WeightsSource, patterns: tuple[str, ...]):
-        self.f, self.src, self.patterns = fetcher, src, patterns
+    def __init__(self, fetcher, src: WeightsSource, patterns: tuple[str, ...], pace=None):
+        self.f, self.src, self.patterns, self.pace = fetcher, src, patterns, pace
         self.final = fetcher.weights_dir / cache_name(src.text, patterns)
         self.staging = fetcher.weights_dir / partial_name(src.text, patterns)
         self.total = 0
@@ -183,7 +184,7 @@ class Snapshot:
                 try:
                     await self._fetch(fd)
                 except BaseException as e:
-                    self._report(self.before, final=True, error=str(e) or type(e).__name__)
+                    self._report(self.before, final=True, error=self.f.error_text(self.src.text, e))
                     raise
                 self._report(self.total, final=True)
                 return self.target()
@@ -224,8 +225,6 @@ class Snapshot:
         url = f"{self.src.endpoint}/api/models/{self.src.repository}/revision/{self.src.revision}?blobs=true"
         response = await self.f.get(self.src, url)
         if response.code != 200:
-            from .fetch import refused
-
             raise await refused(self.f, self.src, response, url)
         body = await read_json_body(response, self.f._clock, self.f._idle_timeout_s, self.f.max_listing_bytes,
                                     f"the hub's listing of {self.src.repository} ({url})")
@@ -279,7 +278,7 @@ class Snapshot:
                + "/".join(quote(s, safe="") for s in item.path.split("/")))
         one = attrs.evolve(self.src, url=url, file_name=item.path, layout="file")
         partial = final.with_name(final.name + PARTIAL_SUFFIX)
-        from .fetch import _Download, _release
+        from .fetch import _Download
 
         while not finished(final, item.size):
             locked = lock_partial(partial)
@@ -287,12 +286,12 @@ class Snapshot:
                 raise FetchError(f"{partial} is locked by a process outside llmgw's own; stop it")
             try:
                 download = self.current = _Download(self.f, one, locked, partial, final, item.sha256, item.size,
-                                                    report=self._from_download)
+                                                    report=self._from_download, pace=self.pace)
                 await download.run()
                 self.received += download.received
             finally:
                 self.current = None
-                _release(locked, partial)
+                release_partial(locked, partial)
 
     def _written(self) -> int:
         """Bytes this fetch has written so far, the file under way included."""
