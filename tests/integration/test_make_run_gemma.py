@@ -8,16 +8,20 @@ installs; skips saying so where absent, fails under CI=true.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import openai
 import pytest
 
+from llmgw.config.server import load_server_config
 from tests.support.cluster import environment
 from tests.support.net import free_port
 from tests.support.wait import wait_for
@@ -43,17 +47,33 @@ def test_make_run_model_gemma_serves_gemma_through_the_router(tmp_path, llama_se
                         or (proc.poll() is not None and pytest.fail("make run ended:\n" + "".join(lines))),
                         300, "make run MODEL=gemma to print its curl line", interval=0.5)
         api = f"http://127.0.0.1:{ports['LLMGW_API_PORT']}"
-        assert f"{api}/v1/chat/completions" in curl
+        assert f"{api}/v1/completions" in curl
         assert re.search(r'"model": "gemma-3-270m"', curl)
         assert "engines:\n  llama.cpp: {path: " in (run / "agent.yaml").read_text()
-        client = openai.OpenAI(base_url=f"{api}/v1", api_key="unused", max_retries=0, timeout=120)
 
-        # make run prints the curl line once the router routes the model:
-        # the first request, sent at once, is answered.
-        reply = client.chat.completions.create(
-            model="gemma-3-270m", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
-        )
-        assert reply.choices[0].message.content.strip()
+        # make run prints the curl line once the router routes the model: the
+        # line itself, run as printed, is answered at once, in seconds, in words.
+        # (A chat request without max_tokens once ran three minutes and answered
+        # 2,023 tokens of <|im_end|>: the base model has no chat template.)
+        started = time.monotonic()
+        done = subprocess.run(shlex.split(curl.strip()), capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        words = answer["choices"][0]["text"]
+        assert took < 20, f"the printed request took {took:.1f} s"
+        assert answer["usage"]["completion_tokens"] <= 24 and answer["choices"][0]["finish_reason"] == "stop"
+        assert len(re.findall(r"[A-Za-z]{3,}", words)) >= 3 and "<|" not in words, words
+        wait_for(lambda: any("base model" in line for line in lines), 10, "the note on what the model is")
+
+        # The official client through the same router, as an application would ask it.
+        client = openai.OpenAI(base_url=f"{api}/v1", api_key="unused", max_retries=0, timeout=120)
+        reply = client.completions.create(model="gemma-3-270m", prompt="Once upon a time", max_tokens=8)
+        assert reply.choices[0].text.strip()
+        # One that names no max_tokens stops at the profile's -n, not at the end of the context.
+        assert load_server_config(run / "server.yaml").profiles["gemma-cpu"].args[-2:] == ("-n", "128")
+        chat = client.chat.completions.create(model="gemma-3-270m", messages=[{"role": "user", "content": "hello"}])
+        assert chat.usage.completion_tokens <= 128
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
