@@ -16,6 +16,8 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import Clock
 
 from llmgw.agent.weights import Fetcher, FetchError, cache_name, partial_name
+from llmgw.agent.weights.pace import Pace
+from llmgw.agent.weights.partial import lock_partial
 from llmgw.config.agent import InstallLimits, WeightsLimits, load_agent_config
 from tests.agent.engines.test_install_pace import trickle
 from tests.support.hfmirror import HubMirror
@@ -166,3 +168,43 @@ def test_agent_yaml_weights_section_sets_the_limits_and_null_switches_one_off(tm
     # Absent: the defaults, which suit weights (a 140 GB model at 100 Mbit/s takes about 3 h).
     assert WeightsLimits() == WeightsLimits(min_rate_bytes_per_s=65536, rate_window_s=300, download_deadline_s=86400)
     assert 140e9 / (100e6 / 8) < WeightsLimits().download_deadline_s / 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fetch_waiting_on_another_agents_lock_is_held_to_the_deadline_too(hub, weights_dir):
+    # Another agent on the same filer writes this file, and never finishes.
+    other = lock_partial(weights_dir / partial_name(FILE))
+    try:
+        clock = Clock()
+        fetcher, _ = paced(hub, weights_dir, clock, WeightsLimits(download_deadline_s=100))
+        fetching = fetcher.fetch(FILE)
+        clock.advance(99)
+        assert not fetching.called
+        clock.advance(1)
+        assert fetching.called, "still waiting on the other agent's lock past the deadline"
+        error = await failure_of(fetching)
+        assert "model.safetensors: not all of it came within 100 s (0 bytes came in this attempt)" in str(error)
+        assert fetcher.in_flight() == frozenset() and hub.seen(HELD) == []
+    finally:
+        other.close()
+
+
+def test_only_time_spent_reading_a_body_counts_toward_the_rate():
+    # A repository's next file: asked for, its resumed prefix hashed — longer than the window, nothing read.
+    clock, given_up = Clock(), []
+    pace = Pace(clock, SOURCE, TRICKLE, "agent.yaml's weights", given_up.append)
+    for _ in range(2):
+        with pace.reading():
+            for _ in range(61):
+                clock.advance(1)
+                pace.moved += 1000
+                assert pace.look("file", "byte 0")
+        clock.advance(600)
+    assert given_up == []
+    # While a body is read, the same 600 s without a byte is a trickle.
+    with pace.reading():
+        pace.look("file", "byte 0")
+        clock.advance(600)
+        assert not pace.look("file", "byte 122000")
+    (reason,) = given_up
+    assert reason.startswith("file: ") and "over the last 6" in reason and reason.endswith("resumes from byte 122000")

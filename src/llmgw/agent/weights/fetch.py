@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -368,7 +369,8 @@ class _Download:
             self.file.seek(offset)
             self.writer = Writer(self, hasher)
             response.deliverBody(self.writer)
-            await self.writer.finished
+            with self.pace.reading() if self.pace is not None else nullcontext():
+                await self.writer.finished
             return await self._finish(hasher)
         raise FetchError(f"{self.src.url} answers Range requests inconsistently; "
                          f"remove {self.partial} and try again")

@@ -20,7 +20,8 @@ or waiting for another agent's lock is not a slow link.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Union
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, Union
 
 if TYPE_CHECKING:
     from llmgw.config.agent import InstallLimits, WeightsLimits
@@ -36,12 +37,26 @@ class Pace:
         self.give_up = give_up
         self.moved = 0  # bytes received by this fetch, every file of it
         self.samples: list[tuple[float, int]] = []  # (when, moved), while a body is being read
+        self.idle_since: float | None = None  # when the last body ended; None while one is read
         deadline = limits.download_deadline_s
         self.timer = None if deadline is None else clock.callLater(deadline, self._late)
 
     def stop(self) -> None:
         if self.timer is not None and self.timer.active():
             self.timer.cancel()
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """While a body is read: the time between two bodies (a repository's next file asked for, its
+        resumed prefix hashed) is taken out of the samples, so that only reading is measured."""
+        if self.idle_since is not None:
+            gap = self.clock.seconds() - self.idle_since
+            self.samples = [(when + gap, moved) for when, moved in self.samples]
+        self.idle_since = None
+        try:
+            yield
+        finally:
+            self.idle_since = self.clock.seconds()
 
     def look(self, url: str, resumes_at: str) -> bool:
         """Take a sample while *url*'s body is read; False when the fetch was given up for its rate."""
