@@ -4,6 +4,7 @@
   (shared with the control plane, so it lives outside this package);
 * :mod:`.sources` — where a source's weights are on this node, what a fetch of it sends;
 * :mod:`.fetch` — :class:`Fetcher`: single-flight, resumable, verified downloads with progress;
+* :mod:`.pace` — a fetch held to a minimum rate and a deadline (agent.yaml's ``weights:``);
 * :mod:`.snapshot` — a repository (``hf://ORG/REPO``) or a split GGUF, fetched into one directory
   that appears only when every file is there;
 * :mod:`.inventory` — :func:`scan` the weights directories, :func:`fingerprint` the result;
