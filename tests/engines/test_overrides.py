@@ -103,3 +103,8 @@ def test_llama_cpp_has_no_config_file_and_its_presets_are_refused():
     assert validate_profile("llama.cpp", ["--config", "/etc/x.ini"], 0, 1, "/m.gguf") == []  # it exits naming it
     (problem,) = validate_profile("llama.cpp", ["--models-preset", "/etc/x.ini"], 0, 1, "/m.gguf")
     assert "may not set --models-preset" in problem
+
+
+def test_an_option_that_only_begins_like_config_is_the_profiles_own():
+    # --config-format says how to read the model's config.json; it reads no options from a file.
+    assert validate_profile("vllm", ["--config-format", "hf"], 1, 1, "/m") == []
