@@ -58,3 +58,42 @@ def test_a_request_with_a_quote_in_it_survives_the_shell() -> None:
     request = devrun.FirstRequest("/v1/completions", devrun._body(model="m", prompt="It's \"quoted\" $HOME `x`", max_tokens=4))
     url, body = printed_request(request.curl(1))
     assert body["prompt"] == "It's \"quoted\" $HOME `x`"
+
+
+@pytest.mark.integration
+def test_make_run_prints_a_request_that_is_answered_when_run_as_printed(tmp_path) -> None:
+    """The simulator's `make run`, end to end: the curl line it prints, run by a shell, gets an answer."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    from llmgw.agent.procs import marked_processes
+    from tests.support.cluster import environment
+    from tests.support.net import free_port
+    from tests.support.wait import wait_for
+
+    ports = {name: free_port() for name in ("LLMGW_LINK_PORT", "LLMGW_API_PORT", "LLMGW_ADMIN_PORT")}
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw.devrun"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env=environment(LLMGW_RUN_DIR=str(run), **{k: str(v) for k, v in ports.items()}),
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        curl = wait_for(lambda: next((line for line in lines if "curl -s" in line), None)
+                        or (proc.poll() is not None and pytest.fail("make run ended:\n" + "".join(lines))),
+                        90, "make run to print its curl line", interval=0.3)
+        done = subprocess.run(["bash", "-c", curl.strip()], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["model"] == "echo" and answer["choices"][0]["message"]["content"]
+        assert answer["usage"]["completion_tokens"] <= 32
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+    assert marked_processes(run / "state") == [], "make run left its engine running"
