@@ -111,3 +111,19 @@ def test_a_refusal_never_reads_as_enough(tmp_path):
     with pytest.raises(FetchError, match="has 73 GB free, 2.0 GB of it for downloads under way; hf://acme/big "
                                          "needs 72 GB more"):
         room.take("c", tmp_path, 72_000_000_000, "hf://acme/big")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_file_of_no_stated_length_is_stopped_at_what_was_free_not_when_the_disk_is_full(http, weights_dir):
+    # No listing, no Content-Length, no size in the catalog: nothing to refuse it
+    # by ahead.  It may write what was free where it lands when it began, less
+    # what the others under way still need, and is stopped there rather than
+    # fill the filesystem every other download and engine log share.
+    http.files["/endless.gguf"] = Served(model_bytes(200_000), length=False, chunk=1024, delay=0.01)
+    fetcher = Fetcher(reactor, weights_dir, node_id="node05", free=lambda directory: 150_000)
+    error = await failure_of(fetcher.fetch(http.url("/endless.gguf")))
+    assert isinstance(error, SizeMismatch)
+    assert str(error).startswith(f"node05: {http.url('/endless.gguf')} is 15") and \
+        f"over the 150000 bytes {weights_dir} had free when it began, stating no length" in str(error), str(error)
+    assert http.seen[0].sent < 200_000
+    assert os.listdir(weights_dir) == []  # nothing kept of what could never fit

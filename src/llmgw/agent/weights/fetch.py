@@ -287,7 +287,7 @@ class _Download:
         self.max_bytes = fetcher._max_bytes if expected_size is None else expected_size
         self.report_to = report
         # A repository's files were given room together, before the first of them (snapshot).
-        self.room = report is None
+        self.room, self.free_cap = report is None, None
         # Who gave the sha256, and what to do when the bytes are not those.
         self.said_by, self.advice = "the catalog", "Check the model's source and sha256 in server.yaml"
         if report is not None:
@@ -363,6 +363,9 @@ class _Download:
                 except FetchError:
                     await discard(response, self.clock, self.idle_timeout_s)
                     raise
+            elif self.room:  # nobody said how big: it may write what is free there now, and no more
+                self.free_cap = offset + self.f.room.ceiling(self.partial.parent)
+                self.max_bytes = self.free_cap if self.max_bytes is None else min(self.max_bytes, self.free_cap)
             self.done = offset
             if offset:
                 log.info("resuming {name} at byte {offset}", name=self.src.file_name, offset=offset)
@@ -458,7 +461,9 @@ class _Download:
 
     def too_large(self, size: int) -> SizeMismatch:
         self.partial.unlink(missing_ok=True)
-        return SizeMismatch(f"{self.src.url} is {size} bytes or more, over the limit of {self.max_bytes}; "
+        limit = f"the limit of {self.max_bytes}" if self.max_bytes != self.free_cap else \
+            f"the {self.max_bytes} bytes {self.partial.parent} had free when it began, stating no length"
+        return SizeMismatch(f"{self.f.room.node}{self.src.url} is {size} bytes or more, over {limit}; "
                             f"check {self.f._check}")
 
     def _tick(self) -> None:

@@ -9,7 +9,9 @@ finished, a ``.partial`` to resume) is not needed again; what the other
 downloads on the same filesystem have yet to write is not free.
 
 A download whose size nobody said (no listing, no length) cannot be
-checked ahead; a full disk then stops it with its own error.
+checked ahead; it may write what is free where it lands when it begins
+(``ceiling``), less what the others still need, and is stopped there rather
+than fill the disk every other download and engine log share.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Room:
     """The bytes each download under way still has to write, by filesystem, and whether another one fits."""
 
     def __init__(self, node_id: str | None = None, free: Callable[[Path], int] = free_bytes):
-        self._node = f"{node_id}: " if node_id else ""
+        self.node = f"{node_id}: " if node_id else ""
         self._free = free
         # key -> (the filesystem's st_dev, how many bytes it still has to write)
         self._held: dict[Hashable, tuple[int, Callable[[], int]]] = {}
@@ -62,7 +64,7 @@ class Room:
             device = os.stat(directory).st_dev
             free = self._free(directory)
         except OSError as e:
-            raise FetchError(f"{self._node}cannot tell how much room {directory} has ({e.strerror}); "
+            raise FetchError(f"{self.node}cannot tell how much room {directory} has ({e.strerror}); "
                              "check that the directory exists and the agent's user may read it") from None
         others = sum(max(0, left()) for k, (dev, left) in self._held.items() if dev == device and k != key)
         if needs > free - others:
@@ -70,10 +72,15 @@ class Room:
             if words(needs) in (words(free), words(free - others)):
                 words = _bytes  # rounded, it would read as enough
             under_way = f", {words(others)} of it for downloads under way" if others else ""
-            raise FetchError(f"{self._node}{directory} has {words(free)} free{under_way}; {what} needs "
+            raise FetchError(f"{self.node}{directory} has {words(free)} free{under_way}; {what} needs "
                              f"{words(needs)} more; nothing was downloaded. Free space there "
                              "(llmgw ctl weights --collect removes weights no model wants)")
         self._held[key] = (device, remaining if remaining is not None else (lambda: needs))
+
+    def ceiling(self, directory: Path) -> int:
+        """The most a download of no stated size may write in *directory*: free there, less what the others need."""
+        device, free = os.stat(directory).st_dev, self._free(directory)
+        return max(0, free - sum(max(0, left()) for dev, left in self._held.values() if dev == device))
 
     def give_back(self, key: Hashable) -> None:
         self._held.pop(key, None)
