@@ -97,3 +97,17 @@ def test_make_run_prints_a_request_that_is_answered_when_run_as_printed(tmp_path
         proc.wait(timeout=60)
         reader.join(timeout=10)
     assert marked_processes(run / "state") == [], "make run left its engine running"
+
+
+def test_each_make_run_starts_its_logs_afresh_and_keeps_the_last_runs_beside_them(tmp_path) -> None:
+    # twistd appends to its --logfile: a second `make run` showed the first one's
+    # "dialling" line above its own.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("server.log", "agent.log"):
+        (logs / name).write_text(f"first run's {name}\n")
+    devrun.fresh_logs(logs)
+    assert sorted(p.name for p in logs.iterdir()) == ["agent.log.previous", "server.log.previous"]
+    assert (logs / "agent.log.previous").read_text() == "first run's agent.log\n"
+    devrun.fresh_logs(logs)  # a run that wrote nothing yet keeps the last one that did
+    assert (logs / "agent.log.previous").read_text() == "first run's agent.log\n"

@@ -261,6 +261,18 @@ def _wait_listening(server, port: int, timeout: float = 30) -> bool:
     return False
 
 
+def fresh_logs(logs: Path) -> None:
+    """Start this run's logs afresh, the last run's kept beside them as ``*.log.previous``.
+
+    twistd appends to its --logfile, so a second ``make run`` showed the first
+    one's lines above its own ("dialling" twice) and a reader could not tell
+    which run a traceback was from.
+    """
+    for name in ("server.log", "agent.log"):
+        if (logs / name).exists():
+            os.replace(logs / name, logs / f"{name}.previous")
+
+
 def twistd(plugin: str, config: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "--nodaemon", "--pidfile=", f"--logfile={log}",
@@ -351,6 +363,7 @@ def main() -> int:
     if busy:
         print("\n".join(busy) + "\n(an earlier `make run` still running? LLMGW_LINK_PORT moves the hub)", file=sys.stderr)
         return 1
+    fresh_logs(logs)
     server = twistd("llmgw-server", files["server"], logs / "server.log")
     if not _wait_listening(server, link_port):
         if server.poll() is None:
