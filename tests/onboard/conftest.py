@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from llmgw.ctl.nodehost import SYSTEMD_DIR_ENV
 from tests.support.cluster import ROOT, Cluster, cluster  # noqa: F401 (a fixture)
 from tests.support.sshd import Operator, SshNode, engine_groups_under
 from tests.support.wait import wait_for
@@ -55,8 +56,15 @@ def nodes(tmp_path, sshd):
             self.operator = Operator(tmp_path / "operator")
             self.made: list[SshNode] = []
 
-        def add(self, alias: str, known: bool = True, env: dict[str, str] | None = None) -> SshNode:
-            node = SshNode(sshd, self.base / alias, alias, env=env).start()
+        def add(self, alias: str, known: bool = True, env: dict[str, str] | None = None, systemd: bool = True,
+                path: str | None = None) -> SshNode:
+            # This machine's PID 1 is not systemd: a node stands for one that systemd booted only through
+            # nodehost's explicit override, a directory standing for /run/systemd/system (unless *systemd* is False).
+            booted = self.base / alias / "run-systemd-system"
+            if systemd:
+                booted.mkdir(parents=True, exist_ok=True)
+                env = {SYSTEMD_DIR_ENV: str(booted), **(env or {})}
+            node = SshNode(sshd, self.base / alias, alias, path=path, env=env).start()
             self.made.append(node)
             self.operator.add(node, known=known)
             return node

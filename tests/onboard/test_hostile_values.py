@@ -188,10 +188,10 @@ def test_offboarding_removes_a_prefix_only_when_it_is_an_llmgw_venv(tmp_path):
     (system / "bin" / "twistd").write_text("#!/bin/sh\n")
     request = {"prefix": str(system), "config_dir": str(tmp_path / "etc"), "state_dir": str(tmp_path / "state"),
                "unit_dir": str(tmp_path / "units"), "owner": "root"}
-    assert nodeside.remove(request) == {"changed": []}
+    assert nodeside.remove(request)["changed"] == []
     assert (system / "bin" / "twistd").exists()
     (system / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    assert nodeside.remove(request) == {"changed": [str(system)]}
+    assert nodeside.remove(request)["changed"] == [str(system)]
     assert not system.exists()
 
 

@@ -171,7 +171,7 @@ def test_remove_takes_a_venv_root_linked_elsewhere_and_its_link(tmp_path):
     (tmp_path / "opt").symlink_to(venv)
     request = {"prefix": str(tmp_path / "opt"), "config_dir": str(tmp_path / "etc"), "state_dir": str(tmp_path / "state"),
                "unit_dir": str(tmp_path / "units"), "owner": AGENT}
-    assert nodeside.remove(request) == {"changed": [str(tmp_path / "opt")]}
+    assert nodeside.remove(request)["changed"] == [str(tmp_path / "opt")]
     assert not venv.exists() and not os.path.lexists(tmp_path / "opt") and (tmp_path / "srv").is_dir()
 
 
@@ -186,6 +186,6 @@ def test_a_shard_record_the_agents_user_made_a_fifo_does_not_hold_offboarding(tm
     shards = tmp_path / "state" / "shards"
     shards.mkdir(parents=True)
     os.mkfifo(shards / "a.json")
-    code = f"from llmgw.ctl import nodeside; print(nodeside.stop_engines({str(tmp_path / 'state')!r}))"
+    code = f"from llmgw.ctl import nodehost; print(nodehost.stop_engines({str(tmp_path / 'state')!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment(), timeout=60)
     assert out.returncode == 0 and out.stdout == "[]\n", out.stdout + out.stderr

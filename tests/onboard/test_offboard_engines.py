@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from llmgw.ctl import nodeside
+from llmgw.ctl import nodehost, nodeside
 from tests.support.wait import wait_for
 
 # An engine as the agent starts one: a group leader in its own session, with a child of its own.
@@ -27,7 +27,7 @@ def started():
 
     yield start
     for proc in procs:
-        if nodeside._group_alive(proc.pid):
+        if nodehost._group_alive(proc.pid):
             subprocess.run(["kill", "-KILL", "--", f"-{proc.pid}"], timeout=10)
         proc.wait(timeout=10)
 
@@ -73,7 +73,7 @@ def test_an_engine_that_outlives_sigkill_is_a_failure_naming_it(tmp_path, starte
            create_time=psutil.Process(engine.pid).create_time())
     monkeypatch.setattr(nodeside.os, "killpg", lambda pgid, sig: None)  # signals that do nothing
     with pytest.raises(SystemExit, match=rf"engine process groups {engine.pid} \(shard stuck\) still run 0 s"):
-        nodeside.stop_engines(str(tmp_path / "state"), stop_s=0.0)
+        nodehost.stop_engines(str(tmp_path / "state"), stop_s=0.0)
 
 
 def test_remove_kills_no_group_with_a_process_of_another_user_whatever_the_record_says(tmp_path, started):

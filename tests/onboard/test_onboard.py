@@ -105,6 +105,7 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
     gone = offboard(fleet, nodes, node)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert re.search(r"^edge1: drain: cordoned, 1 shard\(s\) stopped \(", gone.stdout, re.M), gone.stdout
+    assert re.search(r"^edge1: remove: `systemctl stop llmgw-agent.service` succeeded; removed ", gone.stdout, re.M), gone.stdout
     assert re.search(r"^edge1: revoke: serial [0-9a-f]+ revoked", gone.stdout, re.M), gone.stdout
     wait_for(lambda: not alive(pid), 15, "the agent to stop")
     assert not (node.base / "root" / "opt").exists() and not (etc / "node.key").exists()
@@ -308,7 +309,7 @@ def test_removing_touches_no_prefix_that_is_not_an_llmgw_venv(nodes):
     (prefix / "precious").write_text("not llmgw's")
     request = {"prefix": str(prefix), "config_dir": str(node.base / "root" / "etc"), "state_dir": "/nonexistent",
                "unit_dir": str(node.units), "owner": "root"}
-    assert Ssh(node.alias, str(nodes.operator.config)).run("remove", request) == {"changed": []}
+    assert Ssh(node.alias, str(nodes.operator.config)).run("remove", request)["changed"] == []
     assert (prefix / "precious").exists()
 
 

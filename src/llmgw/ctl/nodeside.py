@@ -16,18 +16,17 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 
-try:  # on a node, ssh.py's program made it this module: llmgw is not installed there yet
+try:  # on a node, ssh.py's program made these modules: llmgw is not installed there yet
+    import llmgw_nodehost as nodehost
     import llmgw_nodeinstall as nodeinstall
 except ImportError:
-    from llmgw.ctl import nodeinstall
+    from llmgw.ctl import nodehost, nodeinstall
 
 REFUSED = 3
 # Checked before anything is installed: a venv with llmgw's dependencies is about 150 MB.
@@ -35,12 +34,6 @@ MIN_FREE_MB = 500
 SYSTEMCTL_TIMEOUT_S = 60
 HUB_TIMEOUT_S = 5.0
 UNIT = "llmgw-agent.service"
-# Offboarding: each engine's process group is given this long after SIGTERM, then as long again after SIGKILL.
-ENGINE_STOP_S = 10.0
-# At most this many of the state directory's shard records are read, each at most this big.
-MAX_RECORDS, MAX_RECORD_BYTES = 4096, 1 << 20
-# The agent's (psutil's) create_time and the one read here come from the same /proc figures.
-CREATE_TIME_TOLERANCE_S = 0.05
 # The files in the configuration directory onboarding writes, and offboarding removes.
 CONFIG_FILES = ("agent.yaml", "ca.crt", "node.crt", "node.key")
 
@@ -67,22 +60,18 @@ def check(request: dict) -> dict:
     problems = []
     if sys.version_info < (3, 11):
         problems.append(f"{sys.executable} is Python {sys.version.split()[0]}; llmgw needs 3.11 or newer")
-    if shutil.which("systemctl") is None:
-        problems.append("there is no systemctl on PATH: llmgw's agent runs as a systemd unit, and "
-                        "other init systems are not supported; install the agent by hand (docs/operations.rst)")
+    problems += nodehost.host_problems(request)
     prefix = request["prefix"]
-    free = _free_mb(prefix)
-    if free < request.get("min_free_mb", MIN_FREE_MB):
-        problems.append(f"{_existing_parent(prefix)} has {free} MB free; the venv at {prefix} needs "
-                        f"{request.get('min_free_mb', MIN_FREE_MB)} MB")
+    problems += _short_of_space(request)
     agent = (_uid_of(request["owner"]) or (None,))[0] if request.get("owner") else None
-    for key in ("prefix", "config_dir", "state_dir", "unit_dir"):
-        parent = _existing_parent(request[key])
+    paths = [(k, request[k]) for k in ("prefix", "config_dir", "state_dir", "unit_dir")]
+    for key, path in paths:
+        parent = _existing_parent(path)
         if not os.access(parent, os.W_OK):
-            problems.append(f"{parent} is not writable by {_user()}, and {request[key]} goes there; "
+            problems.append(f"{parent} is not writable by {_user()}, and {path} goes there; "
                             "onboard as root (USER@HOST) or choose --" + key.replace("_", "-"))
         try:  # before anything is installed, or the venv's python run as root
-            _trusted(request[key], agent if key == "state_dir" else None)
+            _trusted(path, agent if key == "state_dir" else None)
         except Declined as e:
             problems.append(f"{e} (--{key.replace('_', '-')})")
     owner = request.get("owner")
@@ -118,6 +107,19 @@ def _existing_parent(path: str) -> str:
 def _free_mb(path: str) -> int:
     fs = os.statvfs(_existing_parent(path))
     return fs.f_bavail * fs.f_frsize // (1024 * 1024)
+
+
+def _short_of_space(request: dict) -> list[str]:
+    """One sentence per filesystem with less free than the venv and the state dir it holds need, together."""
+    needs = {}  # device: [free MB, needed MB, what]
+    for path, mb in ((request["prefix"], request.get("min_free_mb", MIN_FREE_MB)),
+                     (request["state_dir"], request.get("min_state_free_mb", nodehost.MIN_STATE_FREE_MB))):
+        dev = os.stat(_existing_parent(path)).st_dev
+        need = needs.setdefault(dev, [_free_mb(path), 0, []])
+        need[1] += mb
+        need[2].append(f"{path} ({mb} MB)")
+    return [f"the filesystem of {' and '.join(what)} has {free} MB free, and they need {need} MB; free some, or "
+            "choose --prefix or --state-dir elsewhere" for free, need, what in needs.values() if free < need]
 
 
 def _uid_of(user: str) -> tuple[int, int] | None:
@@ -299,159 +301,62 @@ def start(request: dict) -> dict:
 
 
 def remove(request: dict) -> dict:
-    """Stop and remove the agent: its unit, its venv, the files onboarding wrote; the state directory stays."""
-    agent, changed = (_uid_of(request.get("owner") or "") or (None,))[0], []
+    """Stop the agent, then remove it: its unit, its venv, the files onboarding wrote; the state directory stays.
+
+    Nothing is removed while the agent still runs (the holder of its state
+    lock, or a twistd from its venv), nor the venv while anything runs from it:
+    each is refused naming the pid.  The answer says how the stop went.
+    """
+    agent, changed, prefix = (_uid_of(request.get("owner") or "") or (None,))[0], [], request["prefix"]
     for key in ("unit_dir", "state_dir", "prefix", "config_dir"):  # nothing removed through another user's link
         _trusted(request[key], agent if key == "state_dir" else None)
     unit_path = os.path.join(request["unit_dir"], UNIT)
-    if os.path.exists(unit_path):
-        _systemctl("stop", UNIT, check=False)
-        _systemctl("disable", UNIT, check=False)
-        os.unlink(unit_path)
-        _systemctl("daemon-reload", check=False)
-        changed.append(unit_path)
+    stopped = _stop_unit() if os.path.exists(unit_path) else f"no {UNIT} in {request['unit_dir']} to stop"
+    running = nodehost.agent_running(request["state_dir"], prefix)
+    if running:
+        raise Declined(f"the agent still runs, {', '.join(running)}, and {stopped}; nothing was removed: stop it "
+                       f"(systemctl stop {UNIT}, or kill that pid) and offboard again")
     # The unit's KillMode=process leaves the engines running (a restarted agent adopts them);
     # an agent taken away leaves none.
-    changed.extend(stop_engines(request["state_dir"], owner=agent))
-    if _is_llmgw_venv(request["prefix"]):
-        shutil.rmtree(_trusted(request["prefix"], None))  # a link root made: the venv it points at, then the link
-        if os.path.islink(request["prefix"]):
-            os.unlink(request["prefix"])
-        changed.append(request["prefix"])
+    changed.extend(nodehost.stop_engines(request["state_dir"], owner=agent))
+    left = nodehost.running_from(prefix) if _is_llmgw_venv(prefix) else []
+    if left:
+        raise Declined(f"{', '.join(left)} still run from {prefix}, so it was not removed, nor anything else"
+                       f"{' but ' + ', '.join(changed) if changed else ''}; stop them and offboard again")
+    if os.path.exists(unit_path):
+        if shutil.which("systemctl") is not None:
+            _systemctl("disable", UNIT, check=False)
+        os.unlink(unit_path)
+        if shutil.which("systemctl") is not None:
+            _systemctl("daemon-reload", check=False)
+        changed.append(unit_path)
+    if _is_llmgw_venv(prefix):
+        shutil.rmtree(_trusted(prefix, None))  # a link root made: the venv it points at, then the link
+        if os.path.islink(prefix):
+            os.unlink(prefix)
+        changed.append(prefix)
     for name in CONFIG_FILES:
         path = os.path.join(request["config_dir"], name)
         if os.path.lexists(path):
             os.unlink(path)
             changed.append(path)
-    return {"changed": changed}
+    return {"changed": changed, "stopped": stopped}
+
+
+def _stop_unit() -> str:
+    """``systemctl stop`` the agent's unit; how it went, in words."""
+    if shutil.which("systemctl") is None:
+        return f"there is no systemctl on this node to stop {UNIT} with"
+    try:
+        status = _systemctl("stop", UNIT, check=False)
+    except SystemExit as e:
+        return str(e)
+    return f"`systemctl stop {UNIT}` succeeded" if status == 0 else f"`systemctl stop {UNIT}` failed (exit status {status})"
 
 
 def _is_llmgw_venv(prefix: str) -> bool:
     """Whether *prefix* is a venv with llmgw's twistd in it, as install makes (a system prefix, /usr, is not a venv)."""
     return all(os.path.isfile(os.path.join(prefix, *p)) for p in (("pyvenv.cfg",), ("bin", "twistd")))
-
-
-def stop_engines(state_dir: str, stop_s: float = ENGINE_STOP_S, owner: int | None = None) -> list[str]:
-    """Kill the engine process groups the agent recorded in *state_dir*/shards, and wait (bounded) until they are gone.
-
-    A group is killed only when its recorded leader is the very process the
-    agent started (pid and start time), or when the leader has exited and
-    its group still runs (a group id is not reused while its group lives);
-    and, with *owner* (the agent's uid), only when every process in it is
-    that user's: the agent's user writes the records, and offboarding runs
-    as root, so a forged record must not name another user's group.
-    What is left after SIGKILL and *stop_s* is a failure naming it.
-    """
-    groups = {}
-    shards = os.path.join(state_dir, "shards")
-    try:
-        names = sorted(n for n in os.listdir(shards) if n.endswith(".json"))[:MAX_RECORDS]
-    except OSError:
-        return []
-    for name in names:
-        found = _engine_group(os.path.join(shards, name))
-        if found is not None and (owner is None or _group_owned_by(found, owner)):
-            groups[found] = name[:-len(".json")]
-    if not groups:
-        return []
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pgid in groups:
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + stop_s
-        while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not any(_group_alive(g) for g in groups):
-            return [f"engine process group {g} (shard {shard})" for g, shard in groups.items()]
-    left = [f"{g} (shard {shard})" for g, shard in groups.items() if _group_alive(g)]
-    raise SystemExit(f"engine process groups {', '.join(left)} still run {2 * stop_s:.0f} s after SIGTERM and "
-                     "SIGKILL; kill them by hand (kill -KILL -- -PGID) and run offboarding again")
-
-
-def _engine_group(path: str) -> int | None:
-    """The process group a shard record names, when it is the agent's engine and still runs; else None."""
-    try:  # the agent's user writes these: a link is not followed, a FIFO not waited on
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
-            record = json.loads(f.read(MAX_RECORD_BYTES + 1)[:MAX_RECORD_BYTES])
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict):
-        return None
-    pid, pgid, started = record.get("pid"), record.get("pgid"), record.get("create_time")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 1 for v in (pid, pgid)) or \
-            not isinstance(started, (int, float)) or isinstance(started, bool):
-        return None
-    if pgid == os.getpgrp() or pgid != pid:
-        return None
-    now = _create_time(pid)
-    if now is not None:
-        same = abs(now - started) <= CREATE_TIME_TOLERANCE_S and _pgid(pid) == pgid
-        return pgid if same else None
-    return pgid if _group_alive(pgid) else None
-
-
-def _group_owned_by(pgid: int, uid: int) -> bool:
-    """Whether every process of group *pgid* runs as *uid* (real and effective), as the agent's engines do."""
-    for pid in (n for n in os.listdir("/proc") if n.isdigit()):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[2] != str(pgid):
-                    continue
-            with open(f"/proc/{pid}/status") as f:
-                uids = next(line.split()[1:3] for line in f if line.startswith("Uid:"))
-        except (OSError, IndexError, StopIteration):
-            continue  # gone meanwhile
-        if uids != [str(uid), str(uid)]:
-            return False
-    return True
-
-
-def _create_time(pid: int) -> float | None:
-    """*pid*'s start, as psutil reckons it on Linux (boot time plus start ticks); None when it does not run."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-    except (OSError, IndexError, ValueError, StopIteration):
-        return None
-    if fields[0] == "Z":
-        return None
-    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group *pgid* runs (a zombie, waiting for its parent to reap it, has finished)."""
-    try:
-        pids = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        pids = None
-    if pids is None:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
 
 
 def _systemctl(*args: str, check: bool = True) -> int:

@@ -61,7 +61,8 @@ async def cmd_offboard(session, args) -> int:
             return "skipped (--unreachable): whatever is on the node stays there", None
         answer = await _in_thread(Ssh(run.target, args.ssh_config, args.python).run, "remove", layout.request())
         run.changed.extend(answer["changed"])
-        return (f"removed {', '.join(answer['changed'])}" if answer["changed"] else "no agent was installed"), None
+        done = f"removed {', '.join(answer['changed'])}" if answer["changed"] else "no agent was installed"
+        return f"{answer['stopped']}; {done}", None
 
     async def revoke():
         if args.ca_dir is not None:

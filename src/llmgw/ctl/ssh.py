@@ -34,8 +34,10 @@ SSH_STEP_TIMEOUT_S = 1200
 MAX_ANSWER_BYTES = 1 << 20
 MAX_STDERR_BYTES = 64 << 10
 NODESIDE = Path(__file__).with_name("nodeside.py")
-# nodeside's install half (the standard library only too), sent with it as the module llmgw_nodeinstall.
+# nodeside's install half (the standard library only too), sent with it as the module llmgw_nodeinstall,
+# and what it asks of the machine (its init, the agent still running), as llmgw_nodehost.
 NODEINSTALL = Path(__file__).with_name("nodeinstall.py")
+NODEHOST = Path(__file__).with_name("nodehost.py")
 REFUSED = 3  # nodeside's exit status for a refusal
 # Read by the node's Python from stdin: nodeside's length, nodeside, then the request.
 _BOOT = ('import sys; n = int(sys.stdin.buffer.readline()); '
@@ -61,7 +63,7 @@ ANSWERS = {
               "python_version": str, "implementation": str, "soabi": str, "platform": str, "libc": str,
               "installed_set": _MAYBE_STR},
     "install": {"changed": list}, "csr": {"request": str, "changed": list}, "write": {"changed": list},
-    "start": {"changed": list}, "remove": {"changed": list},
+    "start": {"changed": list}, "remove": {"changed": list, "stopped": str},
 }
 
 
@@ -163,10 +165,11 @@ class Ssh:
 
 
 def node_program() -> bytes:
-    """What the node's Python runs: nodeinstall made the module ``llmgw_nodeinstall``, then nodeside as ``__main__``."""
-    return ("import sys, types\n"
-            "_m = sys.modules['llmgw_nodeinstall'] = types.ModuleType('llmgw_nodeinstall')\n"
-            f"exec(compile({NODEINSTALL.read_text()!r}, 'llmgw-nodeinstall', 'exec'), _m.__dict__)\n"
+    """What the node's Python runs: nodeinstall and nodehost made modules (``llmgw_…``), then nodeside as ``__main__``."""
+    made = "".join(f"_m = sys.modules['llmgw_{name}'] = types.ModuleType('llmgw_{name}')\n"
+                   f"exec(compile({path.read_text()!r}, 'llmgw-{name}', 'exec'), _m.__dict__)\n"
+                   for name, path in (("nodeinstall", NODEINSTALL), ("nodehost", NODEHOST)))
+    return ("import sys, types\n" + made +
             f"exec(compile({NODESIDE.read_text()!r}, 'llmgw-nodeside', 'exec'), {{'__name__': '__main__'}})\n").encode()
 
 
