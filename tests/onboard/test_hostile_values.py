@@ -110,6 +110,7 @@ def test_the_command_line_refuses_a_hostile_value_before_the_hub_or_ssh_is_reach
         (["onboard", "gpu05", "--prefix", "/opt/x\nExecStartPre=/bin/sh -c 'touch x'"],
          "--prefix '/opt/x\\nExecStartPre=/bin/sh -c 'touch x'' holds a newline"),
         (["onboard", "gpu05", "--state-dir", "/var/lib/%h"], "--state-dir '/var/lib/%h' holds '%' (a specifier"),
+        (["onboard", "gpu05", "--weights-dir", "/data/my weights"], "--weights-dir '/data/my weights' holds a space"),
         (["onboard", "gpu05", "--user", "llmgw\nExecStartPre=/bin/true"], "--user 'llmgw\\nExecStartPre=/bin/true' is not"),
         (["offboard", "gpu05", "--host", "a;touch x"], "'a;touch x' is not a target"),
         (["offboard", "gpu05", "--config-dir", "etc/llmgw"], "--config-dir 'etc/llmgw': give an absolute path"),

@@ -60,6 +60,9 @@ def test_onboard_serves_reruns_as_a_no_op_and_offboard_keeps_it_out(fleet, nodes
     # The unit that runs is contrib's, with the layout filled in.
     unit = (node.units / "llmgw-agent.service").read_text()
     assert f"ExecStart={node.base}/root/opt/bin/twistd" in unit and "/opt/llmgw" not in unit
+    # The weights dir is made for the agent's user, and writable under the unit's ProtectSystem=strict.
+    assert f"\nReadWritePaths={node.base}/weights\n" in unit
+    assert oct((node.base / "weights").stat().st_mode & 0o777) == "0o750"
     assert "rack" in (etc / "agent.yaml").read_text()
 
     # The node serves a replica through the router.

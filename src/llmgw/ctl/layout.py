@@ -89,6 +89,8 @@ class Layout:
     state_dir: str | None = None
     unit_dir: str = "/etc/systemd/system"
     user: str = UNIT_USER
+    # --weights-dir: in agent.yaml, made on the node for the agent's user, and writable under the unit.
+    weights_dirs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def state(self) -> str:
@@ -97,19 +99,22 @@ class Layout:
     def for_node(self, node_id: str) -> Layout:
         """The layout with ``{node}`` in any path replaced by *node_id* (nodes that share a filesystem)."""
         return Layout(*(None if v is None else v.replace(NODE_PLACEHOLDER, node_id)
-                        for v in (self.prefix, self.config_dir, self.state_dir, self.unit_dir)), self.user)
+                        for v in (self.prefix, self.config_dir, self.state_dir, self.unit_dir)), self.user,
+                      tuple(d.replace(NODE_PLACEHOLDER, node_id) for d in self.weights_dirs))
 
     def checked(self) -> Layout:
         """This layout, when each of its values can go into the unit as it is; a Refusal naming the flag otherwise."""
         for flag, value in (("--prefix", self.prefix), ("--config-dir", self.config_dir),
                             ("--state-dir", self.state), ("--unit-dir", self.unit_dir)):
             unit_path(value, flag)
+        for value in self.weights_dirs:
+            unit_path(value, "--weights-dir")
         unit_user(self.user)
         return self
 
     def request(self) -> dict:
         return {"prefix": self.prefix, "config_dir": self.config_dir, "state_dir": self.state,
-                "unit_dir": self.unit_dir, "owner": self.user}
+                "unit_dir": self.unit_dir, "owner": self.user, "weights_dirs": list(self.weights_dirs)}
 
 
 def unit_text(unit: str | None, layout: Layout) -> str:
@@ -132,7 +137,27 @@ def unit_text(unit: str | None, layout: Layout) -> str:
     filled = {UNIT_PREFIX: layout.prefix, UNIT_CONFIG_DIR: layout.config_dir, UNIT_STATE_DIR: layout.state,
               f"User={UNIT_USER}": f"User={layout.user}", f"Group={UNIT_USER}": f"Group={layout.user}"}
     # One pass: a value filled in is never read again (--prefix /etc/llmgw/venv stays that, whatever --config-dir).
-    return re.sub("|".join(map(re.escape, filled)), lambda m: filled[m.group()], text)
+    text = re.sub("|".join(map(re.escape, filled)), lambda m: filled[m.group()], text)
+    return _weights_writable(text, layout.weights_dirs, unit or UNIT_NAME)
+
+
+def _weights_writable(text: str, dirs: tuple[str, ...], unit: str) -> str:
+    """*text* with one more ``ReadWritePaths=`` for *dirs*, after its own (systemd adds them up), else after ``[Service]``.
+
+    The unit's ``ProtectSystem=strict`` leaves every other path read-only, so
+    a weights dir outside the state dir needs its own line.
+    """
+    if not dirs:
+        return text
+    lines = text.splitlines(keepends=True)
+    after = next((i for i, line in enumerate(lines) if line.startswith("ReadWritePaths=")), None)
+    if after is None:
+        after = next((i for i, line in enumerate(lines) if line.strip() == "[Service]"), None)
+    if after is None:
+        raise Refusal(f"the agent's unit {unit} has no [Service] section to make the weights dirs writable in; "
+                      "give a unit that has one (--unit)")
+    added = f"# --weights-dir, written by `llmgw ctl onboard`\nReadWritePaths={' '.join(dirs)}\n"
+    return "".join(lines[:after + 1] + [added] + lines[after + 1:])
 
 
 def agent_yaml(args, node_id: str, hostname: str, layout: Layout) -> str:

@@ -65,13 +65,13 @@ def check(request: dict) -> dict:
     problems += _short_of_space(request)
     agent = (_uid_of(request["owner"]) or (None,))[0] if request.get("owner") else None
     paths = [(k, request[k]) for k in ("prefix", "config_dir", "state_dir", "unit_dir")]
-    for key, path in paths:
+    for key, path in paths + [("weights_dir", d) for d in request.get("weights_dirs", [])]:
         parent = _existing_parent(path)
         if not os.access(parent, os.W_OK):
             problems.append(f"{parent} is not writable by {_user()}, and {path} goes there; "
                             "onboard as root (USER@HOST) or choose --" + key.replace("_", "-"))
         try:  # before anything is installed, or the venv's python run as root
-            _trusted(path, agent if key == "state_dir" else None)
+            _trusted(path, agent if key in ("state_dir", "weights_dir") else None)
         except Declined as e:
             problems.append(f"{e} (--{key.replace('_', '-')})")
     owner = request.get("owner")
@@ -208,9 +208,10 @@ def write(request: dict) -> dict:
         if _read_text(real) != text:
             _write(real, text.encode(), private=private)
             changed.append(path)
-    for directory in request["dirs"]:
+    # The state dir, and the weights dirs (0750 when made here: the agent's alone, as the unit's UMask= makes its own).
+    for directory, mode in [(d, 0o755) for d in request["dirs"]] + [(d, 0o750) for d in request.get("weights_dirs", [])]:
         changed.extend([] if os.path.lexists(directory) else [directory])
-        real = _directory(directory, agent=ids and ids[0])
+        real = _directory(directory, agent=ids and ids[0], mode=mode)
         if ids is not None:
             _give(real, ids, os.O_DIRECTORY)
     for path in request["owned"] if ids is not None else ():  # each in a directory written in above
@@ -250,13 +251,18 @@ def _give(path: str, ids: tuple[int, int], kind: int) -> None:
         os.close(fd)
 
 
-def _directory(path: str, agent: int | None = None) -> str:
-    """*path*, made when missing, as a real path only root (or this user) can redirect (docs/onboarding.rst)."""
+def _directory(path: str, agent: int | None = None, mode: int = 0o755) -> str:
+    """*path*, made (*mode*) when missing, as a real path only root (or this user) can redirect (docs/onboarding.rst)."""
     real = _trusted(path, agent)
     if not os.path.isdir(real):
         if os.path.lexists(real):
             raise Declined(f"{path} is there and is not a directory; move it away and onboard again")
-        os.makedirs(real, mode=0o755, exist_ok=True)
+        os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
+        try:
+            os.mkdir(real, mode)
+            os.chmod(real, mode, follow_symlinks=False)  # whatever the umask
+        except FileExistsError:
+            pass
         real = _trusted(path, agent)  # made meanwhile by someone else: held to the same rule
     return real
 

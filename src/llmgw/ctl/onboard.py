@@ -166,6 +166,7 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
         ]
         owned = [os.path.join(layout.config_dir, n) for n in ("node.key", "agent.yaml")]
         answer = await _in_thread(ssh.run, "write", {"files": files, "dirs": [layout.state], "owned": owned,
+                                                     "weights_dirs": list(layout.weights_dirs),
                                                      "owner": layout.user}, python=python)
         run.changed.extend(answer["changed"])
         return (f"wrote {', '.join(answer['changed'])}" if answer["changed"] else "every file as it was"), bool(answer["changed"])
@@ -308,7 +309,7 @@ async def cmd_onboard(session, args) -> int:
     if args.name and len(args.name) != len(args.hosts):
         raise Refusal(f"{len(args.name)} --name for {len(args.hosts)} hosts: give one --name per host, in the "
                       "hosts' order, or none (each node is then its short host name)")
-    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user).checked()
+    layout = Layout(args.prefix, args.config_dir, args.state_dir, args.unit_dir, args.user, args.weights_dir).checked()
     for name in args.name or ["node"]:  # as the agent will read it, before any node is changed
         check_agent_yaml(args, name, layout.for_node(name))
     # Read and checked once, here, before any is sent: each node checks what it receives against these.
@@ -414,7 +415,10 @@ def add_parsers(sub, run) -> None:
                          help="take a name the fleet already has (its old certificate is revoked)")
     onboard.add_argument("--label", action="append", default=[], type=_pair("--label"), metavar="KEY=VALUE")
     onboard.add_argument("--fabric", action="append", default=[], type=_pair("--fabric"), metavar="ADAPTER=FABRIC")
-    onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR")
+    onboard.add_argument("--weights-dir", action="append", default=[], metavar="DIR",
+                         type=_checked(unit_path, "--weights-dir"),
+                         help="a weights dir for agent.yaml, made on the node for --user (0750) and writable under "
+                         "the unit ({node} is the node's id); once per dir")
     onboard.add_argument("--user", default=UNIT_USER, type=_checked(unit_user),
                          help=f"the user the agent runs as (default {UNIT_USER})")
     onboard.add_argument("--node-hub", metavar="URL", help="the hub's URL as the node reaches it (default: --hub)")
