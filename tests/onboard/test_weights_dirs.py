@@ -116,3 +116,29 @@ def test_check_refuses_a_weights_dir_another_user_could_redirect_before_anything
     said = str(declined.value)
     assert f"{home} belongs to uid {OTHER} " in said and "choose another path (--weights-dir)" in said, said
     assert sorted(os.listdir(tmp_path)) == ["booted", "home"] and os.listdir(home) == []
+
+
+@pytest.mark.parametrize("fields,said", [
+    ({"weights_dirs": ("/",)}, "--weights-dir '/' is, or holds, the system's /bin"),
+    ({"weights_dirs": ("/etc/systemd",)}, "--weights-dir '/etc/systemd' is, or holds, the system's /etc/systemd/system"),
+    ({"weights_dirs": ("/usr/local/bin/",)}, "--weights-dir '/usr/local/bin/' is, or holds, the system's /usr/local/bin"),
+    ({"weights_dirs": ("/var/lib",)}, "--weights-dir '/var/lib' is, or holds, the system's /var/lib"),
+    ({"weights_dirs": ("/etc",)}, "--weights-dir '/etc' is, or holds, the system's /etc/systemd/system"),
+    ({"weights_dirs": ("/opt/llmgw/bin",)}, "--weights-dir '/opt/llmgw/bin' is inside --prefix '/opt/llmgw'"),
+    ({"weights_dirs": ("/etc/llmgw",)}, "--weights-dir '/etc/llmgw' holds --config-dir '/etc/llmgw'"),
+    ({"weights_dirs": ("/srv/{node}",), "prefix": "/srv/{node}/opt"}, "--weights-dir '/srv/{node}' holds --prefix"),
+    ({"weights_dirs": ("/data/w",), "unit_dir": "/data/w/units"}, "--weights-dir '/data/w' holds --unit-dir"),
+    ({"state_dir": "/var/lib"}, "--state-dir '/var/lib' is, or holds, the system's /var/lib"),
+    ({"state_dir": "/data", "prefix": "/data/opt"}, "--state-dir '/data' holds --prefix '/data/opt'"),
+])
+def test_a_directory_the_agent_would_own_is_never_the_systems_the_venvs_or_the_configurations(fields, said):
+    # Onboarding gives these to the agent's user and makes them writable under its unit: /etc/systemd/system
+    # given away is root for that user; /opt/llmgw/bin is what onboarding runs as root next.
+    with pytest.raises(Refusal) as refusal:
+        unit_text(None, Layout(**fields))
+    assert str(refusal.value).startswith(said), str(refusal.value)
+
+
+def test_the_directories_the_agent_owns_may_sit_beside_and_below_the_others():
+    Layout(weights_dirs=("/data", "/var/lib/llmgw/w", "/data/{node}/w", "/mnt/nvme0/weights")).checked()
+    Layout("/srv/{node}/opt", "/srv/{node}/etc", "/srv/{node}/state", weights_dirs=("/srv/{node}/w",)).checked()

@@ -110,11 +110,43 @@ class Layout:
         for value in self.weights_dirs:
             unit_path(value, "--weights-dir")
         unit_user(self.user)
+        # The state dir and the weights dirs are given to the agent's user, and writable under its unit.
+        others = {"--prefix": self.prefix, "--config-dir": self.config_dir, "--unit-dir": self.unit_dir}
+        given_away("--state-dir", self.state, others, inside=False)
+        for value in self.weights_dirs:
+            given_away("--weights-dir", value, others, inside=True)
         return self
 
     def request(self) -> dict:
         return {"prefix": self.prefix, "config_dir": self.config_dir, "state_dir": self.state,
                 "unit_dir": self.unit_dir, "owner": self.user, "weights_dirs": list(self.weights_dirs)}
+
+
+# Directories of the system a node's onboarding never gives to the agent's user, nor any that holds one.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc/systemd/system", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt",
+               "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr/bin", "/usr/lib", "/usr/local/bin",
+               "/usr/sbin", "/usr/share", "/var/lib", "/var/log", "/var/tmp")
+
+
+def given_away(flag: str, path: str, others: dict[str, str], inside: bool) -> None:
+    """Refuse *path* (given to the agent's user) when it is, or holds, a system directory or one of *others*;
+    with *inside*, also when it lies within one of *others* (the venv, the configuration, the units)."""
+    plain = os.path.normpath(path.replace(NODE_PLACEHOLDER, "node"))
+
+    def holds(outer: str, inner: str) -> bool:
+        return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+    system = next((d for d in SYSTEM_DIRS if holds(plain, d)), None)
+    if system is not None:
+        raise Refusal(f"{flag} {_said(path)} is, or holds, the system's {system}, which onboarding would give to "
+                      "the agent's user and make writable under its unit; give a directory of its own "
+                      "(as in /var/lib/llmgw or /data/llmgw-weights)")
+    for other, where in others.items():
+        where = os.path.normpath(where.replace(NODE_PLACEHOLDER, "node"))
+        if holds(plain, where) or (inside and holds(where, plain)):
+            raise Refusal(f"{flag} {_said(path)} {'holds' if holds(plain, where) else 'is inside'} {other} "
+                          f"{_said(where)}, which the agent's user must not be able to change; give a directory "
+                          "apart from the venv, the configuration and the units")
 
 
 def unit_text(unit: str | None, layout: Layout) -> str:
