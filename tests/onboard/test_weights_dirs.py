@@ -13,6 +13,7 @@ import shutil
 import socket
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,40 @@ def test_a_directory_the_agent_would_own_is_never_the_systems_the_venvs_or_the_c
 def test_the_directories_the_agent_owns_may_sit_beside_and_below_the_others():
     Layout(weights_dirs=("/data", "/var/lib/llmgw/w", "/data/{node}/w", "/mnt/nvme0/weights")).checked()
     Layout("/srv/{node}/opt", "/srv/{node}/etc", "/srv/{node}/state", weights_dirs=("/srv/{node}/w",)).checked()
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory anyone may pass (pytest's own tmp dirs are root's, 0700)."""
+    import tempfile
+
+    made = Path(tempfile.mkdtemp(prefix="llmgw-reach-", dir="/tmp"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made)
+
+
+@as_root
+def test_check_refuses_a_place_the_agents_user_cannot_reach_before_anything_is_changed(open_tmp, monkeypatch):
+    # Before, a weights dir under a root-only directory was made and given to the agent, which could not reach it.
+    booted = open_tmp / "booted"
+    booted.mkdir()
+    monkeypatch.setenv(nodehost.SYSTEMD_DIR_ENV, str(booted))
+    closed, etc = open_tmp / "closed", open_tmp / "etc"
+    closed.mkdir(mode=0o700)
+    etc.mkdir(mode=0o700)  # the agent reads agent.yaml there
+    request = {"prefix": str(open_tmp / "opt"), "config_dir": str(etc), "state_dir": str(closed / "state"),
+               "unit_dir": str(open_tmp / "units"), "owner": AGENT, "min_free_mb": 0, "min_state_free_mb": 0,
+               "weights_dirs": [str(closed / "weights"), str(open_tmp / "open" / "weights")]}
+    hub = socket.create_server(("127.0.0.1", 0))
+    try:
+        with pytest.raises(nodeside.Declined) as declined:
+            nodeside.check({**request, "hub_host": "127.0.0.1", "hub_port": hub.getsockname()[1]})
+    finally:
+        hub.close()
+    said = str(declined.value)
+    assert f"the agent's user {AGENT} cannot pass {closed} (mode 0700, uid 0, gid 0) to reach {closed / 'state'} " \
+           f"(--state-dir), {closed / 'weights'} (--weights-dir); let it (chmod o+x {closed})" in said, said
+    assert f"cannot pass {etc} (mode 0700, uid 0, gid 0) to reach {etc} (--config-dir)" in said, said
+    assert str(open_tmp / "open") not in said and "--prefix" not in said, said
+    assert sorted(os.listdir(open_tmp)) == ["booted", "closed", "etc"] and os.listdir(closed) == []

@@ -65,6 +65,40 @@ def host_problems(request: dict) -> list[str]:
     return problems
 
 
+def unreachable(user: str, paths: list[tuple[str, str]]) -> list[str]:
+    """One sentence per path whose way down *user* (the agent's) may not pass: a directory it cannot search (x)."""
+    import pwd
+    import shlex
+    import stat
+
+    entry = pwd.getpwnam(user)
+    if entry.pw_uid == 0:
+        return []
+    groups = set(os.getgrouplist(user, entry.pw_gid))
+    blocked = {}  # the first directory the user may not pass: what it keeps the user from
+    for key, path in paths:
+        # Every directory above it; the path itself too where onboarding does not give it to the agent.
+        way = os.path.abspath(path) if key in ("prefix", "config_dir") else os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(way):
+            way = os.path.dirname(way)
+        chain = [way]
+        while chain[-1] != "/":
+            chain.append(os.path.dirname(chain[-1]))
+        for directory in reversed(chain):
+            try:
+                st = os.stat(directory)
+            except OSError:
+                break
+            bit = (stat.S_IXUSR if st.st_uid == entry.pw_uid else
+                   stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH)
+            if stat.S_ISDIR(st.st_mode) and not st.st_mode & bit:
+                blocked.setdefault((directory, st), []).append(f"{path} (--{key.replace('_', '-')})")
+                break
+    return [f"the agent's user {user} cannot pass {directory} (mode {stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}, "
+            f"gid {st.st_gid}) to reach {', '.join(what)}; let it (chmod o+x {shlex.quote(directory)}) or choose "
+            "other paths" for (directory, st), what in blocked.items()]
+
+
 def _comm(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:

@@ -79,6 +79,9 @@ def check(request: dict) -> dict:
         useradd = shlex.join(["useradd", "--system", "--home-dir", request["state_dir"], owner])
         problems.append(f"there is no user {owner} on this node for the agent to run as; create it "
                         f"({useradd}) or choose --user")
+    elif owner is not None:
+        problems += nodehost.unreachable(owner, [(k, request[k]) for k in ("prefix", "config_dir", "state_dir")]
+                                         + [("weights_dir", d) for d in request.get("weights_dirs", [])])
     host, port = request["hub_host"], request["hub_port"]
     try:
         socket.create_connection((host, port), timeout=HUB_TIMEOUT_S).close()
