@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from llmgw.ctl import nodeside
+from llmgw.ctl import nodeinstall, nodeside
 from llmgw.ctl.layout import Layout, unit_path, unit_text, unit_user
 from llmgw.ctl.ssh import REFUSED, Refusal, Ssh, StepFailed, _find_python, _with_python, ssh_target
 from tests.support.cluster import environment
@@ -199,7 +199,7 @@ def test_offboarding_removes_a_prefix_only_when_it_is_an_llmgw_venv(tmp_path):
 def test_what_the_node_advises_is_shell_quoted_as_it_could_be_pasted(tmp_path):
     odd = tmp_path / "a b;$(c)"
     with pytest.raises(SystemExit) as failed:
-        nodeside._run([sys.executable, "-c", "raise SystemExit(4)", str(odd)], "the probe", 60)
+        nodeinstall._run([sys.executable, "-c", "raise SystemExit(4)", str(odd)], "the probe")
     command = str(failed.value).split("(exit status 4): ", 1)[1]
     assert shlex.split(command)[-1] == str(odd)
     request = {"prefix": str(tmp_path), "config_dir": str(tmp_path), "state_dir": str(odd), "unit_dir": str(tmp_path),

@@ -163,18 +163,6 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-# -- install: nodeinstall.install, exactly the wheelhouse's files, each sha256 checked --
-
-def _run(argv: list[str], what: str, timeout: float) -> None:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"{what} did not finish in {timeout:.0f} s: {shlex.join(argv)}") from None
-    if out.returncode != 0:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"{what} failed (exit status {out.returncode}): {shlex.join(argv)}")
-
-
 # -- csr: the node's key (made here once, kept) and a request for its certificate --
 
 def csr(request: dict) -> dict:
