@@ -236,3 +236,17 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+def test_under_the_hardened_unit_sudo_refusing_names_the_drop_in_not_sudoers(monkeypatch):
+    # sudo's own words when the process may not gain privileges (the unit's
+    # NoNewPrivileges=): sudoers is not what to change, the unit's drop-in is.
+    monkeypatch.setattr(ospackages.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(ospackages.shutil, "which", lambda name: f"/usr/bin/{name}")
+    run = FakeRun((1, b'sudo: The "no new privileges" flag is set, which prevents sudo from running as root.\n'
+                      b"sudo: If sudo is running in a container, you may need to adjust the container "
+                      b"configuration to disable the flag.\n"))
+    with pytest.raises(OSPackagesFailed) as caught:
+        install(["libgomp"], "dnf", run=run)
+    assert "install contrib/llmgw-agent-os-packages.conf as its drop-in" in str(caught.value)
+    assert "sudoers" not in str(caught.value) and "without a password" not in str(caught.value)

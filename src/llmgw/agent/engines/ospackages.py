@@ -199,7 +199,12 @@ def install(packages: Sequence[str], manager: str, *, run: Run = run_stoppable, 
     if code != 0:
         last = _last_line(tail) or "no output"
         hint = ""
-        if sudo and "sudo:" in last:
+        if sudo and '"no new privileges" flag' in tail:
+            # The hardened unit's NoNewPrivileges=: sudoers is not the cause, the unit is.
+            hint = ("; the agent's unit forbids gaining privileges (NoNewPrivileges=), so install "
+                    "contrib/llmgw-agent-os-packages.conf as its drop-in (docs/operations.rst), "
+                    "or install the packages by hand")
+        elif sudo and "sudo:" in last:
             hint = (f"; the agent is not root, so let its user run {manager} through sudo without a password, "
                     "or install the packages by hand")
         raise OSPackagesFailed(f"{shown} failed (exit status {code}): {last}{hint}")
