@@ -14,16 +14,11 @@ import pytest
 from tests.support.cluster import cluster  # noqa: F401 - a fixture
 from tests.support.hfmirror import HubMirror
 from tests.support.wait import wait_for
-from tests.weights.test_repository import SOURCE, WEIGHTS_PATH, tiny_repo
+from tests.weights.test_repository import WEIGHTS_PATH, tiny_repo
+from tests.weights.test_repository_node import CATALOG
 
 pytestmark = pytest.mark.integration
 
-CATALOG = f"""
-profiles:
-  sim-fast: {{engine: sim, args: ["--ttft-ms", "0"]}}
-models:
-  tiny: {{source: "{SOURCE}", profile: sim-fast, replicas: 1}}
-"""
 POLLS = 3
 
 
