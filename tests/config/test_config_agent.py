@@ -27,6 +27,7 @@ def test_the_same_file_on_every_node_needs_only_hub_and_tls(confdir: Path) -> No
     assert config.weights_dirs == ("/var/lib/llmgw-weights",)
     assert config.state_dir == "/var/lib/llmgw"
     assert config.heartbeat_interval_s == 5.0
+    assert config.engine_port_range == range(12000, 20000)
     assert config.engines == {}
     assert config.engine_path("llama.cpp") is None
 
@@ -45,6 +46,7 @@ fabrics: {mlx5_0: ib-a, mlx5_1: ib-b}
 weights_dirs: [/data/weights/, /mnt/shared/llmgw-weights]
 state_dir: /srv/llmgw
 heartbeat_interval_s: 2
+engine_ports: 40000-40999
 """
         % str(confdir).lstrip("/")
     )
@@ -57,6 +59,7 @@ heartbeat_interval_s: 2
     assert config.weights_dirs == ("/data/weights", "/mnt/shared/llmgw-weights")
     assert config.state_dir == "/srv/llmgw"
     assert config.heartbeat_interval_s == 2.0
+    assert config.engine_port_range == range(40000, 41000)
 
 
 def test_an_engine_built_by_hand_is_named_by_its_path(confdir: Path) -> None:

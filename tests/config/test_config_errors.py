@@ -449,7 +449,8 @@ AGENT_CASES = [
         "unknown-key-typo",
         AGENT + "lables: {rack: r1}\n",
         "agent.yaml:3: lables: unknown key; did you mean 'labels'? allowed here: hub, tls, "
-        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engines, installs, weights",
+        "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engine_ports, engines, "
+        "installs, weights",
     ),
     (
         "weights-dir-relative",
@@ -471,6 +472,17 @@ AGENT_CASES = [
         "heartbeat-zero",
         AGENT + "heartbeat_interval_s: 0\n",
         "agent.yaml:3: heartbeat_interval_s: must be a number > 0, got 0",
+    ),
+    (
+        "engine-ports-backwards",
+        AGENT + "engine_ports: 20000-12000\n",
+        "agent.yaml:3: engine_ports: '20000-12000': the first port must be at least 1024, the last at most "
+        "65535 and not below the first",
+    ),
+    (
+        "engine-ports-one-number",
+        AGENT + "engine_ports: 12000\n",
+        "agent.yaml:3: engine_ports: expected a port range, FIRST-LAST, got an integer (12000)",
     ),
     (
         "heartbeat-not-a-number",

@@ -24,6 +24,10 @@ from llmgw.tlsfiles import TLSFiles
 
 DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
 DEFAULT_STATE_DIR = "/var/lib/llmgw"
+# Below Linux's default ephemeral ports (32768-60999), so an outgoing
+# connection never takes one between the agent choosing it and its engine
+# binding it; and below the ports tests/support/net.py hands out.
+DEFAULT_ENGINE_PORTS = "12000-19999"
 
 # As /sys/class/infiniband names adapters: mlx5_0, hfi1_0, irdma0, efa_0.
 _ADAPTER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -37,6 +41,21 @@ def _default_if_empty(dirs) -> tuple[str, ...]:
     fetched files were never listed and their disk never shown.
     """
     return tuple(dirs) or DEFAULT_WEIGHTS_DIRS
+
+
+def parse_port_range(text: str) -> range:
+    """``FIRST-LAST`` (both included) as a range; ValueError saying what is wrong."""
+    first, dash, last = text.partition("-")
+    if not dash or not first.strip().isdigit() or not last.strip().isdigit():
+        raise ValueError("expected FIRST-LAST, such as 12000-19999")
+    low, high = int(first), int(last)
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError("the first port must be at least 1024, the last at most 65535 and not below the first")
+    return range(low, high + 1)
+
+
+def _check_port_range(text: str) -> None:
+    parse_port_range(text)
 
 
 def _check_adapter(text: str) -> None:
@@ -126,6 +145,8 @@ class AgentConfig:
     weights_dirs: tuple[str, ...] = attrs.field(default=DEFAULT_WEIGHTS_DIRS, converter=_default_if_empty)
     state_dir: str = DEFAULT_STATE_DIR
     heartbeat_interval_s: float = 5.0
+    # Where the ports of engines the agent starts come from: FIRST-LAST.
+    engine_ports: str = DEFAULT_ENGINE_PORTS
     engines: dict[str, EngineOverride] = attrs.Factory(dict)
     installs: InstallLimits = attrs.Factory(InstallLimits)
     weights: WeightsLimits = attrs.Factory(WeightsLimits)
@@ -142,6 +163,10 @@ class AgentConfig:
     @property
     def hub_port(self) -> int:
         return parse_hub_url(self.hub).port
+
+    @property
+    def engine_port_range(self) -> range:
+        return parse_port_range(self.engine_ports)
 
 
 _PACE = {
@@ -164,6 +189,7 @@ SCHEMA = Section(
         "weights_dirs": ListOf(AbsPath()),
         "state_dir": AbsPath(),
         "heartbeat_interval_s": Number(min=0, exclusive=True),
+        "engine_ports": Str(what="a port range, FIRST-LAST", check=_check_port_range),
         "engines": MapOf(
             Section(EngineOverride, {"path": AbsPath()}),
             key=Str(what="an engine name", check=_check_engine),
