@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from twisted.internet import defer, error, task
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
@@ -78,6 +80,17 @@ def test_a_session_that_joined_starts_the_backoff_again():
 
 
 def test_the_jittered_backoff_stays_under_its_ceiling_of_ten_seconds():
-    delay = jittered_backoff()
-    assert all(0.5 <= delay(1) <= 2 for _ in range(100))
+    delay = jittered_backoff(random.Random(25))
+    assert all(1 <= delay(1) <= 2 for _ in range(100))
     assert all(5 <= delay(n) <= 10 for n in (4, 10, 1000) for _ in range(100))
+
+
+def test_the_jittered_backoff_draws_each_wait_from_the_generator_it_is_given():
+    delay = jittered_backoff(random.Random(25))
+    twin = random.Random(25)
+    # Ceilings 2, 4, 8, then the 10 s cap; each wait lies in its upper half.
+    ceilings = [2, 4, 8, 10, 10]
+    waits = [delay(n) for n in range(1, 6)]
+    assert waits == [twin.uniform(c / 2, c) for c in ceilings]
+    assert all(c / 2 <= w <= c for w, c in zip(waits, ceilings))
+    assert jittered_backoff(random.Random(26))(1) != jittered_backoff(random.Random(25))(1)

@@ -93,8 +93,9 @@ class HubRefused(Exception):
 RETRY_CEILING_S = 10.0
 
 
-def jittered_backoff(initial: float = 1.0, maximum: float = RETRY_CEILING_S, factor: float = 2.0) -> Callable[[int], float]:
-    """Exponential backoff with wide jitter, so a fleet does not reconnect in lockstep.
+def jittered_backoff(rng: random.Random, initial: float = 1.0, maximum: float = RETRY_CEILING_S,
+                     factor: float = 2.0) -> Callable[[int], float]:
+    """Exponential backoff with wide jitter drawn from *rng*, so a fleet does not reconnect in lockstep.
 
     The ceiling is short because a restarted control plane waits only
     ``fleet.settle_s`` for the fleet before it places; a handshake every ten
@@ -103,7 +104,7 @@ def jittered_backoff(initial: float = 1.0, maximum: float = RETRY_CEILING_S, fac
 
     def delay(attempt: int) -> float:
         ceiling = min(maximum, initial * factor ** min(attempt, 32))
-        return random.uniform(ceiling / 2, ceiling)
+        return rng.uniform(ceiling / 2, ceiling)
 
     return delay
 
@@ -114,19 +115,23 @@ class _Reconnecting(ClientService):
     _log = Logger(observer=lambda event: None)
 
 
-def client_service(reactor, hub: HubAddress, tls: TLSFiles, make_session) -> ClientService:
-    """A service that keeps a session to the hub open, reconnecting forever."""
-    return reconnecting(reactor, hub, _endpoint(reactor, hub, tls, timeout=10), _factory(hub, make_session))
+def client_service(reactor, hub: HubAddress, tls: TLSFiles, make_session, rng: random.Random | None = None) -> ClientService:
+    """A service that keeps a session to the hub open, reconnecting forever.
+
+    Its backoff's jitter comes from *rng*; by default a generator of its own,
+    seeded from the system, so that no two processes wait in step.
+    """
+    return reconnecting(reactor, hub, _endpoint(reactor, hub, tls, timeout=10), _factory(hub, make_session),
+                        jittered_backoff(rng if rng is not None else random.Random()))
 
 
-def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[int], float] | None = None) -> ClientService:
+def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[int], float]) -> ClientService:
     """*factory*'s session kept open over *endpoint*; each failed attempt logged with why and when the next is.
 
     The backoff counts attempts until a session joins, not until TCP
     connects: ClientService starts again on every accepted connection, so a
     hub that TLS refuses was dialled every second or so, forever.
     """
-    backoff = backoff or jittered_backoff()
     state = {"failures": 0, "why": None, "joined": False}
 
     def joined():
