@@ -27,6 +27,8 @@ AGENT_PROGRESS = CP_AGENT + "progress"
 # operator -> control plane
 CP = "llmgw.cp."
 CP_NODES = CP + "nodes"
+# One node's view by its id, or None: what onboarding waits on, without reading the fleet.
+CP_NODE = CP + "node"
 CP_REPLICAS = CP + "replicas"
 CP_STATUS = CP + "status"
 CP_DRAIN = CP + "drain"
