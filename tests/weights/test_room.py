@@ -14,7 +14,8 @@ import pytest_twisted
 from twisted.internet import reactor, task
 
 from llmgw.agent.weights import Fetcher, FetchError, SizeMismatch, cache_name, partial_name
-from llmgw.agent.weights.room import Room, size_words
+from llmgw.agent.weights.room import Room
+from llmgw.sizes import size_words
 from tests.support.wait import until
 
 from .modelserver import Served, model_bytes
@@ -63,7 +64,7 @@ async def test_what_the_downloads_under_way_still_need_is_not_room(hub, weights_
     await until(lambda: fetcher.room.held() == 500_024, "the first download's 500 kB written")
     error = await failure_of(fetcher.fetch(SOURCE, files=["*.safetensors"]))
     assert str(error).startswith(f"node05: {weights_dir} has 1.5 MB free, 500,024 bytes of it for downloads "
-                                 "under way; hf://acme/tiny-llama needs 1.0 MB more"), str(error)
+                                 "under way; hf://acme/tiny-llama needs 1 MB more"), str(error)
     assert len(gets(hub)) == 1  # the second never asked for its weights
     hub.release(WEIGHTS_PATH)
     await first
@@ -85,7 +86,7 @@ async def test_a_resumed_repository_needs_room_only_for_what_it_has_yet_to_fetch
     assert tree(path)["model.safetensors"] == WEIGHTS
     fetcher, _ = make(hub, weights_dir, free=lambda directory: 450_000)
     error = await failure_of(fetcher.fetch(SOURCE, files=["*.safetensors"]))
-    assert "has 450,000 bytes free; hf://acme/tiny-llama needs 1.0 MB more" in str(error)
+    assert "has 450,000 bytes free; hf://acme/tiny-llama needs 1 MB more" in str(error)
 
 
 @pytest_twisted.ensureDeferred
@@ -108,7 +109,7 @@ def test_a_refusal_never_reads_as_enough(tmp_path):
     assert f"{tmp_path} has 73,040,000,000 bytes free; hf://acme/big needs 73,060,000,000 bytes more" in str(
         caught.value)
     room.take("b", tmp_path, 2_000_000_000, "hf://acme/small")
-    with pytest.raises(FetchError, match="has 73 GB free, 2.0 GB of it for downloads under way; hf://acme/big "
+    with pytest.raises(FetchError, match="has 73 GB free, 2 GB of it for downloads under way; hf://acme/big "
                                          "needs 72 GB more"):
         room.take("c", tmp_path, 72_000_000_000, "hf://acme/big")
 

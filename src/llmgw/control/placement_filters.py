@@ -9,10 +9,10 @@ it, most basic first: nobody needs to read about memory on a node that is down.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from llmgw.sizes import GB, gb, gb_short_of
 from llmgw.states import EngineState, NodeState
 
 if TYPE_CHECKING:
@@ -24,9 +24,6 @@ Filter = Callable[["PlacementRequest", Sequence["NodeSnapshot"]], tuple[list["No
 
 # EngineInfo.origin of a build the operator named on the node itself.
 AGENT_YAML = "agent.yaml"
-
-GB = 1e9  # decimal, as `ctl nodes` shows memory and as min_memory_gb is read
-
 
 def each_node(check: Callable[[PlacementRequest, NodeSnapshot], str | None]) -> Filter:
     """A filter from a check of one node that returns why it is refused, or None."""
@@ -280,28 +277,3 @@ def number(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
-def gb(n_bytes: float) -> str:
-    """A measured size in GB, as a person says it: whole within a quarter GB of a
-    whole number (MemTotal of an "8 GB" machine is 8.2 GB), else to a tenth."""
-    value = n_bytes / GB
-    whole = round(value)
-    if abs(value - whole) < 0.25:
-        return str(whole)
-    return f"{value:.1f}"
-
-
-def gb_short_of(n_bytes: float, need_gb: float) -> str:
-    """``gb(n_bytes)``, with more digits where rounding would make it read as
-    enough: 23.9 GB against 24 is "23.9", never "has 24 GB of memory, needs 24"."""
-    text = gb(n_bytes)
-    value = n_bytes / GB
-    digits = 1
-    while float(text) >= need_gb and digits <= 9:
-        scale = 10**digits
-        text = f"{value:.{digits}f}"
-        if float(text) >= need_gb:
-            text = f"{math.floor(value * scale) / scale:.{digits}f}"
-        digits += 1
-    return text

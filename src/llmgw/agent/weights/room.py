@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Callable, Hashable
 
+from llmgw.sizes import bytes_words, size_words
+
 from .errors import FetchError
 
 
@@ -27,21 +29,6 @@ def free_bytes(directory: Path) -> int:
     """Bytes the agent's user may still write on *directory*'s filesystem (f_bavail: root's reserve is not room)."""
     vfs = os.statvfs(directory)
     return vfs.f_bavail * vfs.f_frsize
-
-
-def size_words(n: int) -> str:
-    """A size as a person reads it: "2,000 GB", "7.5 GB", "120 MB", "900 bytes"."""
-    if n >= 10e9:
-        return f"{n / 1e9:,.0f} GB"
-    if n >= 1e9:
-        return f"{n / 1e9:.1f} GB"
-    if n >= 1e6:
-        return f"{n / 1e6:.1f} MB"
-    return _bytes(n)
-
-
-def _bytes(n: int) -> str:
-    return f"{n:,} bytes"
 
 
 class Room:
@@ -70,7 +57,7 @@ class Room:
         if needs > free - others:
             words = size_words
             if words(needs) in (words(free), words(free - others)):
-                words = _bytes  # rounded, it would read as enough
+                words = bytes_words  # rounded, it would read as enough
             under_way = f", {words(others)} of it for downloads under way" if others else ""
             raise FetchError(f"{self.node}{directory} has {words(free)} free{under_way}; {what} needs "
                              f"{words(needs)} more; nothing was downloaded. Free space there "
