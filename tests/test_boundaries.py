@@ -23,10 +23,13 @@ FORBIDDEN = {
     "llmgw.control": ("llmgw.agent", "llmgw.tui", "llmgw.ctl"),
     "llmgw.agent": ("llmgw.control", "llmgw.tui", "llmgw.ctl"),
 }
+# The CA's tools run where the CA lives, with no link; the link reads what
+# they write.  What both must agree on (roles, a node's id) is llmgw.roles.
+PKI = {"llmgw.pki": ("llmgw.link",)}
 # The contracts two processes share import no process's package.
 NEUTRAL = ("llmgw.records", "llmgw.wire", "llmgw.states", "llmgw.errors",
            "llmgw.weightnames", "llmgw.tlsfiles", "llmgw.huburl", "llmgw.durable", "llmgw.text",
-           "llmgw.wiretext", "llmgw.hostnames")
+           "llmgw.wiretext", "llmgw.hostnames", "llmgw.roles")
 PARTS = ("llmgw.agent", "llmgw.control", "llmgw.router", "llmgw.link", "llmgw.config",
          "llmgw.ctl", "llmgw.tui", "llmgw.sim", "llmgw.engines", "llmgw.pki")
 
@@ -88,6 +91,10 @@ def rows():
 
 def test_the_control_plane_and_the_agent_import_nothing_of_each_other_nor_of_ctl_or_the_tui(rows):
     assert crossings(FORBIDDEN, rows) == []
+
+
+def test_the_certificate_authority_imports_nothing_of_the_link(rows):
+    assert crossings(PKI, rows) == []
 
 
 def test_the_shared_contracts_import_no_part_of_a_process(rows):

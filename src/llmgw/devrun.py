@@ -30,7 +30,7 @@ from twisted.internet.error import CannotListenError
 from llmgw import pki
 from llmgw.config.endpoints import parse_server_endpoint
 from llmgw.config.server import load_server_config
-from llmgw.link.authz import NODE_ID
+from llmgw.roles import NODE_ID
 from llmgw.process.common import cannot_listen
 
 SERVER_NAME = "llmgw-server"

@@ -7,23 +7,13 @@ action is allowed and otherwise the sentence the client receives.
 
 from __future__ import annotations
 
-import re
-
 from llmgw.link import uris
+from llmgw.roles import is_node_id
 
 REGISTER = "register"
 CALL = "call"
 SUBSCRIBE = "subscribe"
 PUBLISH = "publish"
-
-# A node's id is one URI component: no dots, or node "a" could register under
-# "llmgw.node.a.b." and answer for node "a.b".  \Z, not $: "a\n" is no id.
-NODE_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
-
-
-def is_node_id(name: object) -> bool:
-    """Whether *name* can be a node's id on the link: the one rule the hub, ``llmgw pki`` and the agent share."""
-    return isinstance(name, str) and NODE_ID.match(name) is not None
 
 
 def refusal(role: str, authid: str, action: str, uri: str) -> str | None:

@@ -6,16 +6,11 @@ The realm is ``llmgw``.  Who may do what with these is decided in
 
 from __future__ import annotations
 
-REALM = "llmgw"
+# The roles a session is opened with are llmgw.roles' (the CA writes them);
+# named here too, so that who may do what reads uris.ROLE_NODE beside the URIs.
+from llmgw.roles import CERT_ROLES, ROLE_CONTROL, ROLE_NODE, ROLE_OPERATOR, ROLE_ROUTER, ROLE_SERVER  # noqa: F401
 
-# Roles, as carried in a certificate's OU.
-ROLE_SERVER = "server"
-ROLE_NODE = "node"
-ROLE_OPERATOR = "operator"
-ROLE_ROUTER = "router"
-CERT_ROLES = (ROLE_SERVER, ROLE_NODE, ROLE_OPERATOR, ROLE_ROUTER)
-# The control plane's own session, attached inside the server process.
-ROLE_CONTROL = "control"
+REALM = "llmgw"
 
 # agent -> control plane
 CP_AGENT = "llmgw.cp.agent."

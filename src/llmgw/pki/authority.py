@@ -29,7 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from llmgw.durable import write_file
 from llmgw.errors import PKIError
-from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_SERVER
+from llmgw.roles import CERT_ROLES, ROLE_NODE, ROLE_SERVER
 
 from .held import check_same_holder
 from .keys import ACCEPTED, key_problem

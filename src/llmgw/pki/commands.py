@@ -8,7 +8,7 @@ from pathlib import Path
 from cryptography import x509
 
 from llmgw.errors import PKIError
-from llmgw.link.uris import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
+from llmgw.roles import CERT_ROLES, ROLE_NODE, ROLE_OPERATOR, ROLE_SERVER
 
 from .authority import (
     CA_CERT, CA_DAYS, CA_KEY, CERT_DAYS, MAX_DAYS, MAX_REQUEST_BYTES, init_ca, issue, read_ca_certificate, read_request,

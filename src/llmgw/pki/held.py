@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography import x509
 
 from llmgw.errors import PKIError
-from llmgw.link.uris import ROLE_NODE
+from llmgw.roles import ROLE_NODE
 
 from .subject import CertificateSubject, identity_of, printable
 

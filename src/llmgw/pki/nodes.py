@@ -19,7 +19,7 @@ import attrs
 from cryptography import x509
 
 from llmgw.errors import PKIError
-from llmgw.link.uris import ROLE_NODE
+from llmgw.roles import ROLE_NODE
 
 from .authority import CA_CERT, PathLike, _public_der, read_ca_certificate, read_request, sign_request
 from .held import held, node_certificate

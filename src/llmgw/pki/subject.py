@@ -15,8 +15,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from llmgw.errors import PKIError
-from llmgw.link.authz import is_node_id
-from llmgw.link.uris import CERT_ROLES
+from llmgw.roles import CERT_ROLES, is_node_id
 # Whatever a certificate says reaches a log line through this (re-exported by llmgw.pki).
 from llmgw.text import printable  # noqa: F401
 
@@ -77,7 +76,7 @@ def node_name_problem(name: str) -> str | None:
     """Why `name` cannot be a node's name, or None when it can: a certificate's name the link takes as a node id.
 
     A node's name is its short host name (``hostname -s``), never the fully
-    qualified one: it is one component of the node's URIs.  :func:`llmgw.link.authz.is_node_id`
+    qualified one: it is one component of the node's URIs.  :func:`llmgw.roles.is_node_id`
     is the link's own rule, so a node is never signed a certificate the hub then refuses.
     """
     if not isinstance(name, str):
