@@ -16,9 +16,10 @@ from llmgw.config.server import load_server_config
 from llmgw.control.adoption import HARD
 from llmgw.control.catalog import Catalog
 from llmgw.control.claims import ClaimRefused, ModelSlots, Why
-from llmgw.control.placement_filters import FILTERS, GB
+from llmgw.control.placement_filters import FILTERS
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Inventory, ShardSpec, ShardStatus
+from llmgw.sizes import GB
 from llmgw.wire import to_wire
 from tests.control.test_catalog import HEAD
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures

@@ -11,7 +11,7 @@ few nodes the index names instead of filtering and scoring the whole fleet.
 The answers are the plain ones, by construction: the index runs the same
 filter checks on the same nodes, the final choice is the scorers' own order
 over its candidates, and where a refusal is due the reasons are what
-``filters.run`` says over the whole fleet.  tests/placement/test_placement_index.py
+``filters.run`` says over the whole fleet.  tests/control/test_placement_index.py
 holds it to a straightforward reference over a varied fleet.
 
 What the index relies on, and checks before it is used (``applies``): every

@@ -6,9 +6,9 @@ import attrs
 import pytest
 
 from llmgw.control import placement_filters as filters
-from llmgw.control.placement_filters import GB
 from llmgw.control.placement import NodeSnapshot, PlacementRequest, Reservation, Unplaceable, place
 from llmgw.records import GPU, EngineInfo
+from llmgw.sizes import GB
 from llmgw.states import EngineState
 
 from .machines import node
