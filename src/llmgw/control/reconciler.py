@@ -3,7 +3,9 @@
 Each model has ``replicas`` slots, ``<model>/0`` … ``<model>/N-1``; a slot
 holds at most one replica, whose shards are ``<slot>/<rank>``.  Slot names
 make a restarted control plane's job simple: what the agents report fills
-slots, and only empty slots are placed — nothing is started twice.
+slots, and only empty slots are placed — nothing is started twice.  Each
+slot's state and its table are ``llmgw.control.slot``'s; this module reads
+the fleet and the catalog, feeds each slot its inputs, and acts by state.
 
 Each ``tick``:
 - shards of a model that left the catalog, or of a slot above ``replicas``,
@@ -13,19 +15,18 @@ Each ``tick``:
   crashed engine is restarted;
 - a multi-node replica is started in order (``llmgw.control.startup``):
   every rank placed, rank 0 started, the others once rank 0 reports its
-  rendezvous; one that loses a rank (failed, stopped, or on a lost node)
-  is failed whole, every other rank stopped, and placed again after the
-  backoff, on the same nodes when they can still take it;
+  rendezvous; one that loses a rank (failed, stopped, or on a lost node) is
+  failed whole, and placed again after the backoff, on the same nodes when
+  they can still take it;
 - shards on a ``lost`` node count as gone and their slot is placed again
   (an ``unreachable`` node's engines are left alone: its agent may be
   restarting while they keep serving);
-- an empty slot is placed, and its shards started on their nodes;
+- an empty slot is placed once the fleet has settled (``llmgw.control.settle``);
 - a slot whose fresh start the reconciler itself stops again (within
   ``FLAP_WINDOW_S`` of starting it, a second time and more) is held back
   before its next start (10 s, doubling to 5 min; reset once it has been
-  ready ``FLAP_WINDOW_S``), with one line in the log per step: two agents
-  on one state_dir, or a node that keeps reporting a second copy, otherwise
-  make it start and stop every tick.
+  ready ``FLAP_WINDOW_S``): two agents on one state_dir, or a node that
+  keeps reporting a second copy, otherwise make it start and stop every tick.
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control import placement, weights
+from llmgw.control import placement, replicaview, weights
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet, ReportedShard
-from llmgw.control.startup import Startup, not_started_words, waiting_for
+from llmgw.control.settle import Settle
+from llmgw.control.slot import Slot, SlotDesire, SlotInput, SlotState, split_slot_id
+from llmgw.control.startup import Startup, not_whole
 from llmgw.records import ShardSpec
-from llmgw.states import SHARD_ALIVE, ReplicaState, ShardState
-from llmgw.views import ModelStatus, ReplicaView, ShardView
+from llmgw.states import SHARD_ALIVE, ShardState
+from llmgw.views import ModelStatus, ReplicaView
 
 log = Logger()
 
@@ -51,35 +54,6 @@ BACKOFF_MAX_S = 300.0
 RESTOP_AFTER_S = 30.0
 FLAP_WINDOW_S = 60.0
 FLAP_BACKOFF_START_S = 10.0
-
-
-@attrs.define
-class Slot:
-    failures: int = 0
-    retry_at: float | None = None
-    # Why the slot holds no ready replica, in words for ctl.  ``failed`` says
-    # whether they are a failure's; the reconciler decides from it, never from
-    # the words.  Both are set together, by ``explain``.
-    reason: str | None = None
-    failed: bool = False
-    launching: bool = False
-    counted: set = attrs.Factory(set)  # (node, shard id, grant order) of failures already counted
-    # When the slot was last started, until a stop in it is counted: a stop
-    # soon after a start is the reconciler undoing its own work.
-    started_at: float | None = None
-    undone: int = 0  # starts undone in a row
-    undone_at: float | None = None
-    held_until: float | None = None  # no start before this, while it keeps being undone
-    held_reason: str | None = None
-    # A multi-node replica: its ordered start while one is under way, the
-    # nodes of its last placement (rank order), and whether it is failing
-    # whole (its other ranks being stopped; cleared once none is left).
-    startup: Startup | None = None
-    nodes: tuple[str, ...] = ()
-    broken: bool = False
-
-    def explain(self, reason: str | None, *, failed: bool = False) -> None:
-        self.reason, self.failed = reason, failed
 
 
 class Reconciler:
@@ -95,14 +69,7 @@ class Reconciler:
         settle_max_s: float | None = None,
     ):
         self._clock = clock
-        started = clock.seconds()
-        self._settled_at = started + settle_s
-        # After settle_s, placing waits while nodes still arrive (one connected or registered within
-        # settle_quiet_s), but not past settle_max_s from the start.
-        self._settle_quiet_s = settle_quiet_s
-        self._settle_deadline = started + max(settle_s, settle_max_s if settle_max_s is not None else settle_s)
-        self._settled = settle_s <= 0  # settle_s 0: place at once, whatever is arriving
-        self._settle_seen: tuple[float, str | None] | None = None
+        self._settle = Settle(fleet, clock.seconds(), settle_s, settle_quiet_s, settle_max_s)
         self.fleet = fleet
         self._catalog = catalog
         self._start = start_shard
@@ -126,7 +93,7 @@ class Reconciler:
         catalog = self._catalog()
         observed = self.fleet.replicas()
         for replica_id, shards in observed.items():
-            model, slot = _split(replica_id)
+            model, slot = split_slot_id(replica_id)
             entry = catalog.get(model)
             if entry is None:
                 self._stop_all(shards, now, "its model left the catalog", undoing=False)
@@ -137,17 +104,18 @@ class Reconciler:
                 shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
                 self._converge_slot(f"{name}/{index}", entry, shards, now)
         for slot_id, slot in self.slots.items():
-            model, index = _split(slot_id)
+            model, index = split_slot_id(slot_id)
             wanted = model in catalog and index is not None and index < catalog[model].model.replicas
-            if not wanted and not slot.launching:
+            slot.desired = SlotDesire.RUN if wanted else SlotDesire.RELEASE
+            if slot.desired is SlotDesire.RELEASE and slot.state is not SlotState.LAUNCHING:
                 # Scaled down or gone: the ranks it was holding room for are not started.
                 self._drop_startup(slot_id, slot)
-        for slot_id in [s for s in self.slots if _split(s)[0] not in catalog]:
+        for slot_id in [s for s in self.slots if split_slot_id(s)[0] not in catalog]:
             del self.slots[slot_id]
 
     def _converge_slot(self, replica_id: str, entry: Entry, shards: list[ReportedShard], now: float) -> None:
         slot = self.slots.setdefault(replica_id, Slot())
-        if slot.launching:
+        if slot.state is SlotState.LAUNCHING:
             return
         live = [s for s in shards if s.status.state in SHARD_ALIVE and self.fleet.usable(s.node_id)]
         failed = [s for s in shards if s.status.state == ShardState.FAILED]
@@ -158,61 +126,46 @@ class Reconciler:
                 slot.counted.add(key)
                 self._failed(slot, replica_id, f"{shard.node_id}: {shard.status.reason or 'failed'}", now)
         if failed and live:
-            # One failed rank makes the whole replica useless: stop the rest.
-            # The failure's own backoff holds the slot; this stop is not a start undone.
-            slot.broken = True
+            # One failed rank makes the whole replica useless.
+            slot.fire(SlotInput.FAILED)
+        if live and slot.state is SlotState.BROKEN:
+            # What is left of it is stopped (vLLM's headless ranks outlive their rank 0).  The
+            # failure's own backoff holds the slot; this stop is not a start undone.
             self._drop_startup(replica_id, slot)
-            self._stop_all(live, now, "another rank of its replica failed", undoing=False)
+            why = "another rank of its replica failed" if failed else "its replica failed"
+            self._stop_all(live, now, why, undoing=False)
             return
+        slot.fire(SlotInput.SEEN if live else SlotInput.GONE)
         if live and max(s.status.spec.ranks for s in live) > 1:
             self._converge_ranks(replica_id, slot, shards, live, now)
             return
         if live:
-            if all(s.status.state == ShardState.READY for s in live):
-                slot.failures, slot.retry_at = 0, None
-                slot.explain(None)
-                self._steady(replica_id, slot, now)
+            self._ready(replica_id, slot, now) if _all_ready(live) else slot.fire(SlotInput.NOT_READY)
             return
         # Nothing of the replica is left: whatever was failing it is over.
-        slot.broken = False
         self._drop_startup(replica_id, slot)
-        if slot.retry_at is not None and now < slot.retry_at:
-            return
+        if slot.state is SlotState.BACKING_OFF:
+            if slot.retry_at is not None and now < slot.retry_at:
+                return
+            slot.fire(SlotInput.RETRY_DUE)
         if slot.held_until is not None and now < slot.held_until:
+            slot.fire(SlotInput.HOLD)
             slot.explain(slot.held_reason)
             return
-        waiting = self._settling(now)
+        slot.fire(SlotInput.HOLD_OVER)
+        waiting = self._settle.waiting(now)
         if waiting is not None:
             slot.explain(waiting)
             return
         self._launch(replica_id, entry, slot, now)
 
-    def _settling(self, now: float) -> str | None:
-        """Why nothing is placed yet after a start, in words; None once the fleet has settled (for good)."""
-        if self._settled:
-            return None
-        if now < self._settled_at:
-            return f"waiting {self._settled_at - now:.0f} s for the fleet to report before placing (fleet.settle_s)"
-        if self._settle_seen is not None and self._settle_seen[0] == now:
-            return self._settle_seen[1]  # once per pass, not once per slot
-        why = None
-        if now < self._settle_deadline and self._settle_quiet_s > 0:
-            last = self.fleet.last_arrival
-            # Connections mid-handshake are arrivals not yet heard: a hub too busy to finish any
-            # handshake for settle_quiet_s (a whole fleet reconnecting) is not a quiet one.
-            handshaking = self.fleet.handshaking()
-            if handshaking > 0:
-                why = (f"waiting for the fleet to finish coming back before placing: the hub has {handshaking} "
-                       f"connection{'s' if handshaking != 1 else ''} still in handshakes (fleet.settle_quiet_s)")
-            elif last is None:
-                why = "waiting for the fleet to come back before placing: no node has registered yet"
-            elif now - last < self._settle_quiet_s:
-                why = (f"waiting for the fleet to finish coming back before placing: a node connected or "
-                       f"registered {now - last:.0f} s ago (fleet.settle_quiet_s)")
-        if why is None:
-            self._settled = True
-        self._settle_seen = (now, why)
-        return why
+    def _ready(self, replica_id: str, slot: Slot, now: float) -> None:
+        """Every rank is ready: the failures are over, and a slot ready long enough is no longer held back."""
+        slot.failures, slot.retry_at = 0, None
+        slot.explain(None)
+        slot.startup = None
+        slot.fire(SlotInput.ALL_READY)
+        self._steady(replica_id, slot, now)
 
     def _converge_ranks(self, replica_id: str, slot: Slot, shards: list[ReportedShard],
                         live: list[ReportedShard], now: float) -> None:
@@ -224,9 +177,6 @@ class Reconciler:
         is failed: every rank it has left is stopped (vLLM's headless ranks
         outlive their rank 0), and the slot is placed again after the backoff.
         """
-        if slot.broken:
-            self._stop_all(live, now, "its replica failed", undoing=False)
-            return
         ranks = max(s.status.spec.ranks for s in live)
         by_rank = {s.status.spec.rank: s for s in live}
         startup = slot.startup
@@ -241,12 +191,12 @@ class Reconciler:
             live = [s for s in live if s not in early]
             by_rank = {rank: s for rank, s in by_rank.items() if rank in expected}
         if set(by_rank) != expected:
-            if startup is None and self._settling(now) is not None:
+            if startup is None and self._settle.waiting(now) is not None:
                 # A restarted control plane: the other ranks' nodes may not have registered yet.
-                slot.explain(f"waiting {max(0.0, self._settled_at - now):.0f} s for the fleet to report its other "
+                slot.explain(f"waiting {max(0.0, self._settle.settled_at - now):.0f} s for the fleet to report its other "
                              "ranks (fleet.settle_s)")
                 return
-            why = _not_whole(shards, by_rank, expected, self.fleet.usable)
+            why = not_whole(shards, by_rank, expected, self.fleet.usable)
             # The ranks on lost nodes go with it: should such a node come back
             # with its rank still running, that copy is a new claim, refused
             # while the replica's new start holds the rank, stopped before it.
@@ -264,16 +214,11 @@ class Reconciler:
             if rendezvous is not None:
                 self._start_workers(replica_id, slot, startup, rendezvous, now)
             return
-        if all(s.status.state == ShardState.READY for s in live):
-            slot.failures, slot.retry_at = 0, None
-            slot.explain(None)
-            slot.startup = None
-            self._steady(replica_id, slot, now)
+        self._ready(replica_id, slot, now) if _all_ready(live) else slot.fire(SlotInput.NOT_READY)
 
     def _break(self, replica_id: str, slot: Slot, live: list[ReportedShard], why: str, now: float) -> None:
-        slot.broken = True
-        self._drop_startup(replica_id, slot)
         self._failed(slot, replica_id, why, now)
+        self._drop_startup(replica_id, slot)
         self._stop_all(live, now, f"its replica failed: {why}", undoing=False)
 
     def _drop_startup(self, replica_id: str, slot: Slot) -> None:
@@ -301,7 +246,9 @@ class Reconciler:
             self._stop_all(extra, now, "its slot is already served by another copy")
         return [s for s in shards if s not in extra]
 
-    def _failed(self, slot: Slot, replica_id: str, why: str, now: float) -> None:
+    def _failed(self, slot: Slot, replica_id: str, why: str, now: float,
+                event: SlotInput = SlotInput.FAILED) -> None:
+        slot.fire(event)
         slot.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (slot.failures - 1))
         slot.retry_at = now + delay
@@ -405,8 +352,7 @@ class Reconciler:
             reason = chosen.summary()
             if slot.reason != reason and not slot.failed:
                 log.info("replica {id} cannot be placed: {reason}", id=replica_id, reason=reason)
-            if not slot.failed or slot.retry_at is None or now >= slot.retry_at:
-                slot.explain(reason)
+            slot.explain(reason)
             return
         ranks = len(chosen.ranks)
         # A failed attempt's shards are done with: their grants end, and a copy
@@ -456,7 +402,7 @@ class Reconciler:
                      rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in placed[1:]))
         for node_id, spec in specs:
             self.fleet.place(node_id, spec)
-        slot.launching = True
+        slot.fire(SlotInput.PLACED)
         slot.explain(None)
         slot.started_at = now
         self._inflight[replica_id] = (entry.model.name, chosen)
@@ -481,7 +427,7 @@ class Reconciler:
         startup.workers_starting(now)
         for node_id, spec in specs:
             self.fleet.place(node_id, spec)
-        slot.launching = True
+        slot.fire(SlotInput.PLACED)
         log.info("replica {id}: rank 0 on {leader} reports its rendezvous {at}; starting {rest}", id=replica_id,
                  leader=startup.leader_node, at=rendezvous,
                  rest=", ".join(f"rank {spec.rank} on {node_id}" for node_id, spec in specs))
@@ -500,9 +446,8 @@ class Reconciler:
             ]
             started = not refusals
             if refusals:
-                self._failed(slot, replica_id, "; ".join(refusals), self._clock.seconds())
                 # The ranks already running go too: the next tick stops them.
-                slot.broken = True
+                self._failed(slot, replica_id, "; ".join(refusals), self._clock.seconds(), SlotInput.REFUSED)
                 slot.startup = None
                 for (ok, _), (node_id, spec) in zip(results, specs):
                     if not ok:
@@ -510,7 +455,7 @@ class Reconciler:
                     else:
                         defer.ensureDeferred(self._stop(node_id, spec.shard_id)).addErrback(lambda f: None)
         finally:
-            slot.launching = False
+            slot.fire(SlotInput.STARTED)  # the attempt is over, whatever it raised
             startup = slot.startup
             if started and startup is not None and not startup.workers_started and self.slots.get(replica_id) is slot:
                 self._inflight[replica_id] = startup.held  # rank 0 runs; the others stay held for
@@ -521,140 +466,11 @@ class Reconciler:
 
     def views(self, models: Collection[str] | None = None) -> list[ReplicaView]:
         """Every replica's view, as ``ctl replicas`` lists them; with *models*, only those models' replicas."""
-        now = self._clock.seconds()
-        catalog = self._catalog()
-        observed = self.fleet.replicas()
-        out = []
-        for name, entry in sorted(catalog.items()):
-            if models is not None and name not in models:
-                continue
-            for index in range(entry.model.replicas):
-                replica_id = f"{name}/{index}"
-                out.append(self._view(replica_id, name, entry, observed.pop(replica_id, []), now))
-        for replica_id, shards in sorted(observed.items()):
-            model, _ = _split(replica_id)
-            if models is not None and model not in models:
-                continue
-            view = self._view(replica_id, model, catalog.get(model), shards, now)
-            out.append(attrs.evolve(view, reason=view.reason or (
-                "its model left the catalog" if model not in catalog else "the model was scaled down"
-            )))
-        return out
-
-    def _view(self, replica_id: str, model: str, entry: Entry | None, shards: list[ReportedShard],
-              now: float) -> ReplicaView:
-        slot = self.slots.get(replica_id, Slot())
-        shards = sorted(shards, key=lambda s: s.status.spec.rank)
-        usable = [s for s in shards if self.fleet.usable(s.node_id)]
-        waiting = slot.retry_at is not None and slot.retry_at > now
-        if usable and slot.broken:
-            state = ReplicaState.FAILED  # its other ranks are being stopped
-        elif usable:
-            state = _replica_state([s.status.state for s in usable])
-            if state == ReplicaState.READY and len({s.status.spec.rank for s in usable}) < max(
-                    s.status.spec.ranks for s in usable):
-                state = ReplicaState.STARTING  # ready only once every rank is
-        elif slot.launching:
-            state = ReplicaState.STARTING
-        else:
-            # A start a node refused is a failure too, not a replica nobody tried.
-            state = ReplicaState.FAILED if waiting and slot.failed else ReplicaState.PENDING
-        reason = None
-        if state == ReplicaState.FAILED:
-            reason = next((f"{s.node_id}: {s.status.reason}" for s in usable if s.status.state == ShardState.FAILED),
-                          slot.reason)
-            if waiting:
-                reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
-        elif state == ReplicaState.PENDING:
-            reason = slot.reason or "waiting for the reconciler"
-            if slot.held_until is not None and slot.held_until > now:
-                reason = f"{reason} (next start in {slot.held_until - now:.0f} s)"
-        progress = None
-        if state == ReplicaState.FETCHING:
-            fetching = next((s for s in usable if s.status.state == ShardState.FETCHING), None)
-            if fetching is not None:
-                progress = self.fleet.progress.get((fetching.node_id, fetching.status.spec.source))
-                reason = f"{fetching.node_id}: " + (downloading(progress) if progress is not None
-                                                    else f"fetching {fetching.status.spec.source}")
-        leader = usable[0].status if usable and usable[0].status.spec.rank == 0 else None
-        fingerprints = {s.status.spec.fingerprint for s in usable}
-        if entry is None or not usable:
-            stale = None
-        elif None in fingerprints:
-            stale = None  # an agent too old to report it: unknown, not matching
-        else:
-            stale = fingerprints != {entry.fingerprint}
-        since = [s.status.since for s in usable if s.status.since is not None]
-        serving = leader is not None and state in (ReplicaState.READY, ReplicaState.DRAINING)
-        return ReplicaView(
-            model=model,
-            replica=replica_id,
-            state=state,
-            nodes=[s.node_id for s in usable],
-            endpoint=leader.endpoint if serving else None,
-            age_s=round(now - min(since), 1) if since else None,
-            stale=stale,
-            fingerprint=entry.fingerprint if entry is not None else None,
-            reason=reason,
-            progress=progress,
-            shards=self._shard_views(slot, shards, usable, now),
-        )
-
-    def _shard_views(self, slot: Slot, shards: list[ReportedShard], usable: list[ReportedShard],
-                     now: float) -> list[ShardView]:
-        """Each rank: where it runs, how long it has been in its state, what it waits for; then those not started."""
-        by_rank = {s.status.spec.rank: s for s in usable if s.status.state in SHARD_ALIVE}
-        views = [
-            ShardView(shard=s.id, node=s.node_id, state=s.status.state, pid=s.status.pid,
-                      endpoint=s.status.endpoint, reason=s.status.reason, output_tail=s.status.output_tail,
-                      rank=s.status.spec.rank,
-                      age_s=None if s.status.since is None else round(max(0.0, now - s.status.since), 1),
-                      waiting=waiting_for(s, by_rank, s.status.spec.ranks) if by_rank.get(s.status.spec.rank) is s
-                      else None,
-                      started=True)
-            for s in shards
-        ]
-        startup = slot.startup
-        if startup is not None and not startup.workers_started:
-            views += [ShardView(shard=spec.shard_id, node=node_id, rank=spec.rank,
-                                age_s=round(now - startup.placed_at, 1), waiting=not_started_words(startup.leader_node),
-                                started=False)
-                      for node_id, spec in startup.workers]
-        return views
+        return replicaview.views(self.slots, self.fleet, self._catalog(), self._clock.seconds(), models)
 
     def status(self) -> list[ModelStatus]:
         """Per model: desired against ready."""
-        views = self.views()
-        out = []
-        for name, entry in sorted(self._catalog().items()):
-            mine = [v for v in views if v.model == name]
-            states = sorted({v.state for v in mine})
-            out.append(ModelStatus(
-                model=name,
-                profile=entry.profile.name,
-                engine=entry.profile.engine,
-                desired=entry.model.replicas,
-                ready=sum(1 for v in mine if v.state == ReplicaState.READY),
-                states={state: sum(1 for v in mine if v.state == state) for state in states},
-                stale=sum(1 for v in mine if v.stale),
-                # Nodes holding the weights, per fabric ("-": on none); a shared filer
-                # counts on every node mounting it.
-                weights_by_fabric=weights.held_by_fabric(self.fleet, entry.model.source, entry.model.files),
-            ))
-        return out
-
-
-#: A replica is in the first of these states any of its shards is in.
-_SUMMED = ((ShardState.FAILED, ReplicaState.FAILED), (ShardState.DRAINING, ReplicaState.DRAINING),
-           (ShardState.FETCHING, ReplicaState.FETCHING), (ShardState.STARTING, ReplicaState.STARTING))
-
-
-def _replica_state(states: list[str]) -> ReplicaState:
-    for shard_state, replica_state in _SUMMED:
-        if shard_state in states:
-            return replica_state
-    ready = states and all(s == ShardState.READY for s in states)
-    return ReplicaState.READY if ready else ReplicaState.STARTING
+        return replicaview.status(self.views(), self.fleet, self._catalog())
 
 
 def _reservation(spec: ShardSpec, entry: Entry | None) -> placement.Reservation:
@@ -667,36 +483,13 @@ def _reservation(spec: ShardSpec, entry: Entry | None) -> placement.Reservation:
     return placement.Reservation(spec.replica_id, memory, spec.gpus)
 
 
-def downloading(progress) -> str:
-    """"downloading gemma.gguf 120/253 MB, 31 MB/s"; "… 120 MB so far" with no length: no invented percentage."""
-    done = progress.bytes_done / 1e6
-    size = f"{done:.0f}/{progress.bytes_total / 1e6:.0f} MB" if progress.bytes_total else f"{done:.0f} MB so far"
-    rate = f", {progress.rate_bps / 1e6:.0f} MB/s" if progress.rate_bps else ""
-    return f"downloading {progress.file_name} {size}{rate}"
-
-
-def _not_whole(shards: list[ReportedShard], by_rank: dict[int, ReportedShard], expected: set[int],
-               usable: Callable[[str], bool]) -> str:
-    """Which ranks a multi-node replica lacks, and where they were: "rank 1 on node02: node02 is lost"."""
-    words = []
-    for rank in sorted(expected - set(by_rank)):
-        gone = [s for s in shards if s.status.spec.rank == rank and not usable(s.node_id)]
-        words.append(f"rank {rank} on {gone[0].node_id}: {gone[0].node_id} is lost" if gone
-                     else f"rank {rank} is no longer reported by any node")
-    return "; ".join(words)
-
-
-def _split(replica_id: str) -> tuple[str, int | None]:
-    model, _, index = replica_id.rpartition("/")
-    try:
-        return model, int(index)
-    except ValueError:
-        return replica_id, None
-
-
 def _words(failure) -> str:
     value = getattr(failure, "value", failure)
     args = getattr(value, "args", ())
     if getattr(value, "error", None) and args:
         return str(args[0])
     return str(value) or type(value).__name__
+
+
+def _all_ready(live: list[ReportedShard]) -> bool:
+    return all(s.status.state == ShardState.READY for s in live)

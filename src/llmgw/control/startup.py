@@ -18,6 +18,8 @@ one itself.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import attrs
 
 from llmgw.control.fleet import ReportedShard
@@ -108,3 +110,14 @@ def not_started_words(leader_node: str) -> str:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
+
+
+def not_whole(shards: list[ReportedShard], by_rank: dict[int, ReportedShard], expected: set[int],
+              usable: Callable[[str], bool]) -> str:
+    """Which ranks a multi-node replica lacks, and where they were: "rank 1 on node02: node02 is lost"."""
+    words = []
+    for rank in sorted(expected - set(by_rank)):
+        gone = [s for s in shards if s.status.spec.rank == rank and not usable(s.node_id)]
+        words.append(f"rank {rank} on {gone[0].node_id}: {gone[0].node_id} is lost" if gone
+                     else f"rank {rank} is no longer reported by any node")
+    return "; ".join(words)
