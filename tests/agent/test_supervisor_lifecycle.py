@@ -20,7 +20,7 @@ from tests.support.net import free_port
 from tests.support.procs import alive
 from tests.support.wait import sleep, until
 
-from .helpers import WORKER, make_spec, plan_standin
+from .supervisorharness import WORKER, harness, make_spec, plan_standin  # noqa: F401 - the fixture, by name
 
 
 def record_of(harness, shard_id):

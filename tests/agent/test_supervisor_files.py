@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from llmgw.agent.logtail import MAX_READ_BYTES, LogFollower
 from llmgw.agent.statefiles import Record, RecordError, StateDir, safe_name
 
-from .helpers import make_spec
+from .supervisorharness import harness, make_spec  # noqa: F401 - the fixture, by name
 
 
 @given(st.text(min_size=1, max_size=300))

@@ -18,7 +18,7 @@ from llmgw.agent.statefiles import safe_name
 from tests.support.procs import alive
 from tests.support.wait import until
 
-from .helpers import WORKER, Reports, make_spec
+from .supervisorharness import WORKER, Reports, harness, make_spec  # noqa: F401 - the fixture, by name
 
 HERE = Path(__file__).parent
 

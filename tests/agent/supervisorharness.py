@@ -1,5 +1,7 @@
 """What the supervisor's tests share: real engine stand-ins on 127.0.0.1, and a harness that cleans up after them.
 
+A test module takes the ``harness`` fixture by importing it by name.
+
 Every engine a test starts carries the state directory in its environment;
 teardown finds them that way (with psutil, not with the code under test) and
 kills their groups, so a failing test leaves nothing running.
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest_twisted
 from twisted.internet import reactor
 
 from llmgw.agent.supervisor import Supervisor
@@ -104,3 +107,11 @@ class Harness:
                 pass
         await until(lambda: not self.engines() and not any(alive(p) for p in self.strays),
                     "every process the test started is gone", timeout=10)
+
+
+@pytest_twisted.async_yield_fixture
+async def harness(tmp_path):
+    """A Harness that kills whatever the test started."""
+    h = Harness(tmp_path)
+    yield h
+    await h.teardown()

@@ -1,6 +1,6 @@
 """The ranks of a multi-node replica on their nodes: rendezvous reported once open, ready only once joined.
 
-Real processes and sockets (tests/supervisor/rank_standin.py); each step the
+Real processes and sockets (tests/agent/rank_standin.py); each step the
 test waits on is held by a gate file until the test has looked.
 """
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest_twisted
 
-from llmgw.agent.procs import free_port, rendezvous_port
+from llmgw.agent.ports import rendezvous_port
 from llmgw.engines.base import CompletionProbe, Connected, HealthProbe, LaunchPlan
+from tests.support.net import free_port
 from tests.support.wait import until
 
-from .helpers import make_spec
+from .supervisorharness import harness, make_spec  # noqa: F401 - the fixture, by name
 
 RANK = str(Path(__file__).with_name("rank_standin.py"))
 
@@ -43,7 +44,7 @@ def said(reports, shard_id, words):
 async def test_rank_0_is_ready_only_once_its_rendezvous_opened_and_every_rank_joined(harness, tmp_path):
     gates = tmp_path / "gates"
     gates.mkdir()
-    rendezvous = free_port("127.0.0.1")
+    rendezvous = free_port()
     reports = harness.reports
     sup = harness.supervisor(planner=rank_planner(gates, rendezvous))
     leader = f"127.0.0.1:{rendezvous}"
@@ -73,7 +74,7 @@ async def test_rank_0_is_ready_only_once_its_rendezvous_opened_and_every_rank_jo
 @pytest_twisted.ensureDeferred
 async def test_a_worker_that_never_joins_fails_at_its_start_timeout_saying_what_it_waited_for(harness, tmp_path):
     reports = harness.reports
-    nobody = free_port("127.0.0.1")
+    nobody = free_port()
     sup = harness.supervisor(planner=rank_planner(tmp_path, nobody))
     sup.start(make_spec("tiny/0/1", rank=1, ranks=2, leader=f"127.0.0.1:{nobody}", start_timeout_s=1.0))
     failed = await reports.reach("failed", "tiny/0/1")

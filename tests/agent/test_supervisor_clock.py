@@ -19,7 +19,7 @@ from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, StateDir, safe_name
 from tests.support.wait import wait_for
 
-from .helpers import make_spec
+from .supervisorharness import make_spec
 
 
 class NeverHealthy:
