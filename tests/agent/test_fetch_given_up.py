@@ -1,7 +1,7 @@
 """A shard's download given up: the shard says why, and a download no shard waits for stops.
 
 A mirror that trickles is held to agent.yaml's ``weights:`` limits
-(tests/weights/test_fetch_pace.py); here the shard waiting on it fails with
+(tests/agent/weights/test_fetch_pace.py); here the shard waiting on it fails with
 the node's own sentence: the URL, the rate measured, the key to change.
 
 A catalog change stops the shards waiting on a download; the download
@@ -23,6 +23,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import Clock
 
+from llmgw.agent.ports import DEFAULT_RANGE
 from llmgw.agent.service import Agent
 from llmgw.agent.weights import Fetcher, partial_name
 from llmgw.config.agent import InstallLimits, WeightsLimits
@@ -32,14 +33,14 @@ from llmgw.states import ShardState
 from tests.agent.engines.test_install_pace import trickle
 from tests.agent.test_fetching import Supervisor
 from tests.support.wait import until
-from tests.weights.test_repository import WEIGHTS, hub  # noqa: F401 - the fixture, by name
+from tests.agent.weights.test_repository import WEIGHTS, hub  # noqa: F401 - the fixture, by name
 
 HELD = "acme/tiny-llama/model.safetensors"
 
 
 def node(tmp_path) -> Agent:
     config = SimpleNamespace(state_dir=str(tmp_path / "state"), weights_dirs=[str(tmp_path / "weights")], labels={},
-                             fabrics={}, installs=InstallLimits(), weights=WeightsLimits())
+                             fabrics={}, installs=InstallLimits(), engine_port_range=DEFAULT_RANGE, weights=WeightsLimits())
     agent = Agent(reactor, config, "node01", HubAddress("wss://127.0.0.1:1/ws", "127.0.0.1", 1))
     agent.supervisor = Supervisor()
     agent.reports = []

@@ -14,8 +14,8 @@ import pytest
 from tests.support.cluster import cluster  # noqa: F401 - a fixture
 from tests.support.hfmirror import HubMirror
 from tests.support.wait import wait_for
-from tests.weights.test_repository import WEIGHTS_PATH, tiny_repo
-from tests.weights.test_repository_node import CATALOG
+from tests.agent.weights.test_repository import WEIGHTS_PATH, tiny_repo
+from tests.agent.weights.test_repository_node import CATALOG
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,9 @@ import urllib.request
 
 import pytest
 
+from tests.agent.weights.modelserver import model_bytes
 from tests.support.hfmirror import HubMirror
 from tests.support.wait import wait_for
-
-from .modelserver import model_bytes
 
 WEIGHTS = model_bytes(300_000)
 
