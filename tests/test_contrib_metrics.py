@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from twisted.internet.task import Clock
 
-from llmgw.config.server import LinkSettings
+from llmgw.link.settings import LinkSettings
 from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCollector
 from llmgw.control.fleet import Fleet
 from llmgw.link.hub import Hub
@@ -28,8 +28,8 @@ from llmgw.records import Progress
 from llmgw.router.metrics import RouterMetrics
 from llmgw.states import ReplicaState
 from llmgw.views import ReplicaView
-from tests.metrics.conftest import gpu_node, shard
-from tests.metrics.test_admin import exercise
+from tests.admin.test_web import exercise
+from tests.support.reportedfleet import gpu_node, shard
 from tests.test_contrib import ROOT, dashboard_queries, rules
 
 COUNTER_FUNCTIONS = ("rate", "irate", "increase", "resets")

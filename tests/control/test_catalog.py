@@ -15,7 +15,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from llmgw.config.server import Model, Profile, load_server_config
+from llmgw.config.catalog import Model, Profile
+from llmgw.config.server import load_server_config
 from llmgw.control.catalog import Catalog, check_profiles, entries, fingerprint
 from llmgw.errors import ConfigError
 
@@ -84,7 +85,7 @@ def test_what_only_decides_where_a_replica_runs_leaves_the_fingerprint_alone(mod
 def test_the_fingerprint_is_the_same_after_a_restart():
     """A replica started before the control plane restarted must not turn stale by the restart."""
     code = (
-        "from llmgw.config.server import Model, Profile\n"
+        "from llmgw.config.catalog import Model, Profile\n"
         "from llmgw.control.catalog import fingerprint\n"
         f"print(fingerprint(Model(name='gemma', profile='gemma-cpu', source='/srv/models/gemma.gguf',"
         f" replicas=1, sha256={SHA!r}), Profile(name='gemma-cpu', engine='llama.cpp', args=('-c', '4096'),"

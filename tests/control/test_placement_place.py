@@ -6,7 +6,7 @@ import random
 
 import attrs
 
-from llmgw.config.server import Profile
+from llmgw.config.catalog import Profile
 from llmgw.control import placement_scorers as scorers
 from llmgw.control.placement import (
     NodeSnapshot,

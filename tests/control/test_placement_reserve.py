@@ -11,7 +11,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from llmgw.config.server import Profile, load_server_config
+from llmgw.config.catalog import Profile
+from llmgw.config.server import load_server_config
 from llmgw.control.placement import (
     NodeSnapshot,
     Placement,

@@ -14,7 +14,7 @@ from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
-from llmgw.config.server import Model, Profile
+from llmgw.config.catalog import Model, Profile
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession

@@ -17,7 +17,7 @@ from autobahn.wamp.exception import ApplicationError
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from llmgw.config.server import Model, Profile
+from llmgw.config.catalog import Model, Profile
 from llmgw.control.catalog import Entry, fingerprint
 from llmgw.control.fleet import Fleet
 from llmgw.control.reconciler import RESTOP_AFTER_S, Reconciler, Slot

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet.task import Clock
 
-from llmgw.config.server import FleetSettings, Model, Profile
+from llmgw.config.catalog import Model, Profile
+from llmgw.config.server import FleetSettings
 from llmgw.control.catalog import Entry, fingerprint
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession

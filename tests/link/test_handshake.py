@@ -8,7 +8,7 @@ logging thousands of handshakes cut off with "decode error").
 
 from __future__ import annotations
 
-from llmgw.config.server import LinkSettings
+from llmgw.link.settings import LinkSettings
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import _factory
 from llmgw.link.hub import Hub

@@ -14,7 +14,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, RouterSettings
+from llmgw.config.routing import Admission, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import retry_after_s
 from llmgw.router.dispatch import Dispatcher, RequestInfo

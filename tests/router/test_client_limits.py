@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from twisted.internet.testing import StringTransport
 
-from llmgw.config.server import ClientLimits
+from llmgw.config.routing import ClientLimits
 from llmgw.router.server import PIPELINE_LIMIT, RouterFactory
 from tests.support.net import connect, post, read_response
 from tests.support.wait import until

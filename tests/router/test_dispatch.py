@@ -7,7 +7,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, RouterSettings
+from llmgw.config.routing import Admission, RouterSettings
 from llmgw.router import errors
 from llmgw.router.dispatch import (
     COOLDOWN_S,

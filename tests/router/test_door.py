@@ -19,7 +19,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
-from llmgw.config.server import APIKey, RouterSettings, StaticEndpoint
+from llmgw.config.routing import APIKey, RouterSettings, StaticEndpoint
 from llmgw.router.service import Router
 from tests.admin.conftest import Answer, raw
 from tests.support.net import free_port

@@ -9,7 +9,7 @@ from twisted.internet import defer, protocol, reactor
 from twisted.internet.task import Clock
 from twisted.web.client import Agent
 
-from llmgw.config.server import RouterSettings, StaticEndpoint
+from llmgw.config.routing import RouterSettings, StaticEndpoint
 from llmgw.router.enginemetrics import EngineFigures, EnginePoller, PageTooLarge, fetch_metrics, parse_engine_metrics
 from llmgw.router.service import Router
 from llmgw.router.scoring import Endpoint

@@ -8,7 +8,7 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from llmgw.config.server import Admission, APIKey, RouterSettings
+from llmgw.config.routing import Admission, APIKey, RouterSettings
 from llmgw.router import errors, keys
 from llmgw.router.dispatch import Dispatcher, RequestInfo
 from llmgw.router.keys import KeyRing, hash_token, new_token

@@ -12,7 +12,7 @@ import math
 import pytest
 from twisted.internet.task import Clock
 
-from llmgw.config.server import Admission, RouterSettings
+from llmgw.config.routing import Admission, RouterSettings
 from llmgw.router.dispatch import Dispatcher, RequestInfo
 from llmgw.router.scoring import (
     AFFINITY_HIT,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from autobahn.wamp.types import ComponentConfig
 from twisted.internet.task import Clock
 
-from llmgw.config.server import RouterSettings
-from llmgw.config.server import StaticEndpoint
+from llmgw.config.routing import RouterSettings
+from llmgw.config.routing import StaticEndpoint
 from llmgw.link import uris
 from llmgw.router import errors
 from llmgw.router.dispatch import RequestInfo

@@ -8,6 +8,7 @@ docs/configuration.rst for every key.
 from __future__ import annotations
 
 from llmgw.config.agent import AgentConfig, load_agent_config
+from llmgw.config.catalog import Engine, Engines, Model, Profile
 from llmgw.config.common import KNOWN_ENGINES
 from llmgw.config.ctl import (
     CtlConfig,
@@ -18,19 +19,8 @@ from llmgw.config.ctl import (
     resolve_ctl_settings,
 )
 from llmgw.config.endpoints import ServerEndpoint, parse_server_endpoint
-from llmgw.config.server import (
-    Admission,
-    APIKey,
-    Engine,
-    Engines,
-    FleetSettings,
-    Listen,
-    Model,
-    Profile,
-    RouterSettings,
-    ServerConfig,
-    load_server_config,
-)
+from llmgw.config.routing import Admission, APIKey, RouterSettings
+from llmgw.config.server import FleetSettings, Listen, ServerConfig, load_server_config
 from llmgw.tlsfiles import TLSFiles
 
 __all__ = [

@@ -14,16 +14,19 @@ import attrs
 
 from llmgw.config.common import HOST_NAMES, HUB_URL, TLS
 from llmgw.config.endpoints import check_listener
-from llmgw.config.schema import Loader, Nullable, Section, Str
-from llmgw.config.server import ROUTER_SECTION, RouterSettings
+from llmgw.config.routing import RouterSettings
+from llmgw.config.schema import Loader, Nullable, Str, section
 from llmgw.config.yamlpos import read_document
+from llmgw.setting import setting
 from llmgw.tlsfiles import TLSFiles
+
+_ENDPOINT = Str(what="an endpoint string", check=check_listener)
 
 
 @attrs.frozen
 class RouterListen:
-    api: str = "tcp:8080:interface=127.0.0.1"
-    admin: str | None = "tcp:9091:interface=127.0.0.1"
+    api: str = setting("tcp:8080:interface=127.0.0.1", kind=_ENDPOINT)
+    admin: str | None = setting("tcp:9091:interface=127.0.0.1", kind=Nullable(_ENDPOINT))
 
 
 @attrs.frozen
@@ -31,35 +34,20 @@ class RouterAdminSettings:
     """router.yaml's admin: section: the names ``listen.admin`` answers ``/metrics`` for (``llmgw.hostnames``)."""
 
     # None: localhost and the host name.  Any IP address may be asked.
-    hosts: tuple[str, ...] | None = None
+    hosts: tuple[str, ...] | None = setting(None, kind=HOST_NAMES)
 
 
 @attrs.frozen
 class RouterProcessConfig:
     path: str
-    listen: RouterListen = attrs.Factory(RouterListen)
-    hub: str | None = None
-    tls: TLSFiles | None = None
-    router: RouterSettings = attrs.Factory(RouterSettings)
-    admin: RouterAdminSettings = attrs.Factory(RouterAdminSettings)
+    listen: RouterListen = setting(factory=RouterListen)
+    hub: str | None = setting(None, kind=Nullable(HUB_URL))
+    tls: TLSFiles | None = setting(None, kind=Nullable(TLS))
+    router: RouterSettings = setting(factory=RouterSettings)
+    admin: RouterAdminSettings = setting(factory=RouterAdminSettings)
 
 
-SCHEMA = Section(
-    RouterProcessConfig,
-    {
-        "listen": Section(
-            RouterListen,
-            {
-                "api": Str(what="an endpoint string", check=check_listener),
-                "admin": Nullable(Str(what="an endpoint string", check=check_listener)),
-            },
-        ),
-        "hub": Nullable(HUB_URL),
-        "tls": Nullable(TLS),
-        "router": ROUTER_SECTION,
-        "admin": Section(RouterAdminSettings, {"hosts": HOST_NAMES}),
-    },
-)
+SCHEMA = section(RouterProcessConfig)
 
 
 def load_router_config(path: str | os.PathLike[str]) -> RouterProcessConfig:

@@ -2,7 +2,9 @@
 
 A ``Section`` names an attrs class and the type of each key; which keys are
 required and what the defaults are is read from the class itself, so a
-default is written once.  Every type raises ``ConfigError`` through the
+default is written once.  ``section(cls)`` reads the types too, from the
+fields ``llmgw.setting.setting()`` made: a key is declared once, its type,
+bounds and default on the one field.  Every type raises ``ConfigError`` through the
 document's ``Source``, which puts ``FILE:LINE: key.path:`` in front.  The line
 of every value converted is kept in ``Loader.lines`` so checks that span
 sections (a model naming a profile) can point at the right line afterwards.
@@ -14,6 +16,8 @@ import difflib
 import math
 import os
 import re
+import types
+import typing
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -21,6 +25,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from llmgw.config.yamlpos import Document, KeyPath, describe, is_null, line_of
 from llmgw.errors import ConfigError
+from llmgw.setting import bounds_of_setting
 from llmgw.wiretext import Text, refusal
 
 
@@ -402,3 +407,35 @@ def all_keys(section: Section) -> list[str]:
         if isinstance(kind, Section):
             found += all_keys(kind)
     return found
+
+
+def section(cls: type) -> Section:
+    """The ``Section`` of *cls*: each field made with ``setting()`` is a key, in the order it is declared."""
+    attrs.resolve_types(cls)
+    return Section(cls, {f.name: kind_of(cls, f) for f in attrs.fields(cls) if bounds_of_setting(f) is not None})
+
+
+def kind_of(cls: type, field: attrs.Attribute) -> Type:
+    """A key's type: the one ``setting(kind=)`` gives, else read from the annotation and the bounds."""
+    bounds = bounds_of_setting(field)
+    assert bounds is not None
+    if bounds.kind is not None:
+        return bounds.kind
+    annotation, nullable = field.type, False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        others = [a for a in typing.get_args(annotation) if a is not type(None)]
+        nullable = len(others) < len(typing.get_args(annotation))
+        annotation = others[0] if len(others) == 1 else annotation
+    kind: Type
+    if annotation is bool:
+        kind = Bool()
+    elif annotation is int and bounds.above is None:
+        kind = Int(min=bounds.least)  # type: ignore[arg-type]
+    elif annotation is float:
+        exclusive = bounds.above is not None
+        kind = Number(min=bounds.above if exclusive else bounds.least, exclusive=exclusive)
+    elif isinstance(annotation, type) and attrs.has(annotation):
+        kind = section(annotation)
+    else:
+        raise TypeError(f"{cls.__name__}.{field.name}: say how to read it with setting(kind=...)")
+    return Nullable(kind) if nullable else kind

@@ -17,7 +17,8 @@ from collections.abc import Callable, Collection
 
 import attrs
 
-from llmgw.config.server import Model, Profile, ServerConfig
+from llmgw.config.catalog import Model, Profile
+from llmgw.config.server import ServerConfig
 from llmgw.control.sections import section_changes
 from llmgw.errors import ConfigError
 

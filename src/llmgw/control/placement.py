@@ -37,7 +37,7 @@ from llmgw.records import GPU, EngineInfo, Inventory
 from llmgw.states import NodeState
 
 if TYPE_CHECKING:
-    from llmgw.config.server import Profile
+    from llmgw.config.catalog import Profile
 
 
 def _frozenset(value: Iterable) -> frozenset:

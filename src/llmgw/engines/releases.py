@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from llmgw.records import EngineBuild, EnginePlan
 
 if TYPE_CHECKING:
-    from llmgw.config.server import Engine, ServerConfig
+    from llmgw.config.catalog import Engine
+    from llmgw.config.server import ServerConfig
 
 LLAMA_CPP_BASE_URL = "https://github.com/ggml-org/llama.cpp/releases/download/"
 

@@ -27,7 +27,7 @@ from typing import Callable, Generic, Iterable, Sequence, TypeVar
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from llmgw.config.server import Admission
+from llmgw.config.routing import Admission
 from llmgw.router import errors
 from llmgw.router.scoring import Endpoint
 

@@ -39,7 +39,7 @@ import attrs
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from llmgw.config.server import APIKey, RouterSettings
+from llmgw.config.routing import APIKey, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import ModelQueue, capacity, free
 from llmgw.router.keys import KeyRing

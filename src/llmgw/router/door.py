@@ -29,7 +29,7 @@ from __future__ import annotations
 import attrs
 from twisted.internet.protocol import Protocol
 
-from llmgw.config.server import RouterSettings
+from llmgw.config.routing import RouterSettings
 from llmgw.hostnames import HostNames, asked_for, same_origin_for
 from llmgw.http11 import ParsedRequest, response_bytes
 from llmgw.router import errors

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from twisted.internet.interfaces import IReactorTime
 
-from llmgw.config.server import APIKey
+from llmgw.config.routing import APIKey
 from llmgw.router import errors
 
 TOKEN_PREFIX = "sk-llmgw-"

@@ -30,7 +30,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from llmgw.config.server import ClientLimits
+from llmgw.config.routing import ClientLimits
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix

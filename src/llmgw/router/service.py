@@ -15,7 +15,7 @@ from twisted.internet import defer, endpoints, threads
 from twisted.logger import Logger
 
 from llmgw.config.endpoints import parse_server_endpoint
-from llmgw.config.server import RouterSettings
+from llmgw.config.routing import RouterSettings
 from llmgw.errors import ConfigError
 from llmgw.hostnames import HostNames
 from llmgw.router.dispatch import Dispatcher

@@ -1,0 +1,98 @@
+"""The ``router:`` section of server.yaml and router.yaml: admission, scoring, limits, keys, static engines.
+
+Each key is declared once, on its field (``llmgw.setting``); ``ROUTER_SECTION``
+is read from them, and both files use it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from llmgw.config.common import HOST_NAMES, SHA256
+from llmgw.config.schema import NAME_STR, Enum, ListOf, Nullable, Str, section
+from llmgw.setting import setting
+
+SCORING_POLICIES = ("least-outstanding", "prefix-affinity", "engine-load")
+MiB = 1024 * 1024
+
+
+@attrs.frozen
+class Admission:
+    max_inflight_per_endpoint: int = setting(16, least=1)
+    queue: int = setting(256, least=0)
+    queue_timeout_s: float = setting(30.0, above=0)
+
+
+@attrs.frozen
+class ClientLimits:
+    """router.clients: how many API connections, and how long each may wait on its client."""
+
+    # None: a quarter of the process's open-files limit, read when the router starts.
+    max_connections: int | None = setting(None, least=1)
+    idle_timeout_s: float = setting(60.0, above=0)
+    header_timeout_s: float = setting(10.0, above=0)
+    body_timeout_s: float = setting(60.0, above=0)
+    write_stall_timeout_s: float = setting(30.0, above=0)
+
+
+@attrs.frozen
+class EngineLimits:
+    """router.engines: how long the router waits on an engine, and how much of its /metrics it reads."""
+
+    first_byte_timeout_s: float = setting(300.0, above=0)
+    between_bytes_timeout_s: float = setting(120.0, above=0)
+    metrics_max_bytes: int = setting(1 * MiB, least=1024)
+    metrics_timeout_s: float = setting(2.0, above=0)
+
+
+@attrs.frozen
+class APIKey:
+    """A bearer token, stored only as its sha256; ``models`` None means every model."""
+
+    name: str = setting(kind=NAME_STR)
+    sha256: str = setting(kind=SHA256)
+    models: tuple[str, ...] | None = setting(None, kind=Nullable(ListOf(Str(what="the name of one of models:"))))
+    # None: no limit (not a limit of zero).
+    requests_per_minute: int | None = setting(None, least=1)
+    tokens_per_minute: int | None = setting(None, least=1)
+
+
+def _check_engine_url(text: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"not a URL ({e}); write it like 'http://10.0.0.5:8000'") from None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError("an engine URL is http://HOST:PORT (the router adds /v1/...)")
+
+
+@attrs.frozen
+class StaticEndpoint:
+    """An engine the router serves without a control plane: a model at a URL."""
+
+    model: str = setting(kind=NAME_STR)
+    url: str = setting(kind=Str(what="an engine URL like http://HOST:PORT", check=_check_engine_url))
+
+
+@attrs.frozen
+class RouterSettings:
+    """server.yaml's router: section (router.yaml's too): admission, scoring, keys, static engines."""
+
+    admission: Admission = setting(factory=Admission)
+    scoring: str = setting("least-outstanding", kind=Enum(SCORING_POLICIES, noun="scoring policy"))
+    allow_anonymous: bool = setting(False)
+    # The names a key-less API answers to (Host); None: localhost and the host name.  Any IP address may be asked.
+    hosts: tuple[str, ...] | None = setting(None, kind=HOST_NAMES)
+    max_body_bytes: int = setting(4 * MiB, least=1)
+    clients: ClientLimits = setting(factory=ClientLimits)
+    engines: EngineLimits = setting(factory=EngineLimits)
+    keys: tuple[APIKey, ...] = setting((), kind=ListOf(section(APIKey)))
+    # Engines to serve without a control plane; the control plane's ready
+    # replicas are added to these.
+    endpoints: tuple[StaticEndpoint, ...] = setting((), kind=ListOf(section(StaticEndpoint)))
+
+
+ROUTER_SECTION = section(RouterSettings)
