@@ -13,6 +13,7 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
+from llmgw.agent.ports import DEFAULT_RANGE
 from llmgw.agent.service import Agent
 from llmgw.config.agent import InstallLimits, WeightsLimits
 from llmgw.huburl import HubAddress
@@ -47,7 +48,7 @@ class Supervisor:
 @pytest.fixture
 def agent(tmp_path):
     config = SimpleNamespace(state_dir=str(tmp_path / "state"), weights_dirs=[str(tmp_path / "weights")],
-                             labels={}, fabrics={}, installs=InstallLimits(),
+                             labels={}, fabrics={}, installs=InstallLimits(), engine_port_range=DEFAULT_RANGE,
                              weights=WeightsLimits())
     clock = Clock()
     clock.advance(100)

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from twisted.internet.task import Clock
 
+from llmgw.agent.ports import DEFAULT_RANGE
 from llmgw.agent.service import Agent, local_files
 from llmgw.config.agent import InstallLimits, WeightsLimits
 from llmgw.huburl import HubAddress
@@ -23,7 +24,7 @@ def test_the_local_sources_of_running_shards_are_reported_with_their_sizes(tmp_p
     local.parent.mkdir()
     local.write_bytes(b"x" * 1234)
     config = SimpleNamespace(state_dir=str(tmp_path / "state"), weights_dirs=[str(tmp_path / "weights")],
-                             labels={}, fabrics={}, installs=InstallLimits(),
+                             labels={}, fabrics={}, installs=InstallLimits(), engine_port_range=DEFAULT_RANGE,
                              weights=WeightsLimits())
     agent = Agent(Clock(), config, "node01", HubAddress("wss://127.0.0.1:1/ws", "127.0.0.1", 1))
     running = [spec("a/0/0", str(local)), spec("b/0/0", "https://models.example/b.gguf"), spec("c/0/0", None),

@@ -64,36 +64,6 @@ def marker_env(state_dir: Path, shard_id: str, run: str) -> dict[str, str]:
     return {MARK_STATE_DIR: str(state_dir), MARK_SHARD: shard_id, MARK_RUN: run}
 
 
-def free_port(host: str) -> int:
-    """A port nothing listens on now. Another process could take it before the
-    engine binds it; the engine then fails to start and says so in its log."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def rendezvous_port(host: str, default: int | None) -> int:
-    """The port rank 0 of a multi-node replica is met at: the engine's own default while it is free, else any free one.
-
-    The default keeps ranks whose leader names no port (an older control
-    plane) finding rank 0; a second replica led from this node gets another.
-    A port left in TIME_WAIT by the replica's previous rank 0 counts as free
-    (SO_REUSEADDR, as the engines' own servers bind it): a replica started
-    again at once keeps its port.
-    """
-    if default is not None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, default))
-                return default
-            except OSError:
-                pass
-    return free_port(host)
-
-
 @attrs.frozen
 class ProcessIdentity:
     """A process as a pid *and* the moment it began, so a recycled pid is not ours."""

@@ -24,7 +24,6 @@ from llmgw.agent.enginelist import NodeEngines, describe, news
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.nodeid import node_id_for  # noqa: F401  (llmgw.process.agent imports it from here)
-from llmgw.agent.procs import rendezvous_port
 from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
@@ -58,7 +57,8 @@ class Agent:
         self.engine_root = self.state_dir / "engines"
         self.installer = self._installer(installer, platform)
         self.node_engines = NodeEngines(config, self.installer, node_id)
-        self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host)
+        self.supervisor = Supervisor(reactor, self.state_dir, self.plan, self.report, host=self.host,
+                                     engine_ports=config.engine_port_range)
         self.log_buffer = LogBuffer()
         # Fetched weights land in the first weights directory, under cache names
         # (agent.yaml's weights_dirs is never empty: [] reads as the default).
@@ -140,7 +140,7 @@ class Agent:
                 raise ValueError(f"the model file {model_path} does not exist on {self.node_id}")
         if spec.ranks > 1 and spec.rank == 0:
             return adapter.plan(spec, binary=binary, host=self.host, port=port, model_path=model_path,
-                                rendezvous_port=rendezvous_port(self.host, adapter.default_rendezvous(spec)))
+                                rendezvous_port=self.supervisor.rendezvous_port(adapter.default_rendezvous(spec)))
         return adapter.plan(spec, binary=binary, host=self.host, port=port, model_path=model_path)
 
     def _installer(self, installer, platform):

@@ -96,7 +96,8 @@ class ShardRunner:
 
     def __init__(self, ctx: Context, record: Record, follower: LogFollower, *,
                  child: ChildProtocol | None, life: ShardLifecycle | None = None,
-                 rendezvous_port: int | None = None, joined: Joined | None = None):
+                 rendezvous_port: int | None = None, joined: Joined | None = None,
+                 port_taken: Callable[[ShardRunner, str], bool] | None = None, tries: int = 1):
         self.ctx = ctx
         self.record = record
         self.spec = record.spec
@@ -111,6 +112,11 @@ class ShardRunner:
         self.rendezvous_port = rendezvous_port
         self.rendezvous: str | None = None
         self.joined = joined
+        # Asked when the engine exits while starting: True when the port it
+        # found taken made the supervisor start it again, on another; this
+        # runner is then done, and *tries* counts the launches of this start.
+        self._port_taken = port_taken
+        self.tries = tries
         self.since = ctx.clock.seconds()
         self._child = child
         self._leader_gone = False
@@ -197,7 +203,22 @@ class ShardRunner:
             return
         if how is None:
             how = "exited; its exit status went to the agent that started it, not this one"
+        starting = self.life.state == ShardState.STARTING
+        if starting and self._port_taken is not None and self._port_taken(self, how):
+            return
         self._fire(ShardInput.EXITED, how)
+
+    def hand_over(self, why: str) -> None:
+        """Let go of an engine that is gone, its shard still starting, for a new launch to carry on: no transition."""
+        self.note(why)
+        self._closed = True
+        self._halt()
+        if self._child is not None:
+            self._child.shard = None
+        for pid in kill_run(self.ctx.files.root, self.record.run):
+            log.warn("shard {shard}: killed pid {pid}, left of the engine outside its process group",
+                     shard=self.spec.shard_id, pid=pid)
+        self.ctx.files.remove(self.ctx.files.record_path(self.spec.shard_id))
 
     # -- what the clock drives ------------------------------------------------
 

@@ -31,7 +31,8 @@ from twisted.logger import Logger
 from llmgw.agent.health import HttpProbe, Joins
 from llmgw.agent.logtail import LogFollower, append_line
 from llmgw.agent.lifecycle import ShardInput, ShardLifecycle
-from llmgw.agent.procs import (ProcessIdentity, free_port, identify, is_alive, launcher_argv, marked_processes,
+from llmgw.agent import ports
+from llmgw.agent.procs import (ProcessIdentity, group_alive, identify, is_alive, launcher_argv, marked_processes,
                                marker_env, signal_group)
 from llmgw.agent.shard import ChildProtocol, Context, ShardRunner
 from llmgw.agent.statefiles import Record, RecordError, StateDir
@@ -49,6 +50,8 @@ ROTATE_BYTES = 64 << 20
 KEEP_FINISHED = 32
 #: How long a failed shard stays among the node's log sources.
 FAILED_SOURCE_S = 600.0
+#: Launches of one start of a shard whose engine each time found its port taken.
+PORT_TRIES = 3
 
 Planner = Callable[[ShardSpec, int], LaunchPlan]
 
@@ -61,13 +64,17 @@ class Supervisor:
     def __init__(self, reactor, state_dir: Path, planner: Planner, report: Callable[[ShardStatus], None],
                  host: str = "127.0.0.1", clock=None, poll_interval: float = 1.0, health_interval: float = 1.0,
                  tail_lines: int = 300, stop_grace_s: float = 10, *, probe_timeout_s: float = 2.0,
-                 failure_tail_lines: int = 50, kill_wait_s: float = 5.0, join_timeout_s: float = 20.0):
+                 failure_tail_lines: int = 50, kill_wait_s: float = 5.0, join_timeout_s: float = 20.0,
+                 engine_ports: range = ports.DEFAULT_RANGE, port_tries: int = PORT_TRIES):
         self._reactor = reactor
         self._clock = clock if clock is not None else reactor
         probe = HttpProbe(reactor, self._clock, probe_timeout_s)
         self._files = StateDir(state_dir)
         self._planner = planner
         self._host = host
+        self._ports, self._port_tries = engine_ports, port_tries
+        if (overlap := ports.overlap(engine_ports)) is not None:
+            log.warn("{overlap}", overlap=overlap)
         self._tail_lines = tail_lines
         self._ctx = Context(
             clock=self._clock,
@@ -82,6 +89,7 @@ class Supervisor:
             joins=Joins(reactor, self._clock, probe, join_timeout_s),
         )
         self._shards: dict[str, ShardRunner] = {}
+        self._planning: int | None = None  # the port of the engine being planned now
 
     @property
     def state_dir(self) -> Path:
@@ -103,13 +111,23 @@ class Supervisor:
         life = life if life is not None else ShardLifecycle()
         if life.state != ShardState.STARTING:
             raise ValueError(f"shard {spec.shard_id} is {life.state}: only a starting shard is launched")
+        return self._launch(spec, life, tries=1)
+
+    def rendezvous_port(self, default: int | None) -> int:
+        """Where rank 0 of a multi-node replica started now is met: see ``ports.rendezvous_port``."""
+        return ports.rendezvous_port(self._host, default, self._ports, self._held_ports())
+
+    def _launch(self, spec: ShardSpec, life: ShardLifecycle, tries: int) -> ShardStatus:
         try:
-            port = spec.port if spec.port is not None else free_port(self._host)
+            port = spec.port if spec.port is not None else ports.unbound_port(self._host, self._ports, self._held_ports())
+            self._planning = port  # so that a rendezvous port the planner asks for is another
             plan = self._planner(spec, port)
             if not plan.argv:
                 raise ValueError("the plan has no command to run")
         except Exception as e:
             return self._refuse(spec, life, f"could not plan its launch: {e}")
+        finally:
+            self._planning = None
 
         log_path = self._files.log_path(spec.shard_id)
         if LogFollower.size(log_path) > ROTATE_BYTES:
@@ -143,10 +161,12 @@ class Supervisor:
 
         follower = LogFollower(log_path, keep=self._tail_lines, offset=offset)
         shard = ShardRunner(self._ctx, record, follower, child=child, life=life,
-                            rendezvous_port=plan.rendezvous_port, joined=plan.joined)
+                            rendezvous_port=plan.rendezvous_port, joined=plan.joined,
+                            port_taken=self._started_elsewhere, tries=tries)
         self._keep(shard)
         shard.begin()
-        return shard.status()
+        # Not shard's own status: an engine that found its port taken at once is another runner's now.
+        return self._shards[spec.shard_id].status()
 
     def stop(self, shard_id: str) -> defer.Deferred:
         """SIGTERM to the engine's group, SIGKILL after the grace period; fires
@@ -267,6 +287,35 @@ class Supervisor:
         self._keep(shard)
         shard.begin()
         return shard.status()
+
+    def _held_ports(self) -> set[int]:
+        """The ports this node's engines serve or are met at, or will once started."""
+        live = [s for s in self._shards.values() if not s.finished]
+        held = {s.record.port for s in live} | {s.rendezvous_port for s in live if s.rendezvous_port is not None}
+        return held if self._planning is None else held | {self._planning}
+
+    def _started_elsewhere(self, shard: ShardRunner, how: str) -> bool:
+        """Start again, on other ports, an engine that exited while starting because another process holds its port.
+
+        Each engine says so in its own words (llama-server "couldn't bind HTTP
+        server socket", vLLM's uvicorn "[Errno 98] ... address already in use",
+        the sim "cannot listen on"), so the agent looks at the fact instead:
+        the engine's whole group is gone and its port is bound all the same.
+        A port the spec names is the control plane's to move, not the node's.
+        """
+        record = shard.record
+        if shard.adopted or shard.tries >= self._port_tries:
+            return False
+        taken = [p for p in (record.port, shard.rendezvous_port) if p is not None and ports.port_in_use(record.host, p)]
+        if not taken or shard.spec.port in taken or group_alive(record.pgid):
+            return False
+        why = (f"{how}: port {', '.join(map(str, taken))} is held by another process; "
+               f"starting it again on another (launch {shard.tries + 1} of {self._port_tries})")
+        log.warn("shard {shard}: {why}", shard=shard.spec.shard_id, why=why)
+        shard.hand_over(why)
+        del self._shards[shard.spec.shard_id]
+        self._launch(shard.spec, shard.life, shard.tries + 1)
+        return True
 
     def _unreadable(self, path: Path, error: RecordError) -> None:
         if error.pid is not None and is_alive(ProcessIdentity(error.pid, error.create_time)):
