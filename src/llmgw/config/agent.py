@@ -14,13 +14,13 @@ import re
 import attrs
 
 from llmgw.config.common import HUB_URL, KNOWN_ENGINES, TLS
-from llmgw.config.schema import NAME_STR, check_name, AbsPath, ListOf, Loader, MapOf, Number
-from llmgw.config.schema import Nullable, Section, Str, suggest
+from llmgw.config.schema import NAME_STR, AbsPath, ListOf, Loader, MapOf, Nullable, Str, check_name, section, suggest
 from llmgw.config.yamlpos import read_document
 from llmgw.huburl import parse_hub_url
 from llmgw.records import NAME as NAME_CHARS
-from llmgw.wiretext import Text, refusal
+from llmgw.setting import setting
 from llmgw.tlsfiles import TLSFiles
+from llmgw.wiretext import Text, refusal
 
 DEFAULT_WEIGHTS_DIRS = ("/var/lib/llmgw-weights",)
 DEFAULT_STATE_DIR = "/var/lib/llmgw"
@@ -96,7 +96,7 @@ class EngineOverride:
     """
 
     name: str
-    path: str
+    path: str = setting(kind=AbsPath())
 
 
 @attrs.frozen
@@ -108,10 +108,10 @@ class InstallLimits:
     """
 
     # The average over the last rate_window_s, once a download has run that long.
-    min_rate_bytes_per_s: float | None = 4096.0
-    rate_window_s: float = 300.0
+    min_rate_bytes_per_s: float | None = setting(4096.0, above=0)
+    rate_window_s: float = setting(300.0, above=0)
     # One archive's download, from its first request to its last byte.
-    download_deadline_s: float | None = 21600.0
+    download_deadline_s: float | None = setting(21600.0, above=0)
 
 
 @attrs.frozen
@@ -123,10 +123,10 @@ class WeightsLimits:
     link, and 64 kB/s is a trickle on any link a model is fetched over.
     """
 
-    min_rate_bytes_per_s: float | None = 65536.0
-    rate_window_s: float = 300.0
+    min_rate_bytes_per_s: float | None = setting(65536.0, above=0)
+    rate_window_s: float = setting(300.0, above=0)
     # One fetch (a file, or a repository's files together), from its first request to its last byte.
-    download_deadline_s: float | None = 86400.0
+    download_deadline_s: float | None = setting(86400.0, above=0)
 
 
 @attrs.frozen
@@ -134,22 +134,27 @@ class AgentConfig:
     """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
 
     path: str
-    hub: str
-    tls: TLSFiles
+    hub: str = setting(kind=HUB_URL)
+    tls: TLSFiles = setting(kind=TLS)
     # None: use the hostname, which is also the certificate's CN.
-    node_id: str | None = None
-    labels: dict[str, str] = attrs.Factory(dict)
-    fabrics: dict[str, str] = attrs.Factory(dict)
+    node_id: str | None = setting(None, kind=Nullable(NAME_STR))
+    labels: dict[str, str] = setting(
+        factory=dict, kind=MapOf(Str(what="a string (a label value)", check=_check_label_value)))
+    fabrics: dict[str, str] = setting(factory=dict, kind=MapOf(
+        Str(what="a fabric name", check=check_name),
+        key=Str(what="an InfiniBand adapter name such as mlx5_0", check=_check_adapter),
+    ))
     # Not required to exist: an unmounted directory is skipped at discovery.
     # Never empty: the first entry is where fetched weights go.
-    weights_dirs: tuple[str, ...] = attrs.field(default=DEFAULT_WEIGHTS_DIRS, converter=_default_if_empty)
-    state_dir: str = DEFAULT_STATE_DIR
-    heartbeat_interval_s: float = 5.0
+    weights_dirs: tuple[str, ...] = setting(DEFAULT_WEIGHTS_DIRS, converter=_default_if_empty, kind=ListOf(AbsPath()))
+    state_dir: str = setting(DEFAULT_STATE_DIR, kind=AbsPath())
+    heartbeat_interval_s: float = setting(5.0, above=0)
     # Where the ports of engines the agent starts come from: FIRST-LAST.
-    engine_ports: str = DEFAULT_ENGINE_PORTS
-    engines: dict[str, EngineOverride] = attrs.Factory(dict)
-    installs: InstallLimits = attrs.Factory(InstallLimits)
-    weights: WeightsLimits = attrs.Factory(WeightsLimits)
+    engine_ports: str = setting(DEFAULT_ENGINE_PORTS, kind=Str(what="a port range, FIRST-LAST", check=_check_port_range))
+    engines: dict[str, EngineOverride] = setting(
+        factory=dict, kind=MapOf(section(EngineOverride), key=Str(what="an engine name", check=_check_engine)))
+    installs: InstallLimits = setting(factory=InstallLimits)
+    weights: WeightsLimits = setting(factory=WeightsLimits)
 
     def engine_path(self, engine: str) -> str | None:
         """The path agent.yaml gives for *engine*, or None: find it on this node."""
@@ -169,35 +174,7 @@ class AgentConfig:
         return parse_port_range(self.engine_ports)
 
 
-_PACE = {
-    "min_rate_bytes_per_s": Nullable(Number(min=0, exclusive=True)),
-    "rate_window_s": Number(min=0, exclusive=True),
-    "download_deadline_s": Nullable(Number(min=0, exclusive=True)),
-}
-
-SCHEMA = Section(
-    AgentConfig,
-    {
-        "hub": HUB_URL,
-        "tls": TLS,
-        "node_id": Nullable(NAME_STR),
-        "labels": MapOf(Str(what="a string (a label value)", check=_check_label_value)),
-        "fabrics": MapOf(
-            Str(what="a fabric name", check=check_name),
-            key=Str(what="an InfiniBand adapter name such as mlx5_0", check=_check_adapter),
-        ),
-        "weights_dirs": ListOf(AbsPath()),
-        "state_dir": AbsPath(),
-        "heartbeat_interval_s": Number(min=0, exclusive=True),
-        "engine_ports": Str(what="a port range, FIRST-LAST", check=_check_port_range),
-        "engines": MapOf(
-            Section(EngineOverride, {"path": AbsPath()}),
-            key=Str(what="an engine name", check=_check_engine),
-        ),
-        "installs": Section(InstallLimits, _PACE),
-        "weights": Section(WeightsLimits, _PACE),
-    },
-)
+SCHEMA = section(AgentConfig)
 
 
 def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:

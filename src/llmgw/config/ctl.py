@@ -15,10 +15,11 @@ from typing import Mapping
 import attrs
 
 from llmgw.config.common import HUB_URL
-from llmgw.config.schema import File, Loader, Nullable, Section
+from llmgw.config.schema import File, Loader, Nullable, section
 from llmgw.config.yamlpos import read_document
 from llmgw.errors import ConfigError
 from llmgw.huburl import parse_hub_url
+from llmgw.setting import setting
 from llmgw.tlsfiles import TLSFiles
 
 
@@ -26,9 +27,9 @@ from llmgw.tlsfiles import TLSFiles
 class CtlTLSFiles:
     """Whichever of the operator's TLS files ctl.yaml names, as absolute paths."""
 
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
+    ca: str | None = setting(None, kind=Nullable(File()))
+    cert: str | None = setting(None, kind=Nullable(File()))
+    key: str | None = setting(None, kind=Nullable(File()))
 
 
 @attrs.frozen
@@ -36,8 +37,8 @@ class CtlConfig:
     """The whole of ctl.yaml; ``path`` is the file it came from, absolute."""
 
     path: str
-    hub: str | None = None
-    tls: CtlTLSFiles = attrs.Factory(CtlTLSFiles)
+    hub: str | None = setting(None, kind=Nullable(HUB_URL))
+    tls: CtlTLSFiles = setting(factory=CtlTLSFiles)
 
 
 @attrs.frozen
@@ -56,15 +57,7 @@ class CtlSettings:
         return parse_hub_url(self.hub).port
 
 
-SCHEMA = Section(
-    CtlConfig,
-    {
-        "hub": Nullable(HUB_URL),
-        "tls": Section(
-            CtlTLSFiles, {"ca": Nullable(File()), "cert": Nullable(File()), "key": Nullable(File())}
-        ),
-    },
-)
+SCHEMA = section(CtlConfig)
 
 
 def load_ctl_config(path: str | os.PathLike[str]) -> CtlConfig:
