@@ -30,8 +30,9 @@ from llmgw.admin.web import admin_site
 from llmgw.config.server import AdminKey, AdminSettings
 from llmgw.control.fleet import Fleet
 from llmgw.records import ShardSpec, ShardStatus
-from tests.metrics import conftest as metrics
-from tests.metrics.conftest import gpu_node, quiet_node
+from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer
+from tests.support import reportedfleet
+from tests.support.reportedfleet import gpu_node, quiet_node
 from tests.support import cluster as processes
 
 OPERATOR_KEY = "llmgw-operator-key-for-tests"
@@ -59,15 +60,17 @@ class FakeSource:
         self.asked.append((node_id, source, n))
         if node_id == "cpu07":
             raise SourceError("cpu07: agent too old or not answering (wamp.error.timeout)")
-        return {"node": node_id, "source": source or "agent", "sources": ["agent", "qwen/0/0"], "lines": self.lines[-n:]}
+        return LogsAnswer(node_id, source or "agent", ["agent", "qwen/0/0"], self.lines[-n:])
 
     async def act(self, verb, node_id):
         self.acted.append((verb, node_id))
-        return {"node": node_id, "cordoned": verb != "uncordon", "stopped": ["qwen/0/0"] if verb == "drain" else []}
+        if verb == "drain":
+            return DrainAnswer(node_id, True, ["qwen/0/0"])
+        return CordonAnswer(node_id, verb != "uncordon")
 
 
 # Fixtures from elsewhere: the fleet's clock, and real processes for the browser tests.
-clock = metrics.clock
+clock = reportedfleet.clock
 cluster = processes.cluster
 
 

@@ -12,7 +12,7 @@ import pytest_twisted
 from llmgw.records import EngineInfo
 from llmgw.states import EngineState
 from tests.admin.conftest import Client
-from tests.metrics.conftest import gpu_node
+from tests.support.reportedfleet import gpu_node
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using readBody with a transport:DeprecationWarning")
 

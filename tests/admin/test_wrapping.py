@@ -23,7 +23,7 @@ from llmgw.states import EngineState
 from llmgw.views import ReplicaView, ShardView
 from tests.admin.conftest import FakeSource
 from tests.admin.test_browser import artifacts
-from tests.metrics.conftest import gpu_node, quiet_node
+from tests.support.reportedfleet import gpu_node, quiet_node
 from tests.support.browser import Browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmgw.control.collector import FleetCollector
 from llmgw.records import EIB, IDENT, MANY, NAME, PATH, Heartbeat, Inventory, ShardStatus
 from llmgw.wire import from_wire
+from tests.support.reportedfleet import clock, fleet  # noqa: F401 - the fixtures, by name
 
 # Quotes, backslashes, braces and '=' in a label value; spaces inside a path.  (No newline: no
 # field that becomes a label may hold a control character, nor a space at either end: wiretext.)

@@ -1,4 +1,8 @@
-"""A fleet of two nodes as real agents would report them: one complete, one that said little."""
+"""A fleet of two nodes as real agents would report them: one complete, one that said little.
+
+The collector, admin page and contrib tests take its ``clock`` and ``fleet``
+fixtures by importing them by name.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from twisted.internet.task import Clock
 from llmgw.control.fleet import Fleet
 from llmgw.records import CPU, GPU, EngineInfo, Filesystem, Heartbeat, Inventory, ShardSpec, ShardStatus
 from llmgw.states import EngineState
-from tests.support.cluster import cluster  # noqa: F401 - a fixture, for the real-scrape tests
 
 GIB = 1024**3
 

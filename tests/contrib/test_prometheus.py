@@ -27,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.agent.procs import marked_processes
+from tests.support.cluster import cluster  # noqa: F401 - the fixture, by name
 from tests.support.modelfile import ModelFile
 from tests.support.net import free_port
 from tests.support.wait import wait_for
@@ -43,10 +44,10 @@ ELSEWHERE = {
     "llmgw_router_upstream_errors_total": ("tests/router/test_proxy_upstream.py", "metrics.upstream_errors =="),
     "llmgw_router_retries_total": ("tests/router/test_proxy_upstream.py", "metrics.retries =="),
     "llmgw_router_client_connections_refused_total": ("tests/router/test_client_limits.py", "metrics.refused =="),
-    "llmgw_node_claims_refused_total": ("tests/metrics/test_new_families.py", '"llmgw_node_claims_refused_total"'),
-    "llmgw_node_progress_refused_total": ("tests/metrics/test_new_families.py", '"llmgw_node_progress_refused_total"'),
-    "llmgw_download_failures_total": ("tests/metrics/test_new_families.py", '"llmgw_download_failures_total"'),
-    "llmgw_link_duplicate_sessions_refused_total": ("tests/metrics/test_link_families.py",
+    "llmgw_node_claims_refused_total": ("tests/control/test_collector_families.py", '"llmgw_node_claims_refused_total"'),
+    "llmgw_node_progress_refused_total": ("tests/control/test_collector_families.py", '"llmgw_node_progress_refused_total"'),
+    "llmgw_download_failures_total": ("tests/control/test_collector_families.py", '"llmgw_download_failures_total"'),
+    "llmgw_link_duplicate_sessions_refused_total": ("tests/link/test_metrics.py",
                                                     '"llmgw_link_duplicate_sessions_refused_total"'),
 }
 

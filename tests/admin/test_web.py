@@ -19,6 +19,7 @@ from llmgw.control.collector import FleetCollector
 from llmgw.router.metrics import RouterMetrics
 from llmgw.states import ReplicaState
 from llmgw.views import ReplicaView
+from tests.support.reportedfleet import clock, fleet  # noqa: F401 - the fixtures, by name
 
 # Twisted warns when a short local reply has been read whole before readBody
 # gets to it; nothing here needs to abort a connection.

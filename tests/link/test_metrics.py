@@ -6,7 +6,7 @@ import pytest_twisted
 from prometheus_client import CollectorRegistry
 from twisted.internet import task
 
-from llmgw.config.server import LinkSettings
+from llmgw.link.settings import LinkSettings
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.link.metrics import LinkCollector

@@ -12,8 +12,7 @@ from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCol
 from llmgw.control.fleet import Fleet
 from llmgw.link.metrics import CertificateCollector
 from llmgw.records import IBAdapter, Inventory, Progress, WeightsFile, WeightsReport
-
-from .conftest import GIB
+from tests.support.reportedfleet import GIB, clock  # noqa: F401 - the fixture, by name
 
 
 def value(registry, name, /, **labels):

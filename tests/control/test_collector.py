@@ -10,8 +10,7 @@ from llmgw.control.collector import FleetCollector
 from llmgw.records import Heartbeat
 from llmgw.states import EngineState, ReplicaState
 from llmgw.views import ReplicaView
-
-from .conftest import GIB, shard
+from tests.support.reportedfleet import GIB, clock, fleet, shard  # noqa: F401 - the fixtures, by name
 
 
 @pytest.fixture

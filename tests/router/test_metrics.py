@@ -210,7 +210,7 @@ async def test_keyless_requests_naming_invented_models_do_not_grow_the_scrape(re
     from prometheus_client import generate_latest
     from twisted.internet import reactor, threads
 
-    from llmgw.config.server import APIKey, RouterSettings
+    from llmgw.config.routing import APIKey, RouterSettings
     from llmgw.router.service import Router
     from tests.support.net import free_port
 
@@ -254,7 +254,7 @@ async def test_keyless_requests_naming_invented_models_do_not_grow_the_scrape(re
 def test_the_router_reports_its_table_at_each_scrape_and_an_endpoint_gone_loses_its_series(registry):
     from twisted.internet import reactor
 
-    from llmgw.config.server import RouterSettings, StaticEndpoint
+    from llmgw.config.routing import RouterSettings, StaticEndpoint
     from llmgw.router.service import Router
     from llmgw.views import EndpointEntry, EndpointTable
     from tests.support.net import free_port
