@@ -145,7 +145,7 @@ async def test_a_call_nobody_answers_times_out(hub, pki):
     with pytest.raises(ApplicationError) as late:
         await node.call(uris.CP_AGENT + "never", options=CallOptions(timeout=200))
     assert late.value.error == "wamp.error.timeout"
-    assert not hub._invocations
+    assert not hub.dealer.invocations
     node.leave()
 
 

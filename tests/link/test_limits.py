@@ -13,7 +13,7 @@ from autobahn.wamp.exception import ApplicationError
 from twisted.internet import reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
-from llmgw.config.server import LinkSettings
+from llmgw.link.settings import LinkSettings
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from tests.link.conftest import close, files, serve
@@ -92,7 +92,7 @@ async def test_a_second_session_for_a_live_node_is_refused_and_the_first_carries
                                                                         f"127.0.0.1:{second_port}")
     # The first keeps its session and its registration.
     assert first.session_id in clocked.sessions
-    assert uris.node_uri("node01", "ping") in clocked._registrations
+    assert clocked.dealer.callee(uris.node_uri("node01", "ping")) is clocked.sessions[first.session_id]
 
 
 @pytest_twisted.ensureDeferred
