@@ -40,7 +40,8 @@ from autobahn.wamp.serializer import JsonObjectSerializer  # noqa: E402
 from twisted.internet.task import Clock  # noqa: E402
 
 from fleet import MACHINES, inventory_payload, node_name  # noqa: E402
-from llmgw.control.fleet import Fleet, NodeQuery  # noqa: E402
+from llmgw.control.fleet import Fleet  # noqa: E402
+from llmgw.control.nodelisting import NodeQuery  # noqa: E402
 from llmgw.ctl.main import fewer_collections  # noqa: E402
 from llmgw.link.session import LinkJsonSerializer  # noqa: E402
 from llmgw.records import Heartbeat, Inventory  # noqa: E402

@@ -13,6 +13,7 @@ does not make a whole answer unreadable.
 
 from __future__ import annotations
 
+import enum
 from typing import Callable
 
 import attrs
@@ -321,11 +322,36 @@ class LogsAnswer:
     lines: list[str] = field(factory=list, chars=PROSE, items=LOG_LINES, text=Text.PROSE)
 
 
+class EventKind(enum.StrEnum):
+    """Which of the fleet's events it is: ``llmgw.event.`` and this value is the topic it is published on."""
+
+    NODE = "node"
+    SHARD = "shard"
+    PROGRESS = "progress"
+
+
+class NodeChange(enum.StrEnum):
+    """How a node changed, as its ``NodeEvent`` says."""
+
+    REGISTERED = "registered"
+    # Its figures moved, and enough to be news (``llmgw.control.news``).
+    HEARTBEAT = "heartbeat"
+    STATE = "state"
+    CORDON = "cordon"
+    LINK_WARNING = "link warning"
+    # Offboarded: it is gone from the fleet, and the event carries its last view.
+    FORGOTTEN = "forgotten"
+
+
 @attrs.frozen
 class NodeEvent:
-    """``llmgw.event.node``: a node changed (``change`` says how) and is now ``node``."""
+    """``llmgw.event.node``: a node changed (``change`` says how) and is now ``node``.
 
-    change: str
+    A change this side does not know is refused by ``from_wire``: a reader
+    cannot tell whether the node is still there.
+    """
+
+    change: NodeChange
     node: NodeView
 
 
@@ -344,11 +370,19 @@ class HeardEvent:
     seen_ago_s: dict[str, float] = field(factory=dict, chars=IDENT, items=HEARD_PAGE, least=0, most=TIME)
 
 
+class ShardChange(enum.StrEnum):
+    """How a shard changed, as its ``ShardEvent`` says."""
+
+    STATUS = "status"
+    # Forgotten by the fleet: stopped, or its node was; the event carries its last status.
+    REMOVED = "removed"
+
+
 @attrs.frozen
 class ShardEvent:
-    """``llmgw.event.shard``: a shard's new status, or its last one when ``change`` is "removed"."""
+    """``llmgw.event.shard``: a shard's new status, or its last one when ``change`` is ``REMOVED``."""
 
-    change: str
+    change: ShardChange
     node_id: str
     shard: ShardStatus
 

@@ -3,12 +3,14 @@
 A node is ``ready`` while its heartbeats arrive, ``unreachable`` once they
 have stopped for ``unreachable_after`` seconds (or its link closed), and
 ``lost`` after ``lost_after``; hearing from it again makes it ready.  Those
-transitions are the table at the bottom of this module, on ``NodeState``
-members; nothing else decides a node's state.  Every change goes through ``_update``, which
+transitions are the machine of ``llmgw.control.nodemachine``; nothing else
+decides a node's state.  Every change goes through ``_update``, which
 stores the new record and emits ``(kind, id, event)``, an event record of
 ``llmgw.views``; nothing else writes
 ``nodes``, so the events a TUI or ctl follows are the whole story — except
 for heartbeats that change nothing a subscriber shows (``llmgw.control.news``).
+The listings' indexes (``llmgw.control.nodelisting``) and their JSON text
+(``llmgw.control.nodetext``) are kept from the same path.
 
 What a node says it runs is held to ``llmgw.control.claims``: only shards the
 control plane placed on it, or adopted from it when it registered, are kept.
@@ -16,40 +18,27 @@ control plane placed on it, or adopted from it when it registered, are kept.
 
 from __future__ import annotations
 
-import bisect
-import enum
-import itertools
-import math
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import attrs
 from twisted.logger import Logger
 
 from llmgw.control.claims import ClaimRefused, Claims, ModelSlots, Why, host_of
 from llmgw.control.news import NewsSettings, is_heartbeat_news
+from llmgw.control.nodelisting import NodeIndex, NodeQuery
+from llmgw.control.nodemachine import NodeInput, node_after
+from llmgw.control.nodetext import NodeTexts
 from llmgw.records import Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import EngineState, NodeState, ShardState
 from llmgw.views import (
-    NODE_FACTS, DiskSummary, GpuSummary, NodeEvent, NodeView, ProgressEvent, ShardEvent, engines_words,
+    NODE_FACTS, EventKind, NodeChange, NodeEvent, NodeView, ProgressEvent, ShardChange, ShardEvent, engines_words,
 )
-from llmgw.wire import JsonText, encode_json, json_text, sparse_json_text
+from llmgw.wire import JsonText
 
 # server.yaml's fleet.downloads_per_node: downloads in progress one node may have shown.
 DOWNLOADS_PER_NODE = 64
-# The most nodes one page of ``llmgw.cp.nodes`` holds: a page of nodes with
-# eight GPUs each stays far inside the link's 16 MiB message.
-MAX_PAGE = 2000
 
 log = Logger()
-
-
-class NodeInput(enum.Enum):
-    """What the fleet learns about a node."""
-
-    HEARD = "heard"  # it registered, or a heartbeat arrived on its session
-    LINK_CLOSED = "link closed"  # the hub says its session ended
-    SILENT = "silent"  # no heartbeat for unreachable_after
-    SILENT_LONG = "silent long"  # no heartbeat for lost_after
 
 
 @attrs.frozen
@@ -105,40 +94,6 @@ class ReportedShard:
         return self.status.spec.replica_id
 
 
-@attrs.frozen
-class NodeQuery:
-    """Which nodes ``llmgw.cp.nodes`` lists: by state and label, in id order, a page at a time.
-
-    ``after`` is the last id of the page before (a cursor: a node that
-    registers or leaves between pages moves no other node), ``limit`` the
-    most this page holds; None is no condition.
-    """
-
-    state: NodeState | None = None
-    label: tuple[str, str] | None = None
-    after: str | None = None
-    limit: int | None = None
-
-    @classmethod
-    def parse(cls, state: Any = None, label: Any = None, after: Any = None, limit: Any = None) -> NodeQuery:
-        """The query an operator's call asks for; ``ValueError`` says which argument is wrong and how."""
-        if state is not None:
-            known = ", ".join(s.value for s in NodeState)
-            if not isinstance(state, str) or state not in {s.value for s in NodeState}:
-                raise ValueError(f"state {state!r} is none of {known}")
-            state = NodeState(state)
-        if label is not None:
-            if not isinstance(label, str) or "=" not in label or label.startswith("="):
-                raise ValueError(f"label {label!r} is not KEY=VALUE (gpu=h100)")
-            key, _, value = label.partition("=")
-            label = (key, value)
-        if after is not None and not isinstance(after, str):
-            raise ValueError(f"after {after!r} is not a node id (the last id of the page before)")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE):
-            raise ValueError(f"limit {limit!r} is not a number of nodes from 1 to {MAX_PAGE}")
-        return cls(state, label, after, limit)
-
-
 class NotRegistered(Exception):
     """A heartbeat from a node the control plane does not know (it restarted)."""
 
@@ -151,7 +106,7 @@ class Fleet:
     def __init__(
         self,
         clock,
-        emit: Callable[[str, str, NodeEvent | ShardEvent | ProgressEvent], None],
+        emit: Callable[[EventKind, str, NodeEvent | ShardEvent | ProgressEvent], None],
         unreachable_after: float = 15.0,
         lost_after: float = 120.0,
     ):
@@ -183,18 +138,10 @@ class Fleet:
         self._downloads_full: set[str] = set()
         # Progress reports refused, per node (``llmgw_node_progress_refused_total``).
         self.progress_refused: dict[str, int] = {}
-        # Node ids in order, for paged listings; None once a node is new.
-        self._ids: list[str] | None = None
-        # The ids of the nodes in each state, and with each label (KEY, VALUE),
-        # for the filtered listings: kept by ``_update`` and ``forget_node``,
-        # put in order when a listing first asks (``_ordered``).
-        self._members: dict[NodeState | tuple[str, str], set[str]] = {}
-        self._in_order: dict[NodeState | tuple[str, str], list[str]] = {}
-        # Per node, the JSON text of its view as last listed: each field it
-        # reported beside the value it was written from (a heartbeat changes
-        # the figures; the rest is not written again).  See ``json_view``.
-        self._text: dict[str, _NodeText] = {}
-        self._brief: dict[str, _NodeText] = {}
+        # The listings' indexes, kept by ``_update`` and ``forget_node``.
+        self._index = NodeIndex(self.nodes)
+        # Per node, the JSON text of its view and brief as last listed.
+        self._texts = NodeTexts()
 
     def configure(self, news: NewsSettings, downloads_per_node: int,
                   refusal_log: tuple[int, float] | None = None) -> None:
@@ -204,21 +151,19 @@ class Fleet:
         if refusal_log is not None:
             self.claims.log_budget.lines, self.claims.log_budget.window_s = refusal_log
 
-    def _update(self, new: Node, change: str) -> None:
+    def _update(self, new: Node, change: NodeChange) -> None:
         old = self.nodes.get(new.id)
-        if old is None:
-            self._ids = None
-        self._reindex(new.id, old, new)
+        self._index.moved(new.id, old, new)
         self.nodes[new.id] = new
         now = self._clock.seconds()
-        if change == "heartbeat":
+        if change is NodeChange.HEARTBEAT:
             last = self._published.get(new.id)
             if last is not None and now - last[1] < self.news.interval_s and not is_heartbeat_news(
                     last[0], new.state, new.reason, new.inventory, self.news.change):
                 return
         view = new.view(now)
         self._published[new.id] = (view, now)
-        self._emit("node", new.id, NodeEvent(change, view))
+        self._emit(EventKind.NODE, new.id, NodeEvent(change, view))
 
     def _update_shard(self, node_id: str, shard_id: str, status: ShardStatus | None, order: int = 0) -> None:
         """The one way shards change: store (or forget, when ``status`` is None) and emit.
@@ -229,10 +174,10 @@ class Fleet:
             self.claims.drop(node_id, shard_id)
             gone = self.shards.pop((node_id, shard_id), None)
             if gone is not None:
-                self._emit("shard", shard_id, ShardEvent("removed", node_id, gone.status))
+                self._emit(EventKind.SHARD, shard_id, ShardEvent(ShardChange.REMOVED, node_id, gone.status))
             return
         self.shards[(node_id, shard_id)] = ReportedShard(node_id, status, order)
-        self._emit("shard", shard_id, ShardEvent("status", node_id, status))
+        self._emit(EventKind.SHARD, shard_id, ShardEvent(ShardChange.STATUS, node_id, status))
 
     def address(self, node_id: str) -> str | None:
         """The address a node's engines must listen on: its link's, when the hub said it, else the one it reported."""
@@ -293,7 +238,7 @@ class Fleet:
                 certificate_not_after=certificate_not_after,
                 link_warnings=old.link_warnings if old is not None else (),
             ),
-            "registered",
+            NodeChange.REGISTERED,
         )
         # A fresh agent reports its downloads again; what the last one left is not news.
         for key in [k for k in self.progress if k[0] == node_id]:
@@ -376,7 +321,7 @@ class Fleet:
         if node_id in self._downloads_full and sum(1 for node, _ in self.progress if node == node_id) < \
                 self.downloads_per_node:
             self._downloads_full.discard(node_id)
-        self._emit("progress", node_id, ProgressEvent(node_id, progress))
+        self._emit(EventKind.PROGRESS, node_id, ProgressEvent(node_id, progress))
 
     def forget_node(self, node_id: str) -> bool:
         """An offboarded node (its certificate revoked): gone from the fleet, its shards and downloads with it.
@@ -389,10 +334,8 @@ class Fleet:
         node = self.nodes.pop(node_id, None)
         if node is None:
             return False
-        self._ids = None
-        self._text.pop(node_id, None)
-        self._brief.pop(node_id, None)
-        self._reindex(node_id, node, None)
+        self._texts.forget(node_id)
+        self._index.moved(node_id, node, None)
         for held, shard_id in [k for k in self.shards if k[0] == node_id]:
             self._update_shard(held, shard_id, None)
         for shard_id in [s for n, s in self.claims.grants if n == node_id]:
@@ -403,7 +346,7 @@ class Fleet:
         self._downloads_full.discard(node_id)
         self.progress_refused.pop(node_id, None)
         log.info("node {id} forgotten: offboarded, its certificate revoked", id=node_id)
-        self._emit("node", node_id, NodeEvent("forgotten", node.view(self._clock.seconds())))
+        self._emit(EventKind.NODE, node_id, NodeEvent(NodeChange.FORGOTTEN, node.view(self._clock.seconds())))
         return True
 
     def forget_shard(self, node_id: str, shard_id: str) -> None:
@@ -415,7 +358,7 @@ class Fleet:
             raise NotRegistered(node_id)
         if node.cordoned != cordoned:
             log.info("node {id} {what}", id=node_id, what="cordoned" if cordoned else "uncordoned")
-            self._update(attrs.evolve(node, cordoned=cordoned), "cordon")
+            self._update(attrs.evolve(node, cordoned=cordoned), NodeChange.CORDON)
 
     def duplicate_refused(self, node_id: str, sentence: str) -> None:
         """The hub refused a second session with *node_id*'s certificate: the latest refusal is shown with the node.
@@ -426,7 +369,7 @@ class Fleet:
         node = self.nodes.get(node_id)
         if node is None or node.link_warnings == (sentence,):
             return
-        self._update(attrs.evolve(node, link_warnings=(sentence,)), "link warning")
+        self._update(attrs.evolve(node, link_warnings=(sentence,)), NodeChange.LINK_WARNING)
 
     def usable(self, node_id: str) -> bool:
         """A node whose shards still count: known and not lost (an unreachable one's engines keep serving)."""
@@ -465,7 +408,7 @@ class Fleet:
                 reason=None,
                 state_since=now if back else old.state_since,
             ),
-            "state" if back else "heartbeat",
+            NodeChange.STATE if back else NodeChange.HEARTBEAT,
         )
 
     def link_closed(self, session: int) -> None:
@@ -494,7 +437,7 @@ class Fleet:
         log.warn("node {id} is {state}: {reason}", id=node.id, state=state, reason=reason)
         self._update(
             attrs.evolve(node, state=state, reason=reason, state_since=self._clock.seconds()),
-            "state",
+            NodeChange.STATE,
         )
 
     def _log_changes(self, node_id: str, old: Inventory, memory_total: int | None) -> None:
@@ -524,217 +467,14 @@ class Fleet:
         now = self._clock.seconds()
         return [node.view(now) for node in self.listing(NodeQuery())]
 
-    def _reindex(self, node_id: str, old: Node | None, new: Node | None) -> None:
-        """*node_id*'s state and labels in the indexes, from *old* (None: it is new) to *new* (None: it is gone)."""
-        before, after = (None if old is None else old.state), (None if new is None else new.state)
-        if before is not after:
-            self._index(node_id, before, after)
-        had = {} if old is None else old.inventory.labels
-        has = {} if new is None else new.inventory.labels
-        if had is not has:
-            for pair in had.items() - has.items():
-                self._index(node_id, pair, None)
-            for pair in has.items() - had.items():
-                self._index(node_id, None, pair)
-
-    def _index(self, node_id: str, left: NodeState | tuple[str, str] | None,
-               joined: NodeState | tuple[str, str] | None) -> None:
-        """*node_id* leaves the state or label *left* and joins *joined* (None: neither)."""
-        if left is not None:
-            members = self._members.get(left)
-            if members is not None:
-                members.discard(node_id)
-                if not members:
-                    del self._members[left]
-            self._in_order.pop(left, None)
-        if joined is not None:
-            self._members.setdefault(joined, set()).add(node_id)
-            self._in_order.pop(joined, None)
-
-    def _ordered(self, key: NodeState | tuple[str, str] | None) -> list[str]:
-        """The ids in *key*'s state or with its label, in order; every id for None."""
-        if key is None:
-            if self._ids is None:
-                self._ids = sorted(self.nodes)
-            return self._ids
-        ids = self._in_order.get(key)
-        if ids is None:
-            ids = self._in_order[key] = sorted(self._members.get(key, ()))
-        return ids
-
     def listing(self, query: NodeQuery) -> list[Node]:
-        """The nodes *query* asks for, in id order.
-
-        A state or label is answered from its index; with both, the smaller
-        one is walked and the other condition checked on each node.
-        """
-        conditions = [key for key in (query.state, query.label) if key is not None]
-        ids = self._ordered(min(conditions, key=lambda k: len(self._members.get(k, ()))) if conditions else None)
-        start = 0 if query.after is None else bisect.bisect_right(ids, query.after)
-        out: list[Node] = []
-        for node_id in itertools.islice(ids, start, None):
-            node = self.nodes[node_id]
-            if query.state is not None and node.state != query.state:
-                continue
-            if query.label is not None and node.inventory.labels.get(query.label[0]) != query.label[1]:
-                continue
-            out.append(node)
-            if query.limit is not None and len(out) >= query.limit:
-                break
-        return out
+        """The nodes *query* asks for, in id order (``NodeIndex.listing``)."""
+        return self._index.listing(query)
 
     def json_listing(self, query: NodeQuery, brief: bool = False) -> JsonText:
         """``llmgw.cp.nodes``'s answer: the views of ``listing(query)`` as the link's JSON, ready to send.
 
         *brief*: each node's ``NodeBrief`` (what ``ctl nodes``' table prints) rather than its ``NodeView``.
         """
-        now = self._clock.seconds()
-        text = self.json_brief if brief else self.json_view
-        return JsonText(("[" + ",".join([text(node, now) for node in self.listing(query)]) + "]").encode())
+        return self._texts.listing(self._index.listing(query), self._clock.seconds(), brief)
 
-    def json_view(self, node: Node, now: float) -> str:
-        """``to_wire(node.view(now))`` as JSON text, writing again only what the node reported that changed since the last.
-
-        The same text, byte for byte, as the link's serializer writes for
-        that wire form (``tests/fleet/test_listing_text.py``): the node's own
-        fields, then its facts (``NODE_FACTS``), then the control plane's.
-        """
-        held = self._text.get(node.id)
-        if held is None or held.inventory is not node.inventory:
-            parts = held.parts if held is not None else {}
-            for name in NODE_FACTS:
-                value = getattr(node.inventory, name)
-                part = parts.get(name)
-                if part is None or part[0] is not value:
-                    parts[name] = (value, json_text(value))
-            held = self._text[node.id] = _NodeText(node.inventory, parts)
-        own = (node.state, node.reason, node.cordoned, node.state_since, node.registered_at,
-               node.certificate_not_after, tuple(node.link_warnings))
-        if held.own != own:
-            held.own = own
-            held.head = (f'{{"id":{encode_json(node.id)},"state":{encode_json(node.state.value)},'
-                         f'"reason":{_scalar(node.reason)},"cordoned":{_scalar(node.cordoned)},"last_seen":')
-            held.tail = (f',"state_since":{_scalar(node.state_since)},"registered_at":{_scalar(node.registered_at)},'
-                         + ",".join([f'"{name}":{held.parts[name][1]}' for name in NODE_FACTS])
-                         + f',"certificate_not_after":{_scalar(node.certificate_not_after)},'
-                         f'"link_warnings":{encode_json(list(node.link_warnings))}}}')
-        return f'{held.head}{_scalar(node.last_seen)},"seen_ago_s":{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
-
-    def json_brief(self, node: Node, now: float) -> str:
-        """``NodeBrief.of(node.view(now))`` as ``sparse_json_text`` writes it, kept as ``json_view`` keeps the view.
-
-        A field at its default is left out (``to_sparse_wire``).  The GPUs
-        are summed again only when a heartbeat brought new figures for them,
-        the filesystems only when they changed; the text before
-        ``seen_ago_s`` only when one of the node's own fields did.
-        """
-        held = self._brief.get(node.id)
-        if held is None:
-            held = self._brief[node.id] = _NodeText(None, {})
-        if held.inventory is not node.inventory:
-            parts = held.parts
-            for name, source, write in _BRIEF_FACTS:
-                value = getattr(node.inventory, source)
-                part = parts.get(name)
-                if part is None or part[0] is not value:
-                    text = write(value)
-                    parts[name] = (value, "" if text == _LEFT_OUT.get(name, "null") else f',"{name}":{text}')
-            held.inventory = node.inventory
-            held.tail = ""
-        own = (node.state, node.reason, node.cordoned, node.certificate_not_after, node.link_warnings)
-        if held.own != own:
-            held.own = own
-            reason = "" if node.reason is None else f',"reason":{encode_json(node.reason)}'
-            held.head = (f'{{"id":{encode_json(node.id)},"state":{encode_json(node.state.value)}{reason},'
-                         f'"cordoned":{_scalar(node.cordoned)},"seen_ago_s":')
-            held.tail = ""
-        if not held.tail:
-            expires = node.certificate_not_after
-            held.tail = "".join([
-                *(part for _, part in held.parts.values()),
-                "" if expires is None else f',"certificate_not_after":{_scalar(expires)}',
-                f',"link_warnings":{encode_json(list(node.link_warnings))}' if node.link_warnings else "",
-                "}",
-            ])
-        return f'{held.head}{_scalar(round(max(0.0, now - node.last_seen), 1))}{held.tail}'
-
-
-class _NodeText:
-    """A node's listing text as last written: each fact's text, and its view's text around the two figures that move.
-
-    Made anew when the node's inventory changes; its head and tail again
-    when one of the node's own fields does (``own``).
-    """
-
-    __slots__ = ("inventory", "parts", "own", "head", "tail")
-
-    def __init__(self, inventory: Inventory, parts: dict[str, tuple[Any, str]]):
-        self.inventory = inventory
-        self.parts = parts
-        self.own: tuple | None = None
-        self.head = self.tail = ""
-
-
-def _scalar(value: Any) -> str:
-    """One of a node's own fields as the link's JSON writes it: a finite float as ``repr`` does, as ``json`` does."""
-    if value is None:
-        return "null"
-    if type(value) is int:
-        return int.__repr__(value)
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if type(value) is float and math.isfinite(value):
-        return float.__repr__(value)
-    return encode_json(value)
-
-
-def _gpu_summary_text(cards: list | None) -> str:
-    """``sparse_json_text(GpuSummary.of(cards))``, written here: it is made again at every heartbeat's listing."""
-    summary = GpuSummary.of(cards)
-    if summary is None:
-        return "null"
-    fields = [f'"kinds":{encode_json(summary.kinds)}'] if summary.kinds else []
-    if summary.memory_used_bytes is not None:
-        fields.append(f'"memory_used_bytes":{summary.memory_used_bytes}')
-    if summary.memory_total_bytes is not None:
-        fields.append(f'"memory_total_bytes":{summary.memory_total_bytes}')
-    return "{" + ",".join(fields) + "}"
-
-
-# What a node's brief (``NodeBrief``) says of its inventory, in the brief's
-# order: each field's name, the inventory's field it comes from, and how its
-# text is written; a field whose text is its default's (``null``, or
-# ``_LEFT_OUT``'s) is left out.
-_BRIEF_FACTS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("address", "address", _scalar),
-    ("cpu", "cpu", sparse_json_text),
-    ("memory_total_bytes", "memory_total_bytes", _scalar),
-    ("memory_available_bytes", "memory_available_bytes", _scalar),
-    ("gpu_summary", "gpus", _gpu_summary_text),
-    ("disk_summary", "filesystems", lambda filesystems: sparse_json_text(DiskSummary.of(filesystems))),
-    ("engines", "engines", sparse_json_text),
-    ("warnings", "warnings", sparse_json_text),
-)
-_LEFT_OUT = {"warnings": "[]"}
-
-
-def node_after(state: NodeState, event: NodeInput) -> NodeState:
-    """The state a node in *state* is in after *event*: itself, when its state ignores it."""
-    return _NODE_TABLE.get((state, event), state)
-
-
-_N, _NI = NodeState, NodeInput
-_NODE_TABLE: dict[tuple[NodeState, NodeInput], NodeState] = {
-    (_N.READY, _NI.LINK_CLOSED): _N.UNREACHABLE,
-    (_N.READY, _NI.SILENT): _N.UNREACHABLE,
-    # A check that came late (a stalled control plane), or lost_after set no
-    # longer than unreachable_after: silence long enough is lost from ready too.
-    (_N.READY, _NI.SILENT_LONG): _N.LOST,
-    (_N.UNREACHABLE, _NI.SILENT_LONG): _N.LOST,
-    (_N.UNREACHABLE, _NI.HEARD): _N.READY,
-    # A lost node that comes back is simply ready: its shards were placed
-    # elsewhere meanwhile, and the reconciler stops whichever copy is extra.
-    (_N.LOST, _NI.HEARD): _N.READY,
-}

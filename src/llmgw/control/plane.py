@@ -18,10 +18,11 @@ from twisted.logger import Logger
 
 from llmgw.control import relay
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
-from llmgw.control.fleet import Fleet, NodeQuery, NotRegistered, TooManyDownloads
+from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
 from llmgw.control.heard import Heard
 from llmgw.control.heard import interval as heard_interval
 from llmgw.control.news import NewsSettings
+from llmgw.control.nodelisting import NodeQuery
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.control.routing import endpoint_table

@@ -22,7 +22,7 @@ import attrs
 from bench.fleet import FIXTURES, MACHINES, Worker, heartbeat_variants, node_name
 from llmgw.views import NodeBrief, NodeView
 from llmgw.wire import from_wire
-from tests.support.cluster import environment
+from tests.support.cluster import cluster, environment  # noqa: F401 - cluster is a fixture
 from tests.support.wait import wait_for
 
 SUBSCRIBER = """

@@ -1,7 +1,8 @@
-"""The filtered listings answered from the fleet's state and label indexes stay right as nodes change and go.
+"""``llmgw.cp.nodes`` filtered and paged (``llmgw.control.nodelisting``): what a query gets, and how a bad one is refused.
 
-Each check compares the listing with every node looked at in turn, which
-is what the listing did before it had an index.
+The filtered listings are answered from the fleet's state and label
+indexes; each check of those compares the listing with every node looked at
+in turn, which is what the listing did before it had an index.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from llmgw.control.fleet import Fleet, NodeQuery
+from llmgw.control.fleet import Fleet
+from llmgw.control.nodelisting import MAX_PAGE, NodeQuery
 from llmgw.records import Heartbeat, Inventory
 from llmgw.states import NodeState
+from tests.control.recorded import fleet_of, recorded
 
 
 @pytest.fixture
@@ -106,5 +109,58 @@ def test_nodes_forgotten_leave_nothing_behind_in_the_indexes(fleet):
     register(fleet, "n00", 10, gpu="a100")
     for i in range(4):
         assert fleet.forget_node(f"n{i:02d}")
-    assert fleet._members == {}  # ten thousand nodes offboarded over a year are not kept
+    assert fleet._index._members == {}  # ten thousand nodes offboarded over a year are not kept
     assert fleet.listing(NodeQuery.parse(label="gpu=h100")) == []
+
+
+def ids(nodes) -> list[str]:
+    return [n.id if hasattr(n, "id") else n["id"] for n in nodes]
+
+
+def test_a_listing_is_filtered_by_state_and_label():
+    fleet, clock = fleet_of(8)
+    clock.advance(10)
+    for node_id in ("n001", "n002", "n005"):  # these keep heartbeating; the rest fall silent
+        fleet.heartbeat(node_id, fleet.nodes[node_id].session, Heartbeat())
+    clock.advance(6)
+    fleet.check()
+    assert ids(fleet.listing(NodeQuery.parse(state="ready"))) == ["n001", "n002", "n005"]
+    assert ids(fleet.listing(NodeQuery.parse(state="unreachable"))) == ["n000", "n003", "n004", "n006", "n007"]
+    assert ids(fleet.listing(NodeQuery.parse(label="gpu=h100"))) == ["n000", "n004"]
+    assert ids(fleet.listing(NodeQuery.parse(state="unreachable", label="gpu=h100", limit=1))) == ["n000"]
+    assert fleet.listing(NodeQuery.parse(state="lost")) == []
+
+
+def test_pages_list_every_node_exactly_once_while_nodes_register_between_them():
+    fleet, _ = fleet_of(25)
+    seen: list[str] = []
+    after = None
+    while True:
+        page = fleet.json_listing(NodeQuery.parse(after=after, limit=10)).value()
+        seen += ids(page)
+        if len(page) < 10:
+            break
+        after = page[-1]["id"]
+        # Between pages: one node before the cursor, one after it.
+        fleet.register(f"a{len(seen)}", 100 + len(seen), recorded("cpu-box", f"a{len(seen)}"))
+        fleet.register(f"z{len(seen)}", 200 + len(seen), recorded("cpu-box", f"z{len(seen)}"))
+    assert len(seen) == len(set(seen))
+    assert {f"n{i:03d}" for i in range(25)} <= set(seen)
+    assert not any(s.startswith("a") for s in seen)  # registered behind the cursor: the next listing has them
+    assert [s for s in seen if s.startswith("z")] == ["z10", "z20"]
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ({"state": "sleeping"}, "state 'sleeping' is none of ready, unreachable, lost"),
+    ({"state": 3}, "state 3 is none of"),
+    ({"label": "gpu"}, "label 'gpu' is not KEY=VALUE (gpu=h100)"),
+    ({"label": "=h100"}, "label '=h100' is not KEY=VALUE"),
+    ({"after": 7}, "after 7 is not a node id (the last id of the page before)"),
+    ({"limit": 0}, f"limit 0 is not a number of nodes from 1 to {MAX_PAGE}"),
+    ({"limit": MAX_PAGE + 1}, f"limit {MAX_PAGE + 1} is not a number of nodes"),
+    ({"limit": True}, "limit True is not a number of nodes"),
+])
+def test_a_query_that_does_not_fit_is_refused_in_words(query, words):
+    with pytest.raises(ValueError) as refused:
+        NodeQuery.parse(**query)
+    assert words in str(refused.value)

@@ -1,32 +1,26 @@
 """``llmgw.cp.nodes`` as JSON text: byte for byte what the link wrote for the views, however the fleet moved.
 
 The fleet keeps each node's reported facts as text and writes only what a
-heartbeat changed (``Fleet.json_view``).  Every check here compares that
+heartbeat changed (``llmgw.control.nodetext``).  Every check here compares that
 text with autobahn's own serializer writing ``to_wire(node.view(now))``, the
 answer as it was made before the text was kept.
 """
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import attrs
 from twisted.internet.task import Clock
 
-from llmgw.control.fleet import Fleet, NodeQuery
+from llmgw.control.fleet import Fleet
+from llmgw.control.nodelisting import NodeQuery
 from llmgw.records import GPU, Filesystem, Heartbeat, Inventory
-from llmgw.wire import JsonText, from_wire, to_wire
+from llmgw.views import NodeBrief, Space
+from llmgw.wire import JsonText, from_wire, sparse_json_text, to_wire
+from tests.control.recorded import NODES, fleet_of, recorded
 
-NODES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
 MACHINES = sorted(p.stem for p in NODES.glob("*.json"))
-
-
-def recorded(machine: str, node_id: str) -> Inventory:
-    payload = json.loads((NODES / f"{machine}.json").read_text())
-    payload.pop("source", None)
-    return from_wire(Inventory, {**payload, "node_id": node_id, "shards": []})
 
 
 def as_autobahn_wrote_it(fleet: Fleet, clock: Clock, query: NodeQuery) -> bytes:
@@ -95,8 +89,68 @@ def test_a_changed_figure_is_in_the_next_listing_and_a_forgotten_node_is_not():
     assert second[1] == first[1]
     assert fleet.forget_node("node01")
     assert [n["id"] for n in fleet.json_listing(everything).value()] == ["node02"]
-    assert "node01" not in fleet._text
+    assert "node01" not in fleet._texts._views and "node01" not in fleet._texts._briefs
 
 
 def test_to_wire_reads_a_json_text_back():
     assert to_wire({"nodes": JsonText(b'[{"id":"n1","gpus":null}]')}) == {"nodes": [{"id": "n1", "gpus": None}]}
+
+
+def test_the_listing_is_the_nodes_views_in_wire_form_after_heartbeats_and_changes():
+    fleet, clock = fleet_of(6)
+    assert fleet.json_listing(NodeQuery()).value() == to_wire(fleet.views())
+    for step in range(3):
+        clock.advance(5)
+        for node in list(fleet.nodes.values()):
+            gpus = [
+                {**to_wire(g), "utilization_pct": 10 * step + g.index,
+                 "memory_used_bytes": None if step == 2 else (1 << 30) + step}
+                for g in node.inventory.gpus or ()
+            ]
+            fleet.heartbeat(node.id, node.session, from_wire(Heartbeat, {"gpus": gpus, "memory_available_bytes": step}))
+        fleet.set_cordoned("n002", step % 2 == 0)
+        assert fleet.json_listing(NodeQuery()).value() == to_wire(fleet.views()), f"after step {step}"
+    clock.advance(20)
+    fleet.check()
+    listed = fleet.json_listing(NodeQuery()).value()
+    assert listed == to_wire(fleet.views())
+    assert {n["state"] for n in listed} == {"unreachable"}
+    assert listed[3]["memory_available_bytes"] == 2
+    assert listed[0]["gpus"][0]["memory_used_bytes"] is None  # not reported this time: absent, not zero
+    assert listed[0]["gpus"][1]["utilization_pct"] == 21
+
+
+def test_the_brief_listing_is_the_nodes_briefs_after_heartbeats_and_changes():
+    fleet, clock = fleet_of(6)
+
+    def briefs() -> bytes:
+        return sparse_json_text([NodeBrief.of(v) for v in fleet.views()]).encode()
+
+    assert fleet.json_listing(NodeQuery(), brief=True).text == briefs()
+    for step in range(4):
+        clock.advance(5)
+        for node in list(fleet.nodes.values()):
+            gpus = [
+                {**to_wire(g), "memory_used_bytes": None if step == 2 and g.index == 1 else (1 << 30) * step}
+                for g in node.inventory.gpus or ()
+            ]
+            fleet.heartbeat(node.id, node.session, from_wire(Heartbeat, {
+                "gpus": gpus, "memory_available_bytes": step,
+                "filesystems": [{"mountpoint": "/", "free_bytes": step, "total_bytes": 10, "shared": step == 3}]}))
+        fleet.set_cordoned("n002", step % 2 == 0)
+        assert fleet.json_listing(NodeQuery(), brief=True).text == briefs(), f"after step {step}"
+    clock.advance(20)
+    fleet.check()
+    listed = fleet.json_listing(NodeQuery.parse(state="unreachable", limit=3), brief=True)
+    assert listed.text == sparse_json_text([NodeBrief.of(v) for v in fleet.views()[:3]]).encode()
+    h100 = from_wire(list[NodeBrief], listed.value())[0]
+    assert h100.reason == "no heartbeat for 20 s" and h100.disk_summary.shared == Space(3, 10)
+    assert h100.gpu_summary.memory_used_bytes == 8 * 3 * (1 << 30)
+
+
+def test_an_eight_gpu_nodes_brief_is_under_a_third_of_its_view():
+    fleet, _ = fleet_of(1)
+    assert fleet.nodes["n000"].inventory.gpus and len(fleet.nodes["n000"].inventory.gpus) == 8
+    brief = fleet.json_listing(NodeQuery(), brief=True).text
+    whole = fleet.json_listing(NodeQuery()).text
+    assert len(brief) * 3 < len(whole), (len(brief), len(whole))
