@@ -1,4 +1,4 @@
-"""The dispatcher offers everything the HTTP path asks of it (``proxy.Admitter``, ``EngineLease``, ``EngineAddress``).
+"""The dispatcher offers everything the HTTP path asks of it (``contract.Admitter``, ``EngineLease``, ``EngineAddress``).
 
 The HTTP path is typed against those protocols only; nothing else would
 notice a method renamed on one side until a request took that path.
@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from llmgw.router.dispatch import Dispatcher, Lease
-from llmgw.router.proxy import Admitter, EngineAddress, EngineLease
+from llmgw.router.contract import Admitter, EngineAddress, EngineLease
 from llmgw.router.scoring import Endpoint
 
 

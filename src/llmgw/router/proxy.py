@@ -14,40 +14,34 @@ same reason: a coroutine and its Deferred cost more than the work they wrap.
 
 The contract with the rest of the router is ``Admitter.admit`` →
 ``EngineLease``, ``EngineLease.usage``/``release``/``retry`` and the ``Metrics``
-hooks, all below; ``dispatch.Dispatcher`` and its ``Lease`` meet it.  A
-request is retried on another engine only while nothing of its answer has
+hooks (``llmgw.router.contract``); ``dispatch.Dispatcher`` and its ``Lease``
+meet it.  A request is retried on another engine only while nothing of its answer has
 gone to the client: a connection refused or timed out, one closed before a
 whole response head arrived, a response head that cannot be read, or an
 engine answering 502 or 503.  Once a byte went out, a failure
 truncates the client's response (the connection closes) instead.
 
-Two clocks run against the engine once the request is sent (docs/router.rst,
-"Timeouts"): its whole response head must arrive within
-``first_byte_timeout_s``, and after that its body must make progress — a
-completed chunk when it is chunked, any byte otherwise — at least every
-``between_bytes_timeout_s``, except while the client's own slowness holds the
-relay paused.  A head that is late is a 504 in OpenAI's shape; a stream that
-stalls ends with a final SSE error event where its framing allows one, and is
-cut off where it does not.  Either way the engine's lease is released as
-``upstream_failed``, which counts towards taking it out of rotation.
+Two clocks run against the engine once the request is sent; what they are
+and how a stream that stalls ends is ``llmgw.router.deadlines``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from llmgw.router import errors
 from llmgw.router.bodies import read_usage
-from llmgw.http11 import LAST_CHUNK, chunk
+from llmgw.router.deadlines import BETWEEN_BYTES, FIRST_BYTE, stall_event
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
 from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
 
 if TYPE_CHECKING:
     from llmgw.http11 import ParsedRequest
+    from llmgw.router.contract import EngineAddress, EngineLease
     from llmgw.router.dispatch import RequestInfo
     from llmgw.router.server import RouterProtocol
 
@@ -57,92 +51,6 @@ log = Logger()
 # stream ends with it (before "[DONE]" in a stream).
 USAGE_TAIL_BYTES = 4096
 MAX_ATTEMPTS = 3
-# A non-streaming answer's head comes when the whole generation is done:
-# 300 s is 6,000 tokens at 20 a second.
-FIRST_BYTE_TIMEOUT_S = 300.0
-# A stream says nothing while the engine prefills a long prompt or waits for
-# room in its batch; two minutes is far beyond either on a working engine.
-BETWEEN_BYTES_TIMEOUT_S = 120.0
-_FIRST_BYTE, _BETWEEN_BYTES = "first_byte_timeout", "stalled"
-
-
-class EngineAddress(Protocol):
-    """What the HTTP path needs of an endpoint: which one it is and where to connect."""
-
-    id: str
-    host: str
-    port: int
-
-
-class EngineLease(Protocol):
-    """What the HTTP path needs of a lease: a place for one request on one engine, held until ``release``."""
-
-    endpoint: EngineAddress
-
-    def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """The tokens the engine said the request took (None: it did not say); called before ``release``."""
-
-    def release(self, outcome: str) -> None:
-        """The request is done with this engine, once per lease.
-
-        ``ok``: the engine's answer, whatever its status below 500, reached the client.
-        ``error``: the engine answered 5xx and that reached the client.
-        ``client_gone``: the client left before the answer was complete.
-        ``upstream_failed``: the engine could not be reached, broke off its answer, or
-        answered 502/503 before any byte reached the client.
-        """
-
-    def retry(self) -> defer.Deferred[EngineLease] | None:
-        """After ``release("upstream_failed")`` and before any byte reached the client: a lease on another engine, or None."""
-
-
-class Admitter(Protocol):
-    """What the HTTP path needs of a dispatcher: ``dispatch.Dispatcher``, or a test's stand-in."""
-
-    def admit(self, model: str, request: RequestInfo) -> defer.Deferred[EngineLease]:
-        """A lease once the request may go to an engine; fails with a ``llmgw.router.errors`` error when it may not."""
-
-    def models(self) -> list[str]:
-        """The ids of the models a client may ask for now (GET /v1/models)."""
-
-
-class Metrics(Protocol):
-    def request_done(self, model: str, path: str, status: int, seconds: float, ttft_seconds: float | None,
-                     prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """A response went to the client in full (the router's own errors included); ``ttft_seconds`` for streams."""
-
-    def client_gone(self, model: str) -> None:
-        """A client left before its response was complete."""
-
-    def request_started(self, model: str) -> None:
-        """A request to relay arrived (it may queue); ``request_finished`` follows exactly once."""
-
-    def request_finished(self, model: str) -> None:
-        """A request counted by ``request_started`` is over for its client."""
-
-    def bytes_relayed(self, model: str, direction: str, n: int) -> None:
-        """Body bytes relayed for one request: ``request`` (to engines) or ``response`` (to the client)."""
-
-    def request_body(self, path: str, n: int) -> None:
-        """A request body of *n* bytes was read."""
-
-    def admission_rejected(self, model: str, reason: str) -> None:
-        """A request was refused before any engine saw it (``metrics.REJECTIONS`` names the reasons)."""
-
-    def upstream_error(self, model: str, endpoint_id: str, kind: str) -> None:
-        """An engine failed a request; ``kind``: refused, timeout, failed (connecting), reset, malformed, unavailable (502/503)."""
-
-    def retried(self, model: str) -> None:
-        """A request went to another engine after one failed it."""
-
-    def client_timeout(self, kind: str) -> None:
-        """A client connection was ended by a limit; ``kind``: idle, head, body, write_stall."""
-
-    def client_connections(self, n: int) -> None:
-        """API connections open now."""
-
-    def connection_refused(self) -> None:
-        """An API connection was refused: ``router.clients.max_connections`` were open."""
 
 
 class Exchange:
@@ -186,7 +94,7 @@ class Exchange:
         # The client left after the stream's last event: the rest is read and dropped.
         self.client_left = False
         # Which of the engine's two deadlines runs (the connection keeps the time).
-        self.timer_kind = _FIRST_BYTE
+        self.timer_kind = FIRST_BYTE
         # Body bytes sent to engines (each attempt's) and relayed to the client.
         self.sent = 0
         self.relayed = 0
@@ -271,7 +179,7 @@ class Exchange:
             host = b"[" + host + b"]"
         conn.send(self, b"%bHost: %b:%d\r\n\r\n%b" % (head, host, endpoint.port, body))
         self.sent += len(body)
-        self._arm(self.factory.first_byte_timeout_s, _FIRST_BYTE)
+        self._arm(self.factory.first_byte_timeout_s, FIRST_BYTE)
 
     def upstream_data(self, data: bytes) -> None:
         conn = self.upstream
@@ -289,7 +197,7 @@ class Exchange:
             self.status = head.status
             if (head.status == 502 or head.status == 503) and self._retry_unavailable():
                 return
-            self._arm(self.factory.between_bytes_timeout_s, _BETWEEN_BYTES)
+            self._arm(self.factory.between_bytes_timeout_s, BETWEEN_BYTES)
             data = parser.raw
             start = parser.body_start
             transport = self.router.transport
@@ -509,7 +417,7 @@ class Exchange:
         factory = self.factory
         model = self.info.model
         endpoint_id = self.endpoint.id
-        if self.timer_kind == _FIRST_BYTE:
+        if self.timer_kind == FIRST_BYTE:
             limit = "router.engines.first_byte_timeout_s (%g s)" % factory.first_byte_timeout_s
             what = "sent no whole response head"
         else:
@@ -533,35 +441,20 @@ class Exchange:
         self.finished = True
         if self.client_left:
             return
-        final = self._final_event("the engine serving %s stopped sending its answer for %g s; it is cut short here"
-                                  % (model, factory.between_bytes_timeout_s), between_chunks)
+        head = self.head
+        final, close = stall_event("the engine serving %s stopped sending its answer for %g s; it is cut short here"
+                                   % (model, factory.between_bytes_timeout_s), self.info.stream,
+                                   head.framing if head is not None else None, b"".join(self.tail), self.dechunk,
+                                   between_chunks)
         if final is None:
             log.warn("{message}: the client's response is cut off", message=message)
             self.router.exchange_broken(self)
             return
+        if close:
+            self.close_after = True
         log.warn("{message}: the stream ends with an error event", message=message)
         write_now(self.router.transport, final)
         self.relayed += len(final)
         factory.metrics.request_done(model, self.info.path, self.status, factory.clock.seconds() - self.started,
                                      self.ttft, None, None)
         self.router.exchange_done(self, self.close_after)
-
-    def _final_event(self, message: str, between_chunks: bool) -> bytes | None:
-        """What ends a stalled stream cleanly for the client: an OpenAI error event, or None where none fits."""
-        head = self.head
-        if not self.info.stream or head is None:
-            return None
-        tail = b"".join(self.tail)
-        event = b"data: " + errors.error_body("server_error", message, None, errors.GatewayTimeout.code) + b"\n\n"
-        if head.framing == CHUNKED:
-            # At a chunk boundary, after the head or a whole event (SSE lines end in LF or CRLF).
-            if not between_chunks or not (tail.endswith(b"\n\n\r\n") or tail.endswith(b"\r\n\r\n")):
-                return None
-            if self.dechunk:
-                self.close_after = True
-                return event
-            return chunk(event) + LAST_CHUNK
-        if head.framing == UNTIL_CLOSE and (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n")):
-            self.close_after = True
-            return event
-        return None

@@ -34,10 +34,12 @@ from llmgw.config.routing import ClientLimits
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
 from llmgw.router.bodies import prompt_prefix
+from llmgw.router.contract import Admitter, Metrics
+from llmgw.router.deadlines import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S
 from llmgw.router.dispatch import RequestInfo
 from llmgw.router.door import Door, OverCapacity, bearer
 from llmgw.router.metrics import NullMetrics, rejection_reason
-from llmgw.router.proxy import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S, MAX_ATTEMPTS, Admitter, Exchange, Metrics
+from llmgw.router.proxy import MAX_ATTEMPTS, Exchange
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
