@@ -15,7 +15,7 @@ from llmgw.huburl import parse_hub_url
 from llmgw.link import uris
 from llmgw.tui.backend import WampBackend
 from llmgw.tui.fake import node_view
-from llmgw.views import NodeEvent
+from llmgw.views import NodeChange, NodeEvent
 from llmgw.wire import to_wire
 
 pytestmark = pytest.mark.asyncio
@@ -34,13 +34,17 @@ class Session:
 class Listener:
     def __init__(self):
         self.nodes = []
+        self.forgotten = []
 
     def node_changed(self, view):
         self.nodes.append(view)
 
+    def node_forgotten(self, node_id):
+        self.forgotten.append(node_id)
 
-def event(node_id: str, **fields) -> dict:
-    return to_wire(NodeEvent("cordon", node_view(node_id, **fields)))
+
+def event(node_id: str, change: NodeChange = NodeChange.CORDON, **fields) -> dict:
+    return to_wire(NodeEvent(change, node_view(node_id, **fields)))
 
 
 async def until_calls(session: Session, n: int) -> None:
@@ -83,3 +87,34 @@ async def test_a_paged_snapshot_keeps_events_for_nodes_in_hand_and_drops_those_s
     assert listener.nodes == []  # nothing reached the app while the pages came
     backend._node_event("n5", event("n5", cordoned=True))
     assert [(v.id, v.cordoned) for v in listener.nodes] == [("n5", True)]
+
+
+async def test_a_node_forgotten_while_the_pages_come_is_left_out_and_one_forgotten_after_is_passed_on():
+    backend = WampBackend(task.Clock(), parse_hub_url("wss://127.0.0.1:7443/"), tls=None)
+    backend.page = 2
+    session = backend._session = Session()
+    listener = Listener()
+    backend.subscribe(listener)
+    snapshot = asyncio.ensure_future(backend.snapshot())
+
+    await until_calls(session, 1)
+    session.calls[0][2].callback([to_wire(node_view("n1")), to_wire(node_view("n2"))])
+    await until_calls(session, 2)
+    backend._node_event("n1", event("n1", NodeChange.FORGOTTEN))  # newer than the page n1 came in
+    session.calls[1][2].callback([to_wire(node_view("n3"))])
+    await until_calls(session, 3)
+    session.calls[2][2].callback([])
+    nodes, _ = await snapshot
+    assert [n.id for n in nodes] == ["n2", "n3"]
+
+    backend._node_event("n2", event("n2", NodeChange.FORGOTTEN))
+    assert (listener.forgotten, listener.nodes) == (["n2"], [])
+
+
+async def test_an_event_of_a_change_this_dashboard_does_not_know_is_dropped_not_shown():
+    backend = WampBackend(task.Clock(), parse_hub_url("wss://127.0.0.1:7443/"), tls=None)
+    listener = Listener()
+    backend.subscribe(listener)
+    backend._node_event("n1", {**event("n1"), "change": "renamed"})
+    backend._node_event("n1", event("n1", NodeChange.STATE, state="lost"))
+    assert [(v.id, v.state) for v in listener.nodes] == [("n1", "lost")]

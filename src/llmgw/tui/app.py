@@ -109,6 +109,9 @@ class DashboardApp(App):
     def node_changed(self, view: NodeView) -> None:
         self.store.queue_node(view)
 
+    def node_forgotten(self, node_id: str) -> None:
+        self.store.forget_node(node_id)
+
     def shard_changed(self, shard_id: str | None) -> None:
         self.store.mark_replicas()
 

@@ -24,7 +24,7 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NODES_PAGE, HeardEvent, LogsAnswer, NodeEvent, NodeView, ReplicaView, node_pages
+from llmgw.views import NODES_PAGE, HeardEvent, LogsAnswer, NodeChange, NodeEvent, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -67,6 +67,9 @@ class FleetListener(Protocol):
 
     def node_changed(self, view: NodeView) -> None:
         """A node event: the whole node view, as ``llmgw.cp.nodes`` gives it."""
+
+    def node_forgotten(self, node_id: str) -> None:
+        """The node left the fleet (offboarded): nothing of it is shown any more."""
 
     def shard_changed(self, shard_id: str | None) -> None:
         """A shard changed, or a download moved (None); replicas derive from both, so the app refetches them."""
@@ -228,13 +231,18 @@ class WampBackend(Backend):
                                    or node_id > self._snapshot_upto):
             return
         try:
-            view = from_wire(NodeEvent, event).node
+            decoded = from_wire(NodeEvent, event)
         except WireError:
-            return  # not a node view this dashboard can show; the next snapshot has the node
+            return  # not a node event this dashboard can read; the next snapshot has the node
+        view = decoded.node
+        gone = decoded.change is NodeChange.FORGOTTEN
         if self._snapshotting:
-            self._snapshot_newer[view.id] = view
+            self._snapshot_newer[view.id] = None if gone else view
             return
-        self.listener.node_changed(view)
+        if gone:
+            self.listener.node_forgotten(view.id)
+        else:
+            self.listener.node_changed(view)
 
     def _shard_event(self, shard_id) -> None:
         if self.listener is not None:
@@ -280,7 +288,7 @@ class WampBackend(Backend):
         newer than its page and is kept to replace it; one for an id still
         to come is older than the page that will bring it, and is dropped.
         """
-        held: dict = {}  # node id -> the newest event's view, for ids already paged in
+        held: dict = {}  # node id -> the newest event's view (None: forgotten), for ids already paged in
 
         def answered(result):
             # From the answer's own callback: events after it are newer than this page.
@@ -301,7 +309,7 @@ class WampBackend(Backend):
         views = _decode(list[NodeView], nodes, uris.CP_NODES)
         listed = {v.id for v in views}
         views = [held.get(v.id, v) for v in views] + [v for node_id, v in held.items() if node_id not in listed]
-        return views, await self.replicas()
+        return [v for v in views if v is not None], await self.replicas()
 
     async def replicas(self):
         return _decode(list[ReplicaView], await self._call(uris.CP_REPLICAS), uris.CP_REPLICAS)

@@ -7,7 +7,8 @@ with the next pass, within ``FLUSH_S``; one that only moves its figures
 (a heartbeat: memory, GPU use, free space) waits for the pass that also ages
 "last seen", every couple of seconds.  Redrawing a table costs the same
 whether one row changed or twenty, and a thousand nodes heartbeating every
-five seconds would otherwise redraw it ten times a second.
+five seconds would otherwise redraw it ten times a second.  A node forgotten
+(offboarded) is queued the same way, as its leaving, and is urgent.
 
 While a snapshot is being taken the queue is held, and applied after the
 snapshot, which it is newer than.
@@ -45,7 +46,8 @@ class FleetStore:
         # seen_ago_s subtracted from when the view arrived, so "last seen"
         # keeps counting between events without trusting the server's clock.
         self._heard_at: dict[str, float] = {}
-        self._pending: dict[str, tuple[NodeView, float]] = {}
+        # Per node, its latest view not yet shown and when it arrived; None: the node was forgotten.
+        self._pending: dict[str, tuple[NodeView | None, float]] = {}
         # When the replicas were fetched: their age_s counts on from there, as "last seen" does.
         self._replicas_at = 0.0
         self._urgent: set[str] = set()
@@ -73,6 +75,11 @@ class FleetStore:
             if urgent(queued[0] if queued else self.nodes.get(node_id), view):
                 self._urgent.add(node_id)
         self._pending[node_id] = (view, self._clock())
+
+    def forget_node(self, node_id: str) -> None:
+        """The node left the fleet (offboarded): it goes with the next pass, and a view queued before goes with it."""
+        self._urgent.add(node_id)
+        self._pending[node_id] = (None, self._clock())
 
     def heard(self, seen_ago_s: dict[str, float]) -> None:
         """Nodes heard from lately (``llmgw.event.heard``): "last seen" counts from then, shown at the next tick."""
@@ -104,8 +111,8 @@ class FleetStore:
         self.syncing = False
         self.loaded = True
 
-    def take_nodes(self, figures: bool = False) -> dict[str, NodeView]:
-        """Apply the urgent queued node views (and, with *figures*, all of them); return them by id."""
+    def take_nodes(self, figures: bool = False) -> dict[str, NodeView | None]:
+        """Apply the urgent queued node views (and, with *figures*, all of them); return them by id, None for one gone."""
         if self.syncing or not self._pending:
             return {}
         if figures:
@@ -114,8 +121,11 @@ class FleetStore:
         else:
             taken = {node_id: self._pending.pop(node_id) for node_id in self._urgent}
             self._urgent.clear()
-        for view, received in taken.values():
-            self._put(view, received)
+        for node_id, (view, received) in taken.items():
+            if view is None:
+                self._drop(node_id)
+            else:
+                self._put(view, received)
         return {node_id: view for node_id, (view, _) in taken.items()}
 
     def set_replicas(self, replicas: list[ReplicaView]) -> None:
@@ -133,6 +143,11 @@ class FleetStore:
             self._heard_at.pop(view.id, None)
         else:
             self._hear(view.id, received - view.seen_ago_s)
+
+    def _drop(self, node_id: str) -> None:
+        old = self.nodes.pop(node_id, None)
+        self._ready_nodes -= old is not None and old.state == NodeState.READY
+        self._heard_at.pop(node_id, None)
 
     def _hear(self, node_id: str, at: float) -> None:
         # A view queued before a batch of heard nodes arrived is older than it.
