@@ -300,6 +300,40 @@ class WeightsAnswer:
     collected: dict[str, CollectResult] | None = None
 
 
+#: The most shards one node holds, as its inventory may list them: what a drain can stop.
+NODE_SHARDS = 1024
+#: The most changes one reload names.
+RELOAD_CHANGES = 100_000
+
+
+@attrs.frozen
+class CordonAnswer:
+    """``llmgw.cp.cordon`` and ``uncordon``: the node, now cordoned or not (ctl, the dashboard and the admin page)."""
+
+    node: str = field(chars=IDENT)
+    cordoned: bool
+
+
+@attrs.frozen
+class DrainAnswer:
+    """``llmgw.cp.drain``: the node, cordoned, and the shards it was asked to stop, which are placed elsewhere.
+
+    ``stopped`` is None when the server did not say (never the case so far),
+    and an empty list when the node ran none.
+    """
+
+    node: str = field(chars=IDENT)
+    cordoned: bool
+    stopped: list[str] | None = field(None, chars=IDENT, items=NODE_SHARDS)
+
+
+@attrs.frozen
+class ReloadAnswer:
+    """``llmgw.cp.reload`` (``ctl reload``): each change the reload applied, in words; a refusal is the call's error."""
+
+    changes: list[str] = field(factory=list, chars=PROSE, items=RELOAD_CHANGES, text=Text.PROSE)
+
+
 #: The most lines ``llmgw.cp.logs`` relays: the agent's own cap on ``n``.
 LOG_LINES = 10_000
 #: A node's log sources: the agent's own and one per shard it runs.

@@ -31,7 +31,7 @@ from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, EnginePlan, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import NodeState, ShardState
-from llmgw.views import EndpointTable, FleetStatus, WeightsAnswer
+from llmgw.views import CordonAnswer, DrainAnswer, EndpointTable, FleetStatus, ReloadAnswer, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -123,6 +123,7 @@ class ControlSession(ApplicationSession):
         await self.register(self.agent_progress, uris.AGENT_PROGRESS, with_details)
         await self.register(self.weights, uris.CP_WEIGHTS)
         await self.register(self.nodes, uris.CP_NODES)
+        await self.register(self.node, uris.CP_NODE)
         await self.register(self.replicas, uris.CP_REPLICAS)
         await self.register(self.status, uris.CP_STATUS)
         await self.register(self.drain, uris.CP_DRAIN)
@@ -291,6 +292,14 @@ class ControlSession(ApplicationSession):
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.nodes: {e}") from None
         return self.fleet.json_listing(query, brief=brief)
 
+    def node(self, node_id):
+        """*node_id*'s view (``NodeView``), or None when the fleet has none: one node, whatever the fleet's size."""
+        if not isinstance(node_id, str):
+            raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"llmgw.cp.node: a node's id is a string, not "
+                                   f"{type(node_id).__name__}")
+        node = self.fleet.nodes.get(node_id)
+        return None if node is None else to_wire(node.view(self._clock.seconds()))
+
     def replicas(self):
         return to_wire(self.reconciler.views())
 
@@ -315,7 +324,7 @@ class ControlSession(ApplicationSession):
         # this process, which keeps no database.
         await relay.ask(self, node_id, uris.NODE_CORDON, bool(cordoned), timeout_ms=COMMAND_TIMEOUT_MS)
         self.fleet.set_cordoned(node_id, bool(cordoned))
-        return {"node": node_id, "cordoned": bool(cordoned)}
+        return to_wire(CordonAnswer(node_id, bool(cordoned)))
 
     async def uncordon(self, node_id):
         return await self.cordon(node_id, False)
@@ -328,14 +337,14 @@ class ControlSession(ApplicationSession):
             await relay.ask(self, node_id, uris.NODE_DRAIN_SHARD, shard.id, timeout_ms=COMMAND_TIMEOUT_MS)
         for shard in shards:
             await self.stop_shard(node_id, shard.id)
-        return {"node": node_id, "cordoned": True, "stopped": [s.id for s in shards]}
+        return to_wire(DrainAnswer(node_id, True, [s.id for s in shards]))
 
     def reload(self):
         """`ctl reload`: the changes applied, or the refusal as the call's error."""
         outcome = self.apply_reload()
         if outcome.refused is not None:
             raise ApplicationError(uris.ERROR_CONFIG, outcome.refused)
-        return {"changes": list(outcome.changes)}
+        return to_wire(ReloadAnswer(list(outcome.changes)))
 
     def apply_reload(self) -> Outcome:
         """SIGHUP and `ctl reload`: server.yaml again, to the catalog and every reload listener or to none.
