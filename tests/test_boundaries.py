@@ -29,7 +29,7 @@ PKI = {"llmgw.pki": ("llmgw.link",)}
 # The contracts two processes share import no process's package.
 NEUTRAL = ("llmgw.records", "llmgw.wire", "llmgw.states", "llmgw.errors",
            "llmgw.weightnames", "llmgw.tlsfiles", "llmgw.huburl", "llmgw.durable", "llmgw.text",
-           "llmgw.wiretext", "llmgw.hostnames", "llmgw.roles")
+           "llmgw.wiretext", "llmgw.hostnames", "llmgw.roles", "llmgw.setting")
 PARTS = ("llmgw.agent", "llmgw.control", "llmgw.router", "llmgw.link", "llmgw.config",
          "llmgw.ctl", "llmgw.tui", "llmgw.sim", "llmgw.engines", "llmgw.pki")
 
