@@ -26,7 +26,7 @@ from tests.admin.conftest import OPERATOR_KEY
 from tests.support.browser import Browser
 from tests.support.cluster import ROOT
 from tests.support.modelfile import ModelFile
-from tests.support.wait import NeverHappened, _Deadline, sleep, wait_for
+from tests.support.wait import until_awaited, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.slow]
 
@@ -161,17 +161,15 @@ async def test_an_operator_watches_and_drains_the_fleet_in_a_browser(cluster, ch
         await browser.click("button[type=submit]")
         await browser.loaded("done=", timeout=90)  # the answer comes once the node has stopped its shards
         assert "drain: done" in await browser.text(".notice")
-        deadline = _Deadline("echo/0 to move to " + other + " on the cluster page", 60, cluster.logs)
-        while True:
+        shown = []
+
+        async def moved():
             await browser.goto(cluster.admin + "/")
-            text = await browser.evaluate(row("echo/0"))
-            if other in text and host not in text and "ready" in text:
-                break
-            try:
-                deadline.check(text)
-            except NeverHappened:
-                raise
-            await sleep(0.5)
+            shown[:] = [await browser.evaluate(row("echo/0"))]
+            return other in shown[0] and host not in shown[0] and "ready" in shown[0]
+
+        await until_awaited(moved, f"echo/0 to move to {other} on the cluster page", timeout=60, interval=0.5,
+                            detail=lambda: f"its row: {shown}\n{cluster.logs()}")
         assert "cordoned" in await browser.evaluate(row(host))
         await shoot(browser, "cluster-drained")
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
-from twisted.internet import reactor, task
+from twisted.internet import task
 from twisted.logger import LogLevel, globalLogPublisher
 
 from llmgw.link.settings import LinkSettings
@@ -19,6 +19,7 @@ from llmgw.link.hub import Hub
 from tests.link.conftest import close, files, serve
 from tests.link.wire import (ABORT, CALL, ERROR, INVOCATION, PUBLISH, REGISTER, REGISTERED, SUBSCRIBE, SUBSCRIBED, WELCOME,
                              YIELD, wire_peer)
+from tests.support.wait import until
 
 
 class Logged:
@@ -36,14 +37,6 @@ class Logged:
         from twisted.logger import formatEvent
 
         return [formatEvent(e) for e in self.events if e.get("log_level") is not None and e["log_level"] >= level]
-
-
-async def until(condition, what: str, timeout: float = 5.0) -> None:
-    """Let the reactor run until *condition*() holds (the hub has read what a peer sent)."""
-    deadline = reactor.seconds() + timeout
-    while not condition():
-        assert reactor.seconds() < deadline, f"timed out waiting for {what}"
-        await task.deferLater(reactor, 0.005, lambda: None)
 
 
 @pytest_twisted.async_yield_fixture

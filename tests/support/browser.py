@@ -28,13 +28,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
 from twisted.internet import defer, endpoints, reactor
 
-from tests.support.wait import NeverHappened, _Deadline, sleep
+from tests.support.wait import NeverHappened, until, until_awaited
 
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 30.0
@@ -100,12 +99,13 @@ class Browser:
 
     async def _active_port(self) -> tuple[int, str]:
         marker = self.profile / "DevToolsActivePort"
-        deadline = _Deadline("chromium to write DevToolsActivePort", START_TIMEOUT_S, self.output)
-        while not marker.exists() or len(marker.read_text().splitlines()) < 2:
-            if self.proc.poll() is not None:
-                raise BrowserError(f"chromium exited ({self.proc.returncode}):\n{self.output()}")
-            deadline.check(None)
-            await sleep(0.05)
+        def written() -> bool:
+            return marker.exists() and len(marker.read_text().splitlines()) >= 2
+
+        await until(lambda: written() or self.proc.poll() is not None, "chromium to write DevToolsActivePort",
+                    START_TIMEOUT_S, 0.05, self.output)
+        if not written():
+            raise BrowserError(f"chromium exited ({self.proc.returncode}):\n{self.output()}")
         port, path = marker.read_text().splitlines()[:2]
         return int(port), path
 
@@ -159,20 +159,17 @@ class Browser:
 
     async def until(self, expression: str, what: str, timeout: float = 30.0):
         """Poll *expression* in the page until it is truthy; the page's text is in the failure."""
-        deadline = _Deadline(what, timeout, None)
-        while True:
+        async def value():
             try:
-                value = await self.evaluate(expression)
+                return await self.evaluate(expression)
             except BrowserError:  # between two documents there is nothing to evaluate in
-                value = None
-            if value:
-                return value
-            try:
-                deadline.check(value)
-            except NeverHappened as e:
-                text = await self.evaluate("document.location.href + '\\n' + (document.body ? document.body.innerText : '')")
-                raise NeverHappened(f"{e}\npage: {str(text)[:3000]}") from None
-            await sleep(0.1)
+                return None
+
+        try:
+            return await until_awaited(value, what, timeout, 0.1)
+        except NeverHappened as e:
+            text = await self.evaluate("document.location.href + '\\n' + (document.body ? document.body.innerText : '')")
+            raise NeverHappened(f"{e}\npage: {str(text)[:3000]}") from None
 
     async def goto(self, url: str) -> None:
         await self.call("Page.navigate", url=url)
@@ -222,10 +219,10 @@ class Browser:
             self._ws.dropConnection(abort=True)
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 15
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            await sleep(0.05)
-        shutil.rmtree(self.profile, ignore_errors=True)
+        try:
+            await until(lambda: self.proc.poll() is not None, "chromium to exit, killed", 15, 0.05, self.output)
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
 
 
 async def _within(waitable, timeout: float, what: str):

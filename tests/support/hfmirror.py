@@ -47,7 +47,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
@@ -84,13 +83,22 @@ class HubMirror:
         with open(self.log, "wb") as log:
             self._proc = subprocess.Popen([sys.executable, __file__, json.dumps(config)], stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not port_file.exists():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                output = self.log.read_text(errors="replace")[-2000:]
-                self.stop()
-                raise AssertionError(f"the hub mirror did not start within {START_TIMEOUT_S:g} s:\n{output}")
-            time.sleep(0.02)
+        # Imported here: the mirror's own process runs this file with no tests/ on its path.
+        from tests.support.wait import NeverHappened, wait_for
+
+        def output() -> str:
+            return self.log.read_text(errors="replace")[-2000:]
+
+        try:
+            wait_for(lambda: port_file.exists() or self._proc.poll() is not None, START_TIMEOUT_S,
+                     "the hub mirror to write its port", interval=0.02, detail=output)
+        except NeverHappened:
+            self.stop()
+            raise
+        if not port_file.exists():
+            said = output()
+            self.stop()
+            raise AssertionError(f"the hub mirror exited before it wrote its port:\n{said}")
         self.port = int(port_file.read_text())
         return self
 

@@ -62,6 +62,7 @@ def stop(name):
     if pid is None:
         return
     os.killpg(pid, signal.SIGTERM)
+    # What systemd does, not a test's wait: TimeoutStopSec (15 s here), then SIGKILL.
     for _ in range(300):
         if pid_of(name) is None:
             break

@@ -16,7 +16,7 @@ from tests.support.modelfile import ModelFile
 from tests.support import net
 from tests.support.net import free_port, post
 from tests.support.procs import alive
-from tests.support.wait import NeverHappened, until, wait_for
+from tests.support.wait import NeverHappened, sleep, until, until_awaited, wait_for
 
 
 def test_wait_for_returns_the_first_true_value():
@@ -40,6 +40,40 @@ async def test_until_waits_with_the_reactor_running_and_fails_the_same_way():
     assert await until(lambda: fired, "the call") == ["late"]
     with pytest.raises(NeverHappened, match=r"waiting for nothing \(last: None\)"):
         await until(lambda: None, "nothing", timeout=0.05)
+
+
+@pytest_twisted.ensureDeferred
+async def test_until_pauses_as_told_between_looks():
+    from twisted.internet import task
+
+    clock = task.Clock()
+    fired = []
+    clock.callLater(3, fired.append, "at three clock seconds")
+
+    async def a_clock_second(interval):
+        await sleep(interval)
+        clock.advance(1)
+
+    assert await until(lambda: fired, "the clock's call", pause=a_clock_second) == ["at three clock seconds"]
+    assert clock.seconds() == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_until_awaited_looks_with_a_check_that_waits_and_fails_the_same_way():
+    looks = iter([None, "", "there"])
+
+    async def look():
+        await sleep(0)
+        return next(looks)
+
+    assert await until_awaited(look, "the third look", interval=0) == "there"
+
+    async def never():
+        await sleep(0)
+        return []
+
+    with pytest.raises(NeverHappened, match=r"waiting for the page \(last: \[\]\)\nits text"):
+        await until_awaited(never, "the page", timeout=0.05, detail=lambda: "its text")
 
 
 def test_a_held_download_sends_up_to_its_stop_and_the_rest_only_once_released():

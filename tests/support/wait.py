@@ -68,9 +68,22 @@ def sleep(seconds: float, clock=None):
 
 
 async def until(predicate: Predicate, what: str, timeout: float = 15.0, interval: float = 0.01,
-                detail: Callable[[], str] | None = None):
-    """Wait, with Twisted's reactor running, for *predicate()* to be true (pytest-twisted tests)."""
-    return await _until(predicate, what, timeout, interval, sleep, detail)
+                detail: Callable[[], str] | None = None, pause: Callable[[float], Awaitable[Any]] = sleep):
+    """Wait, with Twisted's reactor running, for *predicate()* to be true (pytest-twisted tests).
+
+    *pause* may do more than wait between two looks: advance a test's fake clock, say.
+    """
+    return await _until(predicate, what, timeout, interval, pause, detail)
+
+
+async def until_awaited(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 15.0,
+                        interval: float = 0.05, detail: Callable[[], str] | None = None):
+    """As ``until``, for a *check* that must itself wait to look: a page to load, a request to be answered."""
+    deadline = _Deadline(what, timeout, detail)
+    while not (last := await check()):
+        deadline.check(last)
+        await sleep(interval)
+    return last
 
 
 async def until_async(predicate: Predicate, what: str, timeout: float = 15.0, interval: float = 0.05,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from llmgw.agent.engines import ospackages
 from llmgw.agent.engines.ospackages import OSPackagesFailed, advice, install, package_manager, packages_for
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="apt-get, dnf and /proc are Linux's")
 
@@ -224,10 +224,7 @@ def test_a_timeout_stops_the_managers_children_too(tmp_path, monkeypatch):
         ospackages.run_stoppable(["sh", "-c", script], timeout=1.0,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child = int(pidfile.read_text())
-    deadline = time.monotonic() + 10
-    while _running(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _running(child), "the manager's child outlived the timeout"
+    wait_for(lambda: not _running(child), 10, "the manager's child to end with it")
 
 
 def _running(pid: int) -> bool:

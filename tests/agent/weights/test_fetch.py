@@ -82,12 +82,15 @@ async def test_a_slow_download_reports_progress_once_a_second_not_once_a_chunk(h
     clock = task.Clock()
     fetcher, reports = make(weights_dir, clock)
     d = fetcher.fetch(http.url(MODEL))
-    seconds = 0
-    while not d.called:
-        await sleep(0.08)
+
+    async def a_clock_second(interval):
+        await sleep(interval)
         clock.advance(1.0)
-        seconds += 1
+
+    await until(lambda: d.called, "the download to finish, a clock second at a time", interval=0.08,
+                pause=a_clock_second)
     await d
+    seconds = clock.seconds()
     interim, final = reports[:-1], reports[-1]
     assert final.final and final.bytes_done == len(data)
     # Forty chunks, a handful of clock seconds: at most one report per second.
