@@ -13,7 +13,8 @@ import json
 import pytest
 import pytest_twisted
 
-from llmgw.ctl import render
+from llmgw import render
+from llmgw.ctl import tables
 from llmgw.views import NodeBrief, NodeView
 from llmgw.wire import from_wire, sparse_json_text, to_wire
 
@@ -60,13 +61,13 @@ def test_a_nodes_brief_prints_the_same_table_as_its_whole_view(payload):
     brief = NodeBrief.of(full)
     sent = from_wire(NodeBrief, json.loads(sparse_json_text(brief)))
     assert sent == brief
-    assert render.nodes_table([sent], NOW) == render.nodes_table([full], NOW)
+    assert tables.nodes_table([sent], NOW) == tables.nodes_table([full], NOW)
 
 
 def test_what_a_node_did_not_report_is_left_out_of_its_brief_and_reads_as_a_dash_not_a_zero():
     nothing = json.loads(sparse_json_text(NodeBrief.of(view())))
     assert nothing == {"id": "node05", "state": "ready", "seen_ago_s": 3.0}
-    assert render.nodes_table([from_wire(NodeBrief, nothing)], NOW).splitlines()[1].split()[2:8] == ["-"] * 6
+    assert tables.nodes_table([from_wire(NodeBrief, nothing)], NOW).splitlines()[1].split()[2:8] == ["-"] * 6
     # A node that looked and has none is not one that did not say.
     none = json.loads(sparse_json_text(NodeBrief.of(view(gpus=[], engines=[], memory_available_bytes=0))))
     assert none["gpu_summary"] == {} and none["engines"] == [] and none["memory_available_bytes"] == 0
@@ -80,7 +81,7 @@ def test_what_a_node_did_not_report_is_left_out_of_its_brief_and_reads_as_a_dash
 def test_ctl_nodes_json_brief_prints_every_key_of_a_brief_with_none_for_what_was_not_said(capsys):
     from llmgw.ctl.main import _print
 
-    _print(argparse.Namespace(json=True), [NodeBrief.of(view(gpus=H100))], render.nodes_table)
+    _print(argparse.Namespace(json=True), [NodeBrief.of(view(gpus=H100))], tables.nodes_table)
     (printed,) = json.loads(capsys.readouterr().out)
     assert list(printed) == [f for f in to_wire(NodeBrief(id="x"))]
     assert printed["address"] is None and printed["disk_summary"] is None
@@ -124,9 +125,9 @@ async def test_ctl_nodes_prints_the_same_table_from_a_server_that_sends_briefs_a
         assert await cmd_nodes(alice, args) == 0
         return capsys.readouterr().out
 
-    assert await table(nodes) == render.nodes_table(views) + "\n"
+    assert await table(nodes) == tables.nodes_table(views) + "\n"
     assert asked == [True]
-    assert await table(older) == render.nodes_table(views) + "\n"
+    assert await table(older) == tables.nodes_table(views) + "\n"
     assert asked == [True, False]  # refused with brief (no call reached it), then asked for the whole views
     printed = json.loads(await table(older, json=True, brief=True))
     assert printed == to_wire([NodeBrief.of(v) for v in views])

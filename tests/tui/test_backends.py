@@ -12,7 +12,7 @@ from llmgw.states import NodeState, ReplicaState
 from llmgw.tlsfiles import TLSFiles
 from llmgw.tui.backend import ActionFailed, LogsUnavailable, NotConnected, WampBackend
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
-from llmgw.views import ReplicaView
+from llmgw.views import CordonAnswer, DrainAnswer, ReplicaView
 from tests.support.wait import until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -90,12 +90,13 @@ async def test_cordon_and_uncordon_answer_and_send_the_nodes_new_view(backend):
     await backend.start()
     try:
         await listener.until(lambda e: e[0] == "up", "link_up")
-        assert await backend.cordon("node01") == {"node": "node01", "cordoned": True}
+        assert await backend.cordon("node01") == CordonAnswer("node01", True)
         await listener.until(lambda e: e[0] == "node" and e[1].id == "node01" and e[1].cordoned, "a cordoned view")
-        assert (await backend.uncordon("node01"))["cordoned"] is False
+        assert await backend.uncordon("node01") == CordonAnswer("node01", False)
         await listener.until(lambda e: e[0] == "node" and e[1].cordoned is False, "an uncordoned view")
         drained = await backend.drain("node01")
-        assert drained["node"] == "node01" and drained["cordoned"] is True and isinstance(drained["stopped"], list)
+        assert isinstance(drained, DrainAnswer) and drained.node == "node01" and drained.cordoned is True
+        assert isinstance(drained.stopped, list)
         with pytest.raises(ActionFailed, match="nope"):
             await backend.cordon("nope")
     finally:

@@ -7,7 +7,7 @@ import sys
 
 import attrs
 
-from llmgw.ctl import render
+from llmgw import render
 from llmgw.records import Progress
 from llmgw.states import NodeState
 from llmgw.tui import columns

@@ -9,7 +9,7 @@ around, a control character) is written as its escape, as ctl writes it:
 :func:`page` passes every text of the tree through ``llmgw.text.printable``
 (newlines kept, for a log's ``<pre>``, whose lines are escaped one by one).
 Cells say ``-`` for what was not reported, with the same words ``llmgw ctl``
-uses (``llmgw.ctl.render``).
+uses (``llmgw.render``).
 Nothing here is asynchronous or reads the fleet: ``llmgw.admin.site`` hands
 each function what it fetched.
 """
@@ -22,11 +22,11 @@ from urllib.parse import urlencode
 
 from twisted.web.template import Tag, tags
 
-from llmgw.ctl import render
+from llmgw import render
 from llmgw.records import Progress
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.text import printable
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import LogsAnswer, NodeView, ReplicaView
 
 DASH = render.DASH
 #: Node verbs the page offers, and what the confirmation says each does.
@@ -325,15 +325,15 @@ def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], 
     return page(base, f"Node {node.id}", operator, body, scripts=True)
 
 
-def logs_section(base: str, node_id: str, source: str | None, answer: dict | None, error: str | None,
+def logs_section(base: str, node_id: str, source: str | None, answer: LogsAnswer | None, error: str | None,
                  follow: bool, n: int, page_name: str = "node", page_id: str | None = None) -> Tag:
     """The log of *source* on *node_id*: the sources the node listed, the lines, and follow mode."""
     page_id = page_id if page_id is not None else node_id
-    sources = (answer or {}).get("sources") or []
-    shown = (answer or {}).get("source") or source
+    sources = answer.sources if answer is not None else []
+    shown = (answer.source if answer is not None else None) or source
     picks = [tags.a(s, href=url(base, page_name, id=page_id, source=s, n=n), class_="button current" if s == shown else "button")
              for s in sources]
-    lines = render.log_lines((answer or {}).get("lines") or [])
+    lines = render.log_lines(answer.lines if answer is not None else [])
     attrs_ = {}
     if follow:
         attrs_["data-follow"] = url(base, "logs.json", node=node_id, source=shown, n=n)

@@ -40,7 +40,8 @@ from llmgw import hostnames as hosts
 from llmgw.admin import pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.config.server import AdminSettings
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer, NodeView, ReplicaView
+from llmgw.wire import to_wire
 
 log = Logger()
 
@@ -69,9 +70,9 @@ class FleetSource(Protocol):
 
     def replicas(self) -> list[ReplicaView]: ...
 
-    async def logs(self, node_id: str, source: str | None, n: int) -> dict: ...
+    async def logs(self, node_id: str, source: str | None, n: int) -> LogsAnswer: ...
 
-    async def act(self, verb: str, node_id: str) -> dict: ...
+    async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer: ...
 
 
 class SourceError(Exception):
@@ -155,8 +156,8 @@ class AdminPage(Resource):
             return pages.confirm_page(base, operator, node, verb, self.source.replicas(), self.guard.csrf_token(request))
         if name == "logs.json":
             node = self._node(request, b"node")
-            answer = await self._fetch_logs(node.id, _arg(request, b"source"), self._lines(request))
-            return _json(request, answer)
+            shown, clipped = await self._fetch_logs(node.id, _arg(request, b"source"), self._lines(request))
+            return _json(request, {**to_wire(shown), "clipped": clipped})
         if name == "progress.json":
             return _json(request, self._progress())
         raise LookupError("no such page")
@@ -204,7 +205,7 @@ class AdminPage(Resource):
             request.setResponseCode(http.BAD_GATEWAY)
             return pages.message_page(self.base, operator, f"{verb} {node.id} failed", str(e),
                                       pages.url(self.base, "node", id=node.id))
-        stopped = answer.get("stopped") if isinstance(answer, dict) else None
+        stopped = answer.stopped if isinstance(answer, DrainAnswer) else None
         if stopped:
             log.info("admin page: {verb} {node} stopped {shards}", verb=verb, node=node.id,
                      shards=", ".join(map(str, stopped))[:500])
@@ -250,13 +251,12 @@ class AdminPage(Resource):
             raise BadQuery(f"n is a number of lines from 1 to {limit} (admin.log_lines)")
         return int(text)
 
-    async def _fetch_logs(self, node_id: str, source: str | None, n: int) -> dict:
+    async def _fetch_logs(self, node_id: str, source: str | None, n: int) -> tuple[LogsAnswer, int]:
+        """The log as the page shows it, and how many lines it cut: ``admin.log_bytes`` of its last lines at most."""
         if source is not None and len(source) > MAX_NAME_CHARS:
             raise BadQuery("source is a name from the node's list of log sources")
         answer = await self.source.logs(node_id, source, n)
-        if not isinstance(answer, dict):
-            raise SourceError(f"{node_id} answered its logs with something that is not a log")
-        lines = [str(line) for line in (answer.get("lines") or [])[-n:]]
+        lines = answer.lines[-n:]
         kept, size = [], 0
         for line in reversed(lines):
             size += len(line.encode("utf-8", "replace")) + 1
@@ -264,16 +264,14 @@ class AdminPage(Resource):
                 break
             kept.append(line)
         kept.reverse()
-        sources = [str(s) for s in (answer.get("sources") or [])[:self.settings.max_rows] if len(str(s)) <= MAX_NAME_CHARS]
-        clipped = len(lines) - len(kept)
-        return {"node": node_id, "source": str(answer.get("source") or source or ""), "sources": sources,
-                "lines": kept, "clipped": clipped}
+        sources = [s for s in answer.sources[:self.settings.max_rows] if len(s) <= MAX_NAME_CHARS]
+        return LogsAnswer(node_id, answer.source or source or "", sources, kept), len(lines) - len(kept)
 
     async def _logs(self, node_id: str, source: str | None, n: int, follow: bool, page_name: str = "node",
                     page_id: str | None = None):
         answer, error = None, None
         try:
-            answer = await self._fetch_logs(node_id, source, n)
+            answer, _ = await self._fetch_logs(node_id, source, n)
         except SourceError as e:
             error = str(e)
         return pages.logs_section(self.base, node_id, source, answer, error, follow, n, page_name, page_id)

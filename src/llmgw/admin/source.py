@@ -3,17 +3,24 @@
 The views are the ones ``llmgw.cp.nodes`` and ``llmgw.cp.replicas`` send
 ctl and the TUI; logs are the relayed ``llmgw.cp.logs`` (so a node that does
 not answer in 10 s says so); the verbs are ``llmgw.cp.drain``/``cordon``/
-``uncordon`` with the control plane's own refusals.  A log's lines come out
-escaped (``render.log_lines``), so the page and ``logs.json`` show the same.
+``uncordon`` with the control plane's own refusals.  Each answer is read
+back as its view record (``LogsAnswer``, ``CordonAnswer``, ``DrainAnswer``), as
+ctl and the dashboard read it.  A log's lines come out escaped
+(``render.log_lines``), so the page and ``logs.json`` show the same.
 """
 
 from __future__ import annotations
 
+import attrs
 from autobahn.wamp.exception import ApplicationError
 
 from llmgw.admin.site import SourceError
-from llmgw.ctl.render import log_lines
-from llmgw.views import NodeView, ReplicaView
+from llmgw.render import log_lines
+from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer, NodeView, ReplicaView
+from llmgw.wire import WireError, from_wire
+
+#: What each node verb answers: a drain says which shards it asked to stop.
+VERB_ANSWERS = {"drain": DrainAnswer, "cordon": CordonAnswer, "uncordon": CordonAnswer}
 
 
 class ControlSource:
@@ -34,14 +41,14 @@ class ControlSource:
     def replicas(self) -> list[ReplicaView]:
         return list(self._session().reconciler.views())
 
-    async def logs(self, node_id: str, source: str | None, n: int) -> dict:
-        answer = await self._call(self._session().logs, node_id, source, n)
-        return {**answer, "lines": log_lines(answer["lines"])}
+    async def logs(self, node_id: str, source: str | None, n: int) -> LogsAnswer:
+        answer = _decode(LogsAnswer, await self._call(self._session().logs, node_id, source, n))
+        return attrs.evolve(answer, lines=log_lines(answer.lines))
 
-    async def act(self, verb: str, node_id: str) -> dict:
+    async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer:
         session = self._session()
-        return await self._call({"drain": session.drain, "cordon": session.cordon, "uncordon": session.uncordon}[verb],
-                                node_id)
+        method = {"drain": session.drain, "cordon": session.cordon, "uncordon": session.uncordon}[verb]
+        return _decode(VERB_ANSWERS[verb], await self._call(method, node_id))
 
     @staticmethod
     async def _call(method, *args):
@@ -51,3 +58,11 @@ class ControlSource:
             raise SourceError(e.args[0] if e.args else e.error) from None
         except Exception as e:  # the link went while asking: say so on the page, not a 500
             raise SourceError(f"the control plane could not ask ({type(e).__name__}: {e})"[:500]) from None
+
+
+def _decode(kind: type, answer):
+    """The control plane's answer as its view record; one that does not fit is said on the page, not a 500."""
+    try:
+        return from_wire(kind, answer)
+    except WireError as e:
+        raise SourceError(f"the control plane answered something this page cannot read ({e})"[:500]) from None

@@ -14,11 +14,13 @@ import sys
 
 import attrs
 
-from llmgw.ctl import render
+from llmgw import render
+from llmgw.ctl import tables
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
 from llmgw.text import printable
-from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReplicaView, WeightsAnswer, node_pages
+from llmgw.views import (CordonAnswer, DrainAnswer, FleetStatus, LogsAnswer, NodeBrief, NodeView, ReloadAnswer,
+                         ReplicaView, WeightsAnswer, node_pages)
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -243,22 +245,28 @@ async def cmd_nodes(session, args) -> int:
         views = decode(list[NodeBrief] if brief else list[NodeView], answer, uris.CP_NODES)
     if args.limit is not None and len(views) == args.limit and views:
         print(f"(at most {args.limit}; the next page: --after {printable(views[-1].id)})", file=sys.stderr)
-    return _print(args, views, render.nodes_table)
+    return _print(args, views, tables.nodes_table)
 
 
 async def cmd_replicas(session, args) -> int:
     views = decode(list[ReplicaView], await session.call(uris.CP_REPLICAS), uris.CP_REPLICAS)
-    return _print(args, views, render.replicas_table)
+    return _print(args, views, tables.replicas_table)
 
 
 async def cmd_status(session, args) -> int:
-    return _print(args, decode(FleetStatus, await session.call(uris.CP_STATUS), uris.CP_STATUS), render.status_text)
+    return _print(args, decode(FleetStatus, await session.call(uris.CP_STATUS), uris.CP_STATUS), tables.status_text)
+
+
+#: What each node verb answers: a drain says which shards it asked to stop.
+NODE_VERBS = {"cordon": (uris.CP_CORDON, CordonAnswer), "uncordon": (uris.CP_UNCORDON, CordonAnswer),
+              "drain": (uris.CP_DRAIN, DrainAnswer)}
 
 
 def _node_verb(verb: str):
+    uri, kind = NODE_VERBS[verb]
+
     async def command(session, args) -> int:
-        result = await session.call(uris.CP + verb, args.node)
-        return _print(args, result, render.node_verb_text)
+        return _print(args, decode(kind, await session.call(uri, args.node), uri), render.node_verb_text)
 
     return command
 
@@ -268,7 +276,7 @@ async def cmd_logs(session, args) -> int:
         return decode(LogsAnswer, await session.call(uris.CP_LOGS, args.node, args.source, n), uris.CP_LOGS)
 
     if not args.follow:
-        return _print(args, await read(args.n), render.logs_text)
+        return _print(args, await read(args.n), tables.logs_text)
     from twisted.internet import reactor, task
 
     # Every poll reads the same window, wider than -n, so the seam between
@@ -276,7 +284,7 @@ async def cmd_logs(session, args) -> int:
     window = max(args.n, FOLLOW_WINDOW)
     answer = await read(window)
     seen = answer.lines
-    print(render.logs_text(attrs.evolve(answer, lines=seen[len(seen) - min(args.n, len(seen)):])), flush=True)
+    print(tables.logs_text(attrs.evolve(answer, lines=seen[len(seen) - min(args.n, len(seen)):])), flush=True)
     while True:
         await task.deferLater(reactor, FOLLOW_POLL_S, lambda: None)
         answer = await read(window)
@@ -288,9 +296,9 @@ async def cmd_logs(session, args) -> int:
 
 async def cmd_weights(session, args) -> int:
     answer = decode(WeightsAnswer, await session.call(uris.CP_WEIGHTS, args.collect), uris.CP_WEIGHTS)
-    return _print(args, answer, render.weights_text)
+    return _print(args, answer, tables.weights_text)
 
 
 async def cmd_reload(session, args) -> int:
-    result = await session.call(uris.CP_RELOAD)
-    return _print(args, result, lambda r: "reloaded: " + ("; ".join(r["changes"]) or "no changes"))
+    answer = decode(ReloadAnswer, await session.call(uris.CP_RELOAD), uris.CP_RELOAD)
+    return _print(args, answer, tables.reload_text)

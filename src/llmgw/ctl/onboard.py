@@ -339,16 +339,16 @@ async def cmd_onboard(session, args) -> int:
         json.dump([r.summary() for r in runs], sys.stdout, indent=2)
         print()
     else:
-        from llmgw.ctl import render
+        from llmgw.ctl import tables
         from llmgw.views import NodeView
         from llmgw.wire import from_wire
 
         shown = [from_wire(NodeView, r.node) for r in runs if r.node is not None and r.result != "unchanged"]
         if shown:
-            print(render.nodes_table(shown))
+            print(tables.nodes_table(shown))
         if len(runs) > 1:
             rows = [(r.node_id or r.target, r.result, f"{r.summary()['seconds']:.1f}", r.reason or "-") for r in runs]
-            print(render.table(("NODE", "RESULT", "SECONDS", "REASON"), rows))
+            print(tables.table(("NODE", "RESULT", "SECONDS", "REASON"), rows))
     return 0 if all(r.result != "failed" for r in runs) else 1
 
 

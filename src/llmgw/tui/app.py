@@ -19,8 +19,8 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 
-from llmgw.ctl import render
-from llmgw.ctl.render import said
+from llmgw import render
+from llmgw.render import said
 from llmgw.states import ReplicaState
 from llmgw.tui.backend import ActionFailed, Backend, NotConnected
 from llmgw.tui.common import FleetView

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import sys
-from typing import Any, Protocol
+from typing import Protocol
 
 from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
@@ -24,7 +24,8 @@ from twisted.internet import defer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NODES_PAGE, HeardEvent, LogsAnswer, NodeChange, NodeEvent, NodeView, ReplicaView, node_pages
+from llmgw.views import (NODES_PAGE, CordonAnswer, DrainAnswer, HeardEvent, LogsAnswer, NodeChange, NodeEvent,
+                         NodeView, ReplicaView, node_pages)
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -119,17 +120,17 @@ class Backend(abc.ABC):
     async def log_sources(self, node_id: str) -> list[str]:
         """The log sources a node offers, as it names them."""
 
-    # The node verbs answer as llmgw.cp.<verb> does: {"node", "cordoned"[, "stopped"]};
+    # The node verbs answer as llmgw.cp.<verb> does, a drain with the shards it stopped;
     # a refusal raises ActionFailed with the control plane's words.
 
     @abc.abstractmethod
-    async def drain(self, node_id: str) -> dict[str, Any]: ...
+    async def drain(self, node_id: str) -> DrainAnswer: ...
 
     @abc.abstractmethod
-    async def cordon(self, node_id: str) -> dict[str, Any]: ...
+    async def cordon(self, node_id: str) -> CordonAnswer: ...
 
     @abc.abstractmethod
-    async def uncordon(self, node_id: str) -> dict[str, Any]: ...
+    async def uncordon(self, node_id: str) -> CordonAnswer: ...
 
 
 def install_reactor(loop: asyncio.AbstractEventLoop):
@@ -334,13 +335,16 @@ class WampBackend(Backend):
         return (await self._logs(node_id, None, 0)).sources
 
     async def drain(self, node_id):
-        return await self._call(uris.CP_DRAIN, node_id, timeout=self._command_timeout_s)
+        return await self._verb(uris.CP_DRAIN, DrainAnswer, node_id)
 
     async def cordon(self, node_id):
-        return await self._call(uris.CP_CORDON, node_id, timeout=self._command_timeout_s)
+        return await self._verb(uris.CP_CORDON, CordonAnswer, node_id)
 
     async def uncordon(self, node_id):
-        return await self._call(uris.CP_UNCORDON, node_id, timeout=self._command_timeout_s)
+        return await self._verb(uris.CP_UNCORDON, CordonAnswer, node_id)
+
+    async def _verb(self, uri: str, kind: type, node_id: str):
+        return _decode(kind, await self._call(uri, node_id, timeout=self._command_timeout_s), uri)
 
 
 class DashboardSession(ApplicationSession):

@@ -1,6 +1,6 @@
 """The cells of the nodes and replicas tables, made from the control plane's views.
 
-The words and figures are ``llmgw ctl``'s (``llmgw.ctl.render``), so the two
+The words and figures are ``llmgw ctl``'s (``llmgw.render``), so the two
 never disagree about what a node reported; this module adds only colour, the
 GPU utilisation, engines and a download's progress.  A value a node did not
 report is ``-``.  A node's words are placed through ``render.said``, as
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmgw.ctl import render
-from llmgw.ctl.render import DASH, said
+from llmgw import render
 from llmgw.records import Progress
+from llmgw.render import DASH, said
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.views import NodeView, ReplicaView
 

@@ -16,9 +16,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from llmgw.ctl import render
-from llmgw.ctl.render import DASH, said
+from llmgw import render
 from llmgw.records import EngineInfo
+from llmgw.render import DASH, said
 from llmgw.states import EngineState, ReplicaState
 from llmgw.text import printable
 from llmgw.tui import columns

@@ -19,7 +19,7 @@ import attrs
 
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import CordonAnswer, DrainAnswer, NodeView, ReplicaView
 from llmgw.wire import from_wire, to_wire
 
 
@@ -117,16 +117,16 @@ class FakeBackend(Backend):
         if node_id in self.logs_unavailable:
             raise LogsUnavailable(self.logs_unavailable[node_id])
 
-    async def _verb(self, verb: str, node_id: str, cordoned: bool) -> dict[str, Any]:
+    async def _verb(self, verb: str, node_id: str, cordoned: bool) -> CordonAnswer | DrainAnswer:
         self.calls.append((verb, node_id))
         self._need_link()
         if node_id not in self.nodes:
             raise ActionFailed(f"no node {node_id!r}", error="llmgw.error.no_such_node")
         self.emit_node(attrs.evolve(self.nodes[node_id], cordoned=cordoned))
-        result: dict[str, Any] = {"node": node_id, "cordoned": cordoned}
         if verb == "drain":
-            result["stopped"] = [s.shard for r in self.replica_views for s in r.shards if s.node == node_id]
-        return result
+            stopped = [s.shard for r in self.replica_views for s in r.shards if s.node == node_id]
+            return DrainAnswer(node_id, cordoned, stopped)
+        return CordonAnswer(node_id, cordoned)
 
     async def drain(self, node_id):
         return await self._verb("drain", node_id, True)

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
-from llmgw.ctl.render import log_lines, new_lines_start, not_started, said
+from llmgw.render import log_lines, new_lines_start, not_started, said
 from llmgw.tui.backend import LogsUnavailable
 from llmgw.views import ReplicaView
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from llmgw.ctl import render
+from llmgw import render
 from llmgw.tui import columns
 from llmgw.tui.store import FleetStore
 from llmgw.tui.table import TablePane

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.ctl import render
+from llmgw import render
 from llmgw.tui import columns
 from llmgw.tui.store import FleetStore
 from llmgw.tui.table import TablePane

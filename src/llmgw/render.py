@@ -1,23 +1,26 @@
-"""Turning the control plane's views (``llmgw.views``) into text a person reads.
+"""The words three UIs share: the control plane's views (``llmgw.views``) as text a person reads.
+
+``llmgw ctl``, the dashboard and the admin page say a node's memory, GPUs,
+disks and engines, a size, an age, a download, a failed engine's last lines
+and a log's lines with these same functions, so the three never disagree;
+what only one of them lays out (ctl's tables, ``llmgw.ctl.tables``) is its own.
 
 What a node did not report shows as ``-``, never as 0: an old agent is not a
 small machine, and an unmounted filer is not a full disk.  Every word a node
 or an engine wrote goes through :func:`said` (``llmgw.text.printable``) as
 it is placed: an escape sequence shows as ``\\x1b[2J``, not a cleared
-screen, and a newline in a reason as ``\\n``, not a line of its own.  The
-dashboard and the admin page use these same functions.
+screen, and a newline in a reason as ``\\n``, not a line of its own.
 """
 
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 from llmgw.records import EngineInfo, Progress
-from llmgw.states import EngineState, NodeState, ShardState
+from llmgw.states import EngineState, ShardState
 from llmgw.text import printable
-from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReplicaView, Space, WeightsAnswer
+from llmgw.views import CordonAnswer, DrainAnswer, NodeBrief, NodeView, ReplicaView, Space
 
 DASH = "-"
 
@@ -192,40 +195,6 @@ def certificate_note(node: NodeView | NodeBrief, now: float) -> str | None:
             "where the CA is, and restart its agent")
 
 
-def nodes_table(nodes: list[NodeView] | list[NodeBrief], now: float | None = None) -> str:
-    if not nodes:
-        return "no nodes have registered yet"
-    header = ("NODE", "STATE", "ADDRESS", "CPU", "MEMORY", "GPUS", "DISK", "ENGINES", "LAST SEEN")
-    rows = []
-    notes = []
-    now = time.time() if now is None else now
-    for n in nodes:
-        state = said(n.state or None)
-        if n.cordoned:
-            state += ",cordoned"
-        node = said(n.id)
-        rows.append((node, state, said(n.address or None), cpu(n), memory(n), gpus(n), disk(n), engines(n),
-                     ago(n.seen_ago_s)))
-        for warning in [*(n.warnings or []), *(n.link_warnings or [])]:
-            notes.append(f"  {node}: {said(warning)}")
-        expiry = certificate_note(n, now)
-        if expiry:
-            notes.append(f"  {node}: {expiry}")
-        for line in engine_notes(n):
-            notes.append(f"  {node}: {line}")
-        if n.reason and n.state != NodeState.READY:
-            notes.append(f"  {node}: {said(n.state)}: {said(n.reason)}")
-    return table(header, rows) + ("\n" + "\n".join(notes) if notes else "")
-
-
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    """Columns two spaces apart; a cell is one line, whatever it holds (``said``)."""
-    cells = [[said(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
-
-
 #: How many of a failed engine's last lines ``ctl replicas`` shows; ``--json`` has all it sent.
 TAIL_LINES = 10
 
@@ -240,48 +209,6 @@ def failed_tail(replica: ReplicaView) -> list[str]:
     return out
 
 
-def rank_lines(replica: ReplicaView) -> list[str]:
-    """A line per rank of a multi-node replica, rank 0 first: its node, state, age and what it waits for.
-
-    "rank 1 node02 not started 12s: waiting for rank 0's rendezvous on node01";
-    a single-rank replica gets none, its row says it all.
-    """
-    shards = replica.shards
-    if len(shards) < 2 and not any(s.rank for s in shards):
-        return []
-    out = []
-    for s in sorted(shards, key=lambda s: (s.rank is None, s.rank or 0, s.shard)):
-        state = "not started" if s.started is False else said(s.state or None)
-        words = s.waiting or s.reason
-        line = f"rank {DASH if s.rank is None else s.rank} {said(s.node)} {state} {age(s.age_s)}"
-        out.append(f"{line}: {said(words)}" if words else line)
-    return out
-
-
-def replicas_table(replicas: list[ReplicaView]) -> str:
-    """One row per replica; the reason (or a download's progress) on a line under it, and a failed engine's last lines."""
-    if not replicas:
-        return "the catalog asks for no replicas"
-    header = ("MODEL", "REPLICA", "STATE", "NODES", "ENDPOINT", "AGE", "STALE")
-    rows, notes = [], {}
-    for r in replicas:
-        stale = {True: "stale", False: "", None: "?" if r.nodes else ""}[r.stale]
-        rows.append((
-            r.model, r.replica, r.state or DASH, ",".join(r.nodes or []) or DASH, r.endpoint or DASH, age(r.age_s), stale,
-        ))
-        below = [f"    {said(r.reason)}"] if r.reason else []
-        below += [f"    {line}" for line in rank_lines(r)]
-        below += [f"      {line}" for line in failed_tail(r)]
-        if below:
-            notes[len(rows) - 1] = below
-    lines = table(header, rows).splitlines()
-    out = [lines[0]]
-    for index, line in enumerate(lines[1:]):
-        out.append(line)
-        out.extend(notes.get(index, ()))
-    return "\n".join(out)
-
-
 def age(seconds: float | None) -> str:
     if seconds is None:
         return DASH
@@ -294,39 +221,13 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-def _figure(value: Any) -> str:
-    return DASH if value is None else str(value)
-
-
-def status_text(status: FleetStatus) -> str:
-    header = ("MODEL", "ENGINE", "READY", "DESIRED", "STATES", "STALE", "WEIGHTS HELD (BY FABRIC)")
-    rows = [
-        (m.model, m.engine or DASH, _figure(m.ready), _figure(m.desired),
-         ", ".join(f"{n} {state}" for state, n in sorted(m.states.items())) or DASH,
-         str(m.stale) if m.stale else "",
-         ", ".join(f"{fabric}: {n}" for fabric, n in sorted((m.weights_by_fabric or {}).items())) or DASH)
-        for m in status.models
-    ]
-    fleet = ", ".join(f"{n} {said(state)}" for state, n in sorted(status.nodes.items())) or "no nodes"
-    body = table(header, rows) if rows else "the catalog has no models"
-    return f"{body}\nnodes: {fleet}"
-
-
-def node_verb_text(result: dict[str, Any]) -> str:
-    text = f"{said(result['node'])}: {'cordoned' if result.get('cordoned') else 'uncordoned'}"
-    stopped = result.get("stopped")
+def node_verb_text(answer: CordonAnswer | DrainAnswer) -> str:
+    """What a cordon, an uncordon or a drain did: "node01: cordoned; asked to stop 1 shard(s): echo/0/0"."""
+    text = f"{said(answer.node)}: {'cordoned' if answer.cordoned else 'uncordoned'}"
+    stopped = answer.stopped if isinstance(answer, DrainAnswer) else None
     if stopped is not None:
         text += f"; asked to stop {len(stopped)} shard(s)" + (f": {', '.join(map(said, stopped))}" if stopped else "")
     return text
-
-
-def logs_text(answer: LogsAnswer) -> str:
-    """A header naming the node, the source and the others it has, then each line as the node wrote it, escaped."""
-    others = [said(s) for s in answer.sources if s != answer.source]
-    head = f"# {said(answer.node)} {said(answer.source)}: last {len(answer.lines)} lines"
-    if others:
-        head += f" (other sources: {', '.join(others)})"
-    return "\n".join([head, *log_lines(answer.lines)])
 
 
 def log_lines(lines: list[str]) -> list[str]:
@@ -359,23 +260,3 @@ def new_lines_start(before: list[str], after: list[str]) -> int | None:
 def new_lines(before: list[str], after: list[str]) -> list[str]:
     """The lines of *after* that *before* had not shown (all of *after* when they share none)."""
     return after[new_lines_start(before, after) or 0:]
-
-
-def weights_text(answer: WeightsAnswer) -> str:
-    """What llmgw fetched that no model wants, per node, and what each node did when asked."""
-    lines = []
-    for node, files in sorted(answer.unwanted.items()):
-        for f in files:
-            lines.append(f"{said(node)}  {size(f.size_bytes)}  {said(f.path)}")
-    if not lines:
-        lines.append("no node holds weights llmgw fetched that the catalog no longer wants")
-    elif answer.collected is None:
-        lines.append("(llmgw ctl weights --collect asks the nodes to remove them)")
-    if answer.collected is not None:
-        asked = sum(len(files) for files in answer.unwanted.values())
-        removed = sum(len(r.removed) for r in answer.collected.values())
-        lines.append(f"asked to remove {asked} file(s) on {len(answer.collected)} node(s): {removed} removed")
-        for node, result in sorted(answer.collected.items()):
-            for path, why in sorted(result.refused.items()):
-                lines.append(f"  {said(node)} refused: {said(why)}")
-    return "\n".join(lines)

@@ -1,40 +1,21 @@
-"""What `ctl nodes` prints: a dash for what a node did not say, never a zero."""
+"""What `ctl nodes`, `replicas`, `status`, `weights` and `reload` print: a dash for what a node did not say, never a zero."""
 
 from __future__ import annotations
 
-from llmgw.ctl import render
-from llmgw.views import FleetStatus, NodeView, ReplicaView, WeightsAnswer
+from llmgw.ctl import tables
+from llmgw.views import FleetStatus, ReloadAnswer, ReplicaView, WeightsAnswer
 from llmgw.wire import from_wire
-
-GB = 1_000_000_000
-
-
-def node(**kw):
-    """A node view as ctl decodes it from an answer holding these keys."""
-    return from_wire(NodeView, {"id": "node05", "state": "ready", **kw})
-
+from tests.test_render import ENGINES, GB, LIBGOMP, node
 
 def test_an_old_agent_that_reports_nothing_shows_dashes_not_zeros():
-    table = render.nodes_table([node()])
+    table = tables.nodes_table([node()])
     row = table.splitlines()[1]
     assert row.split() == ["node05", "ready", "-", "-", "-", "-", "-", "-", "-"]
     assert "0" not in row.replace("node05", "")
 
 
-LIBGOMP = "needs libgomp.so.1, which this node does not have: apt-get install libgomp1"
-ENGINES = [
-    {"name": "llama.cpp", "version": "b5000", "state": "installed", "origin": "server.yaml",
-     "path": "/var/lib/llmgw/engines/llama.cpp/b5000/llama-server"},
-    {"name": "llama.cpp", "version": "b6000", "state": "installing", "origin": "server.yaml",
-     "reason": "downloading llama-b6000-bin-ubuntu-x64.zip 12/16 MB"},
-    {"name": "vllm", "state": "broken", "origin": "server.yaml", "reason": LIBGOMP},
-    {"name": "sglang", "state": "absent", "reason": "not in the catalog's engines, nor in agent.yaml"},
-    {"name": "sim", "version": "0.1.0", "state": "installed", "origin": "builtin"},
-]
-
-
 def test_engines_show_each_build_with_a_mark_for_one_that_cannot_run_yet_and_its_words_underneath():
-    table = render.nodes_table([node(engines=ENGINES)])
+    table = tables.nodes_table([node(engines=ENGINES)])
     header, row, *notes = table.splitlines()
     assert header.split()[7] == "ENGINES"
     assert "llama.cpp b5000, llama.cpp b6000 (installing), vllm (broken), sim 0.1.0" in row
@@ -45,22 +26,13 @@ def test_engines_show_each_build_with_a_mark_for_one_that_cannot_run_yet_and_its
     ]
 
 
-def test_engines_not_reported_are_a_dash_and_none_found_is_none():
-    assert render.engines(node()) == "-"
-    assert render.engines(node(engines=[])) == "none"
-    assert render.engines(node(engines=[ENGINES[3]])) == "none"
-    # An agent older than install states: what it saw run, unmarked.
-    assert render.engines(node(engines=[{"name": "llama.cpp", "version": "b4000", "path": "/usr/bin/llama-server"}])) \
-        == "llama.cpp b4000"
-
-
 def test_ctl_nodes_json_carries_every_engine_entry_with_its_state_reason_and_origin(capsys):
     import argparse
     import json
 
     from llmgw.ctl.main import _print
 
-    _print(argparse.Namespace(json=True), [node(engines=ENGINES)], render.nodes_table)
+    _print(argparse.Namespace(json=True), [node(engines=ENGINES)], tables.nodes_table)
     (printed,) = json.loads(capsys.readouterr().out)
     assert [(e["name"], e["version"], e["state"], e["origin"]) for e in printed["engines"]] == [
         ("llama.cpp", "b5000", "installed", "server.yaml"), ("llama.cpp", "b6000", "installing", "server.yaml"),
@@ -69,46 +41,22 @@ def test_ctl_nodes_json_carries_every_engine_entry_with_its_state_reason_and_ori
     assert printed["engines"][2]["reason"] == LIBGOMP
 
 
-def test_a_node_without_gpus_says_none_and_one_not_asked_says_dash():
-    assert render.gpus(node(gpus=[])) == "none"
-    assert render.gpus(node()) == "-"
-
-
-def test_gpus_are_grouped_by_model_with_memory_in_use():
-    cards = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * GB, "memory_used_bytes": GB}
-             for i in range(8)]
-    assert render.gpus(node(gpus=cards)) == "8x H100 80GB HBM3 (8.0 GB / 640 GB used)"
-
-
 def test_a_cpu_without_avx2_is_flagged_and_the_warning_is_printed_under_the_table():
     n = node(cpu={"model": "QEMU Virtual CPU version 2.5+", "logical_cores": 4, "avx2": False},
              warnings=["CPU QEMU Virtual CPU version 2.5+ has no AVX2"])
-    table = render.nodes_table([n])
+    table = tables.nodes_table([n])
     assert "QEMU Virtual CPU version 2.5+ (4) NO AVX2!" in table
     assert table.splitlines()[-1] == "  node05: CPU QEMU Virtual CPU version 2.5+ has no AVX2"
 
 
-def test_shared_filesystems_are_shown_apart_from_local_disk():
-    n = node(filesystems=[
-        {"mountpoint": "/", "shared": False, "free_bytes": 50 * GB, "total_bytes": 200 * GB},
-        {"mountpoint": "/lustre", "shared": True, "free_bytes": 8000 * GB, "total_bytes": 10000 * GB},
-    ])
-    assert render.disk(n) == "50.0 GB free / 200 GB, shared 8.0 TB free / 10.0 TB"
-
-
-def test_a_filesystem_without_figures_is_unknown_not_empty():
-    assert render.disk(node(filesystems=[{"mountpoint": "/srv", "free_bytes": None, "total_bytes": None}])) == "-"
-    assert render.memory(node(memory_total_bytes=None, memory_available_bytes=5)) == "-"
-
-
 def test_a_node_that_is_not_ready_says_why():
-    table = render.nodes_table([node(state="lost", reason="no heartbeat for 130 s", seen_ago_s=130)])
+    table = tables.nodes_table([node(state="lost", reason="no heartbeat for 130 s", seen_ago_s=130)])
     assert "2m ago" in table
     assert "node05: lost: no heartbeat for 130 s" in table
 
 
 def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
-    table = render.replicas_table(from_wire(list[ReplicaView], [
+    table = tables.replicas_table(from_wire(list[ReplicaView], [
         {"model": "echo", "replica": "echo/0", "state": "ready", "nodes": ["node01"],
          "endpoint": "http://10.0.0.1:4000", "age_s": 190, "stale": True, "reason": None},
         {"model": "big", "replica": "big/0", "state": "pending", "nodes": [], "endpoint": None,
@@ -125,7 +73,7 @@ def test_replicas_show_their_reason_on_a_line_underneath_and_stale_flags():
 
 def test_a_failed_replica_shows_its_engines_last_lines_under_its_reason():
     tail = [f"line {i}" for i in range(1, 16)]
-    table = render.replicas_table(from_wire(list[ReplicaView], [
+    table = tables.replicas_table(from_wire(list[ReplicaView], [
         {"model": "echo", "replica": "echo/0", "state": "failed", "nodes": ["node01"],
          "reason": "node01: exited with code 2 (next try in 5 s)",
          "shards": [{"shard": "echo/0/0", "node": "node01", "state": "failed", "reason": "exited with code 2",
@@ -152,7 +100,7 @@ MULTI = {"model": "big", "replica": "big/0", "state": "starting", "nodes": ["nod
 
 
 def test_each_rank_of_a_multi_node_replica_has_a_line_with_its_node_state_age_and_what_it_waits_for():
-    table = render.replicas_table(from_wire(list[ReplicaView], [MULTI]))
+    table = tables.replicas_table(from_wire(list[ReplicaView], [MULTI]))
     assert table.splitlines()[2:] == [
         "    rank 0 node01 starting 12s: waiting for its rendezvous to accept connections",
         "    rank 1 node02 not started 12s: waiting for rank 0's rendezvous on node01",
@@ -168,7 +116,7 @@ def test_a_failed_rank_says_its_nodes_words_and_an_older_servers_ranks_show_dash
     # An older server sends neither rank nor age nor what a rank waits for.
     older = {**MULTI, "replica": "big/1", "shards": [{"shard": "big/1/0", "node": "node04", "state": "starting"},
                                                    {"shard": "big/1/1", "node": "node05", "state": "starting"}]}
-    lines = render.replicas_table(from_wire(list[ReplicaView], [failed, older])).splitlines()
+    lines = tables.replicas_table(from_wire(list[ReplicaView], [failed, older])).splitlines()
     assert lines[2:5] == ["    node02: killed by signal 9 (next try in 1 s)",
                           "    rank 0 node01 ready -", "    rank 1 node02 failed -: killed by signal 9"]
     assert lines[6:] == ["    rank - node04 starting -", "    rank - node05 starting -"]
@@ -176,7 +124,7 @@ def test_a_failed_rank_says_its_nodes_words_and_an_older_servers_ranks_show_dash
 
 def test_a_single_rank_replica_gets_no_rank_lines():
     one = {**MULTI, "shards": [{**MULTI["shards"][0], "waiting": "waiting for its health probe"}]}
-    assert len(render.replicas_table(from_wire(list[ReplicaView], [one])).splitlines()) == 2
+    assert len(tables.replicas_table(from_wire(list[ReplicaView], [one])).splitlines()) == 2
 
 
 def test_ctl_replicas_json_carries_each_ranks_node_state_age_and_wait(capsys):
@@ -185,7 +133,7 @@ def test_ctl_replicas_json_carries_each_ranks_node_state_age_and_wait(capsys):
 
     from llmgw.ctl.main import _print
 
-    _print(argparse.Namespace(json=True), from_wire(list[ReplicaView], [MULTI]), render.replicas_table)
+    _print(argparse.Namespace(json=True), from_wire(list[ReplicaView], [MULTI]), tables.replicas_table)
     (printed,) = json.loads(capsys.readouterr().out)
     assert [(s["rank"], s["node"], s["state"], s["age_s"], s["started"], s["waiting"]) for s in printed["shards"]] == [
         (0, "node01", "starting", 12, True, "waiting for its rendezvous to accept connections"),
@@ -195,7 +143,7 @@ def test_ctl_replicas_json_carries_each_ranks_node_state_age_and_wait(capsys):
 
 
 def test_status_counts_ready_against_desired():
-    text = render.status_text(from_wire(FleetStatus, {
+    text = tables.status_text(from_wire(FleetStatus, {
         "models": [{"model": "echo", "engine": "sim", "ready": 1, "desired": 2,
                     "states": {"ready": 1, "pending": 1}, "stale": 0}],
         "nodes": {"ready": 2, "lost": 1}}))
@@ -204,14 +152,14 @@ def test_status_counts_ready_against_desired():
 
 
 def test_a_figure_an_older_server_did_not_send_shows_as_a_dash():
-    text = render.status_text(from_wire(FleetStatus, {"models": [{"model": "echo"}]}))
+    text = tables.status_text(from_wire(FleetStatus, {"models": [{"model": "echo"}]}))
     assert text.splitlines()[1].split() == ["echo", "-", "-", "-", "-", "-"]
 
 
 def test_ctl_weights_lists_each_unwanted_file_and_says_how_to_collect_it():
     answer = from_wire(WeightsAnswer, {"unwanted": {"node05": [{"path": "/w/llmgw-x", "size_bytes": 5 * GB}]},
                                        "collected": None})
-    assert render.weights_text(answer).splitlines() == [
+    assert tables.weights_text(answer).splitlines() == [
         "node05  5.0 GB  /w/llmgw-x", "(llmgw ctl weights --collect asks the nodes to remove them)"]
 
 
@@ -220,51 +168,41 @@ def test_ctl_weights_counts_what_was_removed_and_prints_why_a_node_refused():
         "unwanted": {"node05": [{"path": "/w/a", "size_bytes": GB}, {"path": "/w/b", "size_bytes": GB}]},
         "collected": {"node05": {"removed": ["/w/a"], "refused": {"/w/b": "refused /w/b: in use"}}},
     })
-    assert render.weights_text(answer).splitlines()[2:] == [
+    assert tables.weights_text(answer).splitlines()[2:] == [
         "asked to remove 2 file(s) on 1 node(s): 1 removed", "  node05 refused: refused /w/b: in use"]
 
 
 def test_ctl_weights_says_so_when_nothing_is_unwanted():
-    assert render.weights_text(from_wire(WeightsAnswer, {"unwanted": {}})) == (
+    assert tables.weights_text(from_wire(WeightsAnswer, {"unwanted": {}})) == (
         "no node holds weights llmgw fetched that the catalog no longer wants")
 
 
-def test_the_seam_between_two_reads_of_a_log_is_where_the_new_lines_start():
-    assert render.new_lines_start([], ["a"]) == 0
-    assert render.new_lines_start(["a", "b", "c"], ["b", "c", "d"]) == 2  # the log moved on
-    assert render.new_lines_start(["a", "b"], ["a", "b"]) == 2
-    assert render.new_lines_start(["a", "b"], ["x", "y"]) is None
-    assert render.new_lines_start(["x", "x"], ["x", "x", "x"]) == 2
-
-
-def test_a_wider_second_read_shows_only_what_was_written_since():
-    log = [f"line {i}" for i in range(1000)]
-    # ctl logs -f reads -n lines, then a wider window: the first read is inside the second.
-    assert render.new_lines(log[800:900], log[500:903]) == log[900:903]
-    assert render.new_lines(log[800:900], log[500:900]) == []
-    # Repeated lines: the longest tail of the first read decides where the seam is.
-    repeats = ["start", "GET /metrics", "GET /metrics", "POST /v1/chat", "GET /metrics"]
-    assert render.new_lines(repeats[:4], repeats) == ["GET /metrics"]
-
-
 NOW = 1_800_000_000.0
+
+
 DAY = 86400.0
 
 
 def test_a_certificate_near_its_end_gets_a_line_saying_what_to_do_and_a_distant_one_none():
-    soon = render.nodes_table([node(certificate_not_after=NOW + 12 * DAY)], now=NOW)
+    soon = tables.nodes_table([node(certificate_not_after=NOW + 12 * DAY)], now=NOW)
     assert soon.splitlines()[-1] == (
         "  node05: its certificate expires in 12 days (2027-01-27): issue a new one with "
         "`llmgw pki issue DIR node05 --role node --force` where the CA is, and restart its agent")
-    gone = render.nodes_table([node(certificate_not_after=NOW - DAY)], now=NOW)
+    gone = tables.nodes_table([node(certificate_not_after=NOW - DAY)], now=NOW)
     assert "node05: its certificate expired on 2027-01-14" in gone
-    far = render.nodes_table([node(certificate_not_after=NOW + 300 * DAY)], now=NOW)
-    unknown = render.nodes_table([node()], now=NOW)
+    far = tables.nodes_table([node(certificate_not_after=NOW + 300 * DAY)], now=NOW)
+    unknown = tables.nodes_table([node()], now=NOW)
     assert len(far.splitlines()) == len(unknown.splitlines()) == 2
 
 
 def test_what_the_hub_refused_for_a_node_is_shown_under_the_table():
     sentence = ("node05 is already connected from 10.0.0.5:53122; a second agent with its certificate "
                 "from 10.0.0.9:40110 was refused: give each node its own certificate")
-    table = render.nodes_table([node(link_warnings=[sentence])], now=NOW)
+    table = tables.nodes_table([node(link_warnings=[sentence])], now=NOW)
     assert table.splitlines()[-1] == f"  node05: {sentence}"
+
+
+def test_ctl_reload_names_each_change_or_says_there_were_none():
+    assert tables.reload_text(ReloadAnswer(["models.echo.replicas: 1 -> 2", "admin.keys: 1 added"])) == (
+        "reloaded: models.echo.replicas: 1 -> 2; admin.keys: 1 added")
+    assert tables.reload_text(ReloadAnswer([])) == "reloaded: no changes"
