@@ -57,7 +57,7 @@ session is a socket in the server and in a worker), and sets server.yaml's
 ``link.max_connections`` (default 1,024) to N + 1,024.  Every process it
 starts is stopped by its pid, and its temporary directory removed.  Not a
 test: it prints figures and asserts nothing.  ``worker`` is the agents'
-process (``python bench/fleet.py worker --help``); tests/fleet runs it too.
+process (``python bench/fleet.py worker --help``); tests/control/test_fleet_200.py runs it too.
 """
 
 from __future__ import annotations
@@ -584,7 +584,7 @@ models:
 
 
 class Worker:
-    """One worker process of simulated agents, talked to over its stdin and stdout (tests/fleet uses it too)."""
+    """One worker process of simulated agents, talked to over its stdin and stdout (tests/control/test_fleet_200.py uses it too)."""
 
     def __init__(self, hub: str, pki: Path, first: int, count: int, interval: float, log: Path,
                  ramp: float | None = None, heartbeats: str = "frames", nice: int = 0):

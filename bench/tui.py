@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from llmgw.ctl.main import fewer_collections  # noqa: E402
 from llmgw.states import ReplicaState  # noqa: E402
-from llmgw.views import NODES_PAGE, NodeEvent, NodeView  # noqa: E402
+from llmgw.views import NODES_PAGE, NodeChange, NodeEvent, NodeView  # noqa: E402
 from llmgw.wire import from_wire, to_wire  # noqa: E402
 from llmgw.tui.app import DashboardApp  # noqa: E402
 from llmgw.tui.fake import FakeBackend, simulated_fleet  # noqa: E402
@@ -155,7 +155,7 @@ async def bench(n_nodes: int, n_replicas: int, size: tuple[int, int], repeat: in
 
         for i in range(repeat):
             node = app.store.nodes[nodes[i % n_nodes].id]
-            event = to_wire(NodeEvent("cordon", attrs.evolve(node, cordoned=not node.cordoned)))
+            event = to_wire(NodeEvent(NodeChange.CORDON, attrs.evolve(node, cordoned=not node.cordoned)))
             start = now()
             app.node_changed(from_wire(NodeEvent, event).node)
             app.flush()

@@ -9,7 +9,8 @@ of a reason.
 
 The machines that move between them live with their owner: a shard's
 lifecycle in ``llmgw.agent.lifecycle`` (the node runs it), a node's in
-``llmgw.control.fleet`` (the control plane decides it from heartbeats).
+``llmgw.control.nodemachine`` (the control plane decides it from heartbeats), and a
+replica slot's in ``llmgw.control.slot`` (the reconciler's).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from llmgw.control.fleet import Fleet
 from llmgw.control.weights import held_by_fabric
 from llmgw.records import Progress
 from llmgw.states import SHARD_ALIVE, EngineState, NodeState, ShardState
-from llmgw.views import ProgressEvent, ReplicaView
+from llmgw.views import EventKind, ProgressEvent, ReplicaView
 
 NODE_STATES = tuple(NodeState)
 # Every state a shard the fleet keeps can be in (a stopped one is forgotten).
@@ -290,8 +290,8 @@ class DownloadFailures(Collector):
         self._fleet = fleet
         self._failures: dict[tuple[str, str], int] = {}
 
-    def observe(self, kind: str, ident: str, event) -> None:
-        if kind != "progress" or not isinstance(event, ProgressEvent):
+    def observe(self, kind: EventKind, ident: str, event) -> None:
+        if kind is not EventKind.PROGRESS or not isinstance(event, ProgressEvent):
             return
         progress = event.progress
         if progress.final and progress.error is not None and event.node_id in self._fleet.nodes:
