@@ -16,10 +16,13 @@ import json
 import sys
 
 from llmgw.ctl.layout import Layout
-from llmgw.ctl.onboard import Run, _checked, _in_thread, _where, check_node_id
+from llmgw.ctl.main import decode
+from llmgw.ctl.onboard import Run, _checked, _in_thread, _where, check_node_id, fleet_node
 from llmgw.ctl.ssh import Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
+from llmgw.states import NodeState
+from llmgw.views import DrainAnswer
 
 
 async def cmd_offboard(session, args) -> int:
@@ -47,14 +50,16 @@ async def cmd_offboard(session, args) -> int:
         return f"node {args.node}'s certificate, serial {answer['serial']}, is the control plane's to revoke", None
 
     async def drain():
-        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
-        if nodes.get(args.node, {}).get("state") != "ready":
+        view = await fleet_node(session, args.node)
+        if view is None or view.state != NodeState.READY:
             return "not connected; nothing to drain", None
         try:
-            answer = await session.call(uris.CP_DRAIN, args.node)
+            answer = decode(DrainAnswer, await session.call(uris.CP_DRAIN, args.node), uris.CP_DRAIN)
         except ApplicationError as e:
             raise Refusal(f"drain: {e.args[0] if e.args else e.error}") from None
-        return f"cordoned, {len(answer.get('stopped', []))} shard(s) stopped", None
+        except LlmgwError as e:
+            raise Refusal(f"drain: {e}") from None
+        return f"cordoned, {len(answer.stopped or [])} shard(s) stopped", None
 
     async def remove():
         if args.unreachable:

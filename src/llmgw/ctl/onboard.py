@@ -32,9 +32,16 @@ from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STAT
 from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
+from llmgw.render import said
+from llmgw.states import NodeState
+from llmgw.views import NodeView
+from llmgw.wire import to_wire
 
 REGISTER_TIMEOUT_S = 120.0
+# How often the registering node's view is asked for (one node's: llmgw.cp.node).
 REGISTER_POLL_S = 0.5
+# What the hub answers a procedure nobody registered: a server older than the procedure.
+NO_SUCH_PROCEDURE = "wamp.error.no_such_procedure"
 # A certificate closer than this to its end is renewed by a re-run.
 RENEW_BEFORE = datetime.timedelta(days=30)
 
@@ -54,7 +61,7 @@ class Run:
     result: str | None = None
     reason: str | None = None
     started: float = attrs.Factory(time.monotonic)
-    node: dict | None = None
+    node: NodeView | None = None
 
     def say(self, text: str) -> None:
         print(f"{self.node_id or self.target}: {text}", file=self.out, flush=True)
@@ -76,7 +83,7 @@ class Run:
     def summary(self) -> dict:
         return {"host": self.target, "node": self.node_id, "result": self.result, "reason": self.reason,
                 "seconds": round(time.monotonic() - self.started, 3), "steps": self.steps,
-                "changed": self.changed, "view": self.node}
+                "changed": self.changed, "view": None if self.node is None else to_wire(self.node)}
 
 
 def _in_thread(function, *args, **kwargs):
@@ -113,18 +120,7 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     async def name():
         # Whose certificate the name holds beside the CA is known now, before the node is changed.
         await _sign(session, args, node_id, None)
-        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
-        if node_id in nodes and not holds and not args.replace:
-            other = nodes[node_id]
-            raise Refusal(f"the fleet already has a node {node_id} ({other.get('state')}, at "
-                          f"{other.get('address') or '-'}) and {run.target} does not hold its certificate; "
-                          f"choose another --name, or --replace to make {run.target} that node "
-                          "(its old certificate is revoked)")
-        if node_id not in nodes:
-            return "not in the fleet yet", None
-        if holds:
-            return "this node, again", None
-        return f"replacing {node_id} (--replace): its old certificate is revoked when this one is signed", None
+        return await name_in_fleet(session, node_id, run.target, holds, bool(args.replace)), None
 
     await run.step("name", name)
 
@@ -182,7 +178,7 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
 
     async def register():
         view = await _wait_registered(session, node_id, args.wait)
-        return f"registered, {view.get('state')}", view
+        return f"registered, {said(view.state)}", view
 
     run.node = await run.step("register", register)
     run.result = "onboarded" if run.changed else "unchanged"
@@ -220,17 +216,55 @@ async def _sign(session, args, node_id: str, request: str | None) -> dict | None
     return {**answer, "by": "control plane"}
 
 
-async def _wait_registered(session, node_id: str, timeout: float) -> dict:
+async def fleet_node(session, node_id: str) -> NodeView | None:
+    """*node_id*'s view as the control plane has it (``llmgw.cp.node``), None when the fleet has no such node.
+
+    One node's view, whatever the fleet's size: never the whole list, which
+    at ten thousand nodes does not fit a link message.
+    """
+    from autobahn.wamp.exception import ApplicationError
+
+    from llmgw.ctl.main import decode
+
+    try:
+        answer = await session.call(uris.CP_NODE, node_id)
+    except ApplicationError as e:
+        if e.error == NO_SUCH_PROCEDURE:
+            raise Refusal(f"the server has no {uris.CP_NODE}: it is older than this ctl (llmgw {__version__}); "
+                          "upgrade it, or onboard with the ctl of its version") from None
+        raise
+    try:
+        return None if answer is None else decode(NodeView, answer, uris.CP_NODE)
+    except LlmgwError as e:
+        raise Refusal(str(e)) from None
+
+
+async def name_in_fleet(session, node_id: str, target: str, holds: bool, replace: bool) -> str:
+    """Whether *node_id* may be *target*'s: a name the fleet has is refused unless *target* holds it or *replace*."""
+    other = await fleet_node(session, node_id)
+    if other is None:
+        return "not in the fleet yet"
+    if not holds and not replace:
+        raise Refusal(f"the fleet already has a node {node_id} ({said(other.state)}, at "
+                      f"{said(other.address or None)}) and {target} does not hold its certificate; "
+                      f"choose another --name, or --replace to make {target} that node "
+                      "(its old certificate is revoked)")
+    if holds:
+        return "this node, again"
+    return f"replacing {node_id} (--replace): its old certificate is revoked when this one is signed"
+
+
+async def _wait_registered(session, node_id: str, timeout: float) -> NodeView:
+    """*node_id*'s view once it is ready, asked for every ``REGISTER_POLL_S``; after *timeout* s, a Refusal."""
     from twisted.internet import reactor, task
 
     deadline = time.monotonic() + timeout
     while True:
-        nodes = {n["id"]: n for n in await session.call(uris.CP_NODES)}
-        view = nodes.get(node_id)
-        if view is not None and view.get("state") == "ready":
+        view = await fleet_node(session, node_id)
+        if view is not None and view.state == NodeState.READY:
             return view
-        if time.monotonic() > deadline:
-            seen = f"it is {view.get('state')}" if view else "it has not registered"
+        if time.monotonic() >= deadline:
+            seen = f"it is {said(view.state)}" if view else "it has not registered"
             raise Refusal(f"{node_id} started, but {seen} after {timeout:.0f} s; its log: "
                           f"`journalctl -u llmgw-agent` on the node, or `llmgw ctl logs {node_id}`")
         await task.deferLater(reactor, REGISTER_POLL_S, lambda: None)
@@ -340,10 +374,8 @@ async def cmd_onboard(session, args) -> int:
         print()
     else:
         from llmgw.ctl import tables
-        from llmgw.views import NodeView
-        from llmgw.wire import from_wire
 
-        shown = [from_wire(NodeView, r.node) for r in runs if r.node is not None and r.result != "unchanged"]
+        shown = [r.node for r in runs if r.node is not None and r.result != "unchanged"]
         if shown:
             print(tables.nodes_table(shown))
         if len(runs) > 1:
