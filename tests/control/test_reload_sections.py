@@ -15,7 +15,7 @@ from llmgw.config.server import load_server_config
 from llmgw.control.catalog import Catalog
 from llmgw.control.reload import reload_all
 from tests.control.test_reload import MODELS, NEW_KEY, OLD_KEY, server  # noqa: F401 (a fixture)
-from tests.onboard.test_identity import details
+from tests.ctl.test_identity import details
 from tests.support.cluster import cluster  # noqa: F401 (a fixture)
 
 

@@ -20,8 +20,8 @@ import pytest
 from llmgw.ctl import nodehost, nodeside
 from llmgw.ctl.layout import Layout, unit_text
 from llmgw.ctl.ssh import Refusal
-from tests.onboard.test_hostile_values import BAD_PATHS
-from tests.onboard.test_nodeside_links import AGENT, OTHER, untouched, victim
+from tests.ctl.test_hostile_values import BAD_PATHS
+from tests.ctl.test_nodeside_links import AGENT, OTHER, untouched, victim
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving directories away takes root")
 

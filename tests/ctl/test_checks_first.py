@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from tests.onboard.test_onboard import left_nothing, onboard, where
+from tests.ctl.test_onboard import left_nothing, onboard, where
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

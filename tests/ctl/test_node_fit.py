@@ -24,7 +24,7 @@ import pytest
 from llmgw.ctl import nodehost, nodeside
 from llmgw.ctl.layout import Layout, unit_text
 from llmgw.ctl.ssh import Refusal, Ssh
-from tests.onboard.test_onboard import left_nothing, onboard, refused
+from tests.ctl.test_onboard import left_nothing, onboard, refused
 from tests.support.procs import alive
 from tests.support.wait import wait_for
 

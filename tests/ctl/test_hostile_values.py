@@ -242,7 +242,7 @@ def test_over_ssh_a_hostile_python_is_said_back_and_never_run(nodes):
 @pytest.mark.sshd
 @pytest.mark.slow
 def test_a_nodes_answer_is_escaped_before_onboarding_prints_it(nodes):
-    from tests.onboard.test_onboard import fake_python
+    from tests.ctl.test_onboard import fake_python
 
     node = nodes.add("edge1")
     answer = ('{"hostname": "edge1", "python": "\\u001b]0;owned\\u0007/usr/bin/python3", '

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from llmgw.ctl.wheelhouse import read
-from tests.onboard.test_nodeinstall import evil_index, index_of
-from tests.onboard.test_onboard import left_nothing, onboard
-from tests.onboard.test_wheelhouse import flip
+from tests.ctl.test_nodeinstall import evil_index, index_of
+from tests.ctl.test_onboard import left_nothing, onboard
+from tests.ctl.test_wheelhouse import flip
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
