@@ -1,6 +1,6 @@
 """What a node reports of a shard it was granted: nothing around its endpoint, and the GPUs and engine granted.
 
-The link refuses such a report before the claims see it (tests/test_wire_text.py);
+The link refuses such a report before the claims see it (tests/test_wiretext.py);
 the claims hold the rule too, for whatever reaches them another way, and the
 plane answers a node that sends one with the field that is wrong.
 """
