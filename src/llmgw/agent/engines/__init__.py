@@ -2,6 +2,9 @@
 
 * :mod:`.install` — the ``Installer`` the agent runs: converges on the control
   plane's ``EnginePlan``, downloads, checks, unpacks, proves and marks each build;
+* :mod:`.buildlife` — a build's states (installing, installed, broken) and the table between them;
+* :mod:`.proving` — whether a llama.cpp build runs here: its libraries (OS packages installed when
+  the plan allows) and ``--version``;
 * :mod:`.downloads` — the release archives on their way: paced, under a deadline, checked against
   their sha256, given up when the plan moves on;
 * :mod:`.pip` — a vLLM/SGLang build: a given interpreter probed, or a venv of the node's own;

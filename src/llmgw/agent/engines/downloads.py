@@ -23,9 +23,9 @@ from typing import Callable
 
 from llmgw.agent.weights import Fetcher, cache_name, partial_name
 from llmgw.config.agent import InstallLimits
-from llmgw.records import Progress
+from llmgw.records import EngineBuild, Progress
 
-from . import layout
+from . import assets, layout
 from .layout import Unusable
 
 _WHERE = "agent.yaml's installs"
@@ -91,6 +91,16 @@ class Downloads:
             size = _mb(report.bytes_done) + (f"/{_mb(report.bytes_total)}" if report.bytes_total else "")
             self._status(owner, f"downloading {report.file_name} {size} MB")
         self._progress(report)
+
+
+def names_for(wants: EngineBuild, platform: assets.Platform) -> list[str]:
+    """The file names a llama.cpp build's archives for *platform* download under, whole or partial."""
+    try:
+        asset = assets.llama_cpp_asset(wants.version or "", platform, available=wants.sha256)
+    except assets.NoAsset:
+        return []
+    urls = [f"{wants.base_url}{wants.version}/{n}" for n in (asset.name, *asset.extras)]
+    return [name for url in urls for name in (cache_name(url), partial_name(url))]
 
 
 def _mb(n: int | None) -> str:

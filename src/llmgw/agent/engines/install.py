@@ -21,7 +21,8 @@ upgrade can remove a library): broken then, it is reported broken with the
 reason, and installed again once the check passes.  A version on disk that
 the plan no longer names is removed, unless ``in_use()`` says a shard runs
 it; that is asked again at each converge and recheck.  What the node reports
-is ``entries()``: one ``EngineInfo`` per build, origin ``server.yaml``.
+is ``entries()``: one ``EngineInfo`` per build, origin ``server.yaml``.  A
+build's state moves only by :mod:`.buildlife`'s table.
 """
 
 from __future__ import annotations
@@ -39,16 +40,17 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from llmgw.agent.engines import archive, assets, ospackages
-from llmgw.agent.weights import FetchError, cache_name, partial_name
+from llmgw.agent.weights import FetchError, cache_name
 from llmgw.config.agent import InstallLimits
-from llmgw.engines.base import ProbeFailed, missing_libraries, run_probe
-from llmgw.engines.llamacpp import BINARY, _parse_version
+from llmgw.engines.llamacpp import BINARY
 from llmgw.records import EngineBuild, EngineInfo, EnginePlan, Progress
 from llmgw.states import EngineState
 
-from . import layout, pip
+from . import downloads, layout, pip
+from .buildlife import BuildInput, BuildLifecycle
 from .downloads import Downloads
 from .layout import DOWNLOADS, MARKER, Unusable
+from .proving import TAG, LlamaCppProof
 
 __all__ = ["DOWNLOADS", "MARKER", "Installer", "Unusable"]
 
@@ -56,7 +58,6 @@ log = Logger()
 
 LLAMA_CPP = "llama.cpp"
 ORIGIN = "server.yaml"
-_TAG = re.compile(r"b\d+")
 _DETECT = ...
 
 _REFUSALS = (Unusable, FetchError, archive.UnsafeArchive, assets.NoAsset, ospackages.OSPackagesFailed)
@@ -68,12 +69,16 @@ class _Build:
 
     name: str
     version: str | None
-    state: EngineState
+    life: BuildLifecycle
     reason: str | None = None
     path: str | None = None  # what runs it: llama-server, or the Python
     directory: Path | None = None  # None: a python: build, used where it is
     wants: EngineBuild | None = None  # the plan's build this one is, if any
     note: str | None = None  # the reason an installed build carries (a CPU build on a GPU node)
+
+    @property
+    def state(self) -> EngineState:
+        return self.life.state
 
     def info(self) -> EngineInfo:
         return EngineInfo(self.name, self.version, self.path, self.state, self.reason, ORIGIN)
@@ -105,10 +110,10 @@ class Installer:
         self._manager = ospackages.package_manager() if os_packages_manager is _DETECT else os_packages_manager
         self._python = python
         self._interval_s = progress_interval_s
-        self._probe_timeout_s, self._ldd_timeout_s = probe_timeout_s, ldd_timeout_s
-        self._os_timeout_s, self._venv_timeout_s, self._pip_timeout_s = os_packages_timeout_s, venv_timeout_s, pip_timeout_s
+        self._probe_timeout_s, self._venv_timeout_s, self._pip_timeout_s = probe_timeout_s, venv_timeout_s, pip_timeout_s
+        self._proof = LlamaCppProof(self._in_thread, self._manager, probe_timeout_s, ldd_timeout_s, os_packages_timeout_s)
         self._downloads = Downloads(reactor, self._clock, self.root / DOWNLOADS, limits=limits, progress=progress,
-                                    status=lambda b, text: self._set(b, EngineState.INSTALLING, text),
+                                    status=lambda b, text: self._set(b, BuildInput.STEP, text),
                                     max_bytes=max_download_bytes, connect_timeout_s=connect_timeout_s,
                                     stall_timeout_s=stall_timeout_s, progress_interval_s=progress_interval_s)
         self._plan: EnginePlan | None = None  # None until the control plane has said
@@ -195,8 +200,8 @@ class Installer:
         if current is not None and current.wants == build and build.name in self._workers:
             return  # being attempted now; asking again must not queue a second attempt
         if current is None or current.wants != build:
-            self._current[build.name] = _Build(build.name, build.version, EngineState.INSTALLING,
-                                               "waiting to install", wants=build)
+            self._current[build.name] = _Build(build.name, build.version, BuildLifecycle(), "waiting to install",
+                                               wants=build)
         self._pending.add(build.name)
         if build.name not in self._workers:
             worker = defer.Deferred.fromCoroutine(self._work(build.name))
@@ -231,7 +236,7 @@ class Installer:
     async def _attempt(self, build: _Build) -> None:
         wants = build.wants
         assert wants is not None
-        self._set(build, EngineState.INSTALLING, "waiting to install")
+        self._set(build, BuildInput.ATTEMPT, "waiting to install")
         try:
             if wants.name == LLAMA_CPP:
                 done = await self._install_llama_cpp(build, wants)
@@ -246,17 +251,18 @@ class Installer:
                 raise Unusable(f"this llmgw cannot install {wants.name}; it installs llama.cpp, vllm and sglang")
         except _REFUSALS as e:
             log.warn("{name} {version} not installed: {reason}", name=wants.name, version=wants.version, reason=e)
-            return self._set(build, EngineState.BROKEN, str(e))
+            return self._set(build, BuildInput.REFUSED, str(e))
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             reason = f"{where}{e.strerror or e}; check the space and permissions of {self.root}"
             log.warn("{name} {version} not installed: {reason}", name=wants.name, version=wants.version, reason=reason)
-            return self._set(build, EngineState.BROKEN, reason)
+            return self._set(build, BuildInput.REFUSED, reason)
         except defer.CancelledError:
             raise
         except Exception as e:
             log.failure("installing {name} {version}", name=wants.name, version=wants.version)
-            return self._set(build, EngineState.BROKEN, f"installing failed unexpectedly ({e!r}); see the agent's log")
+            return self._set(build, BuildInput.REFUSED, f"installing failed unexpectedly ({e!r}); see the agent's log")
+        # Proven: a record of its own, begun installed, takes the attempt's place.
         if self._current.get(wants.name) is build:
             self._current[wants.name] = done
         else:
@@ -282,13 +288,13 @@ class Installer:
             # Every archive is checked before any is unpacked.
             downloaded = [await self._downloads.fetch(build, f"{wants.base_url}{tag}/{name}", name,
                                                       wants.sha256[name].lower(), self._in_thread) for name in names]
-            self._set(build, EngineState.INSTALLING, f"unpacking {asset.name}")
+            self._set(build, BuildInput.STEP, f"unpacking {asset.name}")
             await self._in_thread(archive.extract, downloaded[0], temp)
             binary = layout.find_binary(temp, asset.name)
             for name, path in zip(names[1:], downloaded[1:]):
-                self._set(build, EngineState.INSTALLING, f"unpacking {name}")
+                self._set(build, BuildInput.STEP, f"unpacking {name}")
                 await self._in_thread(layout.merge_extra, path, binary.parent)
-            self._set(build, EngineState.INSTALLING, f"checking {BINARY} (ldd, --version)")
+            self._set(build, BuildInput.STEP, f"checking {BINARY} (ldd, --version)")
             version, ran = await self._check_llama_cpp(build, str(binary), tag)
             # What an operator should know of a build that runs: the CPU build on a GPU node, the packages installed.
             note = "; ".join(n for n in (asset.note, ran) if n) or None
@@ -303,54 +309,25 @@ class Installer:
             await self._in_thread(layout.remove_download, self._downloads.directory,
                                   cache_name(f"{wants.base_url}{tag}/{name}"))
         log.info("llama.cpp {version} installed in {final}", version=version, final=final)
-        return self._record(_Build(LLAMA_CPP, version, EngineState.INSTALLED, note, str(final / relative), final,
-                                   wants, note))
+        return self._record(_Build(LLAMA_CPP, version, _installed(), note, str(final / relative), final, wants, note))
 
     async def _check_llama_cpp(self, build: _Build, binary: str, tag: str) -> tuple[str, str | None]:
-        """The version *binary* reports (the tag when it names no build) and a note; Unusable when it does not run."""
-        note = await self._libraries(build, binary)
-        try:
-            output = await self._in_thread(run_probe, [binary, "--version"], self._probe_timeout_s)
-        except ProbeFailed as e:
-            missing = await self._in_thread(missing_libraries, binary, e.output, self._ldd_timeout_s)
-            if missing:
-                raise Unusable(ospackages.advice(missing, self._manager)) from None
-            raise Unusable(f"{binary} --version failed: {e}") from None
-        info, _ = _parse_version(binary, output)
-        if info.version is not None and _TAG.fullmatch(info.version) and info.version != tag:
-            raise Unusable(f"the archive for {tag} holds {BINARY} {info.version}")
-        # No build number (a build from outside git): the pinned sha256 is what ties it to the tag.
-        return tag, note
-
-    async def _libraries(self, build: _Build, binary: str) -> str | None:
-        """Nothing when ldd finds every library; the OS packages run when the plan allows; else Unusable."""
-        missing = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
-        if not missing:
-            return None
-        packages = ospackages.packages_for(missing, self._manager) if self._manager else {}
-        known = sorted({p for p in packages.values() if p})
-        allowed = self._plan is not None and self._plan.install_os_packages
-        if not (allowed and self._manager and known):
-            raise Unusable(ospackages.advice(missing, self._manager))
-        self._set(build, EngineState.INSTALLING, f"installing OS packages {', '.join(known)}")
-        command = await self._in_thread(ospackages.install, known, self._manager, timeout_s=self._os_timeout_s)
-        log.info("installed OS packages for {binary}: {command}", binary=binary, command=command)
-        still = await self._in_thread(missing_libraries, binary, "", self._ldd_timeout_s)
-        if still:
-            raise Unusable(f"{ospackages.advice(still, self._manager)} (after running {command})")
-        return f"ran {command}"
+        """The version *binary* reports and a note (:mod:`.proving`); Unusable when it does not run."""
+        allowed = lambda: self._plan is not None and self._plan.install_os_packages  # noqa: E731
+        return await self._proof.check(binary, tag, allowed=allowed,
+                                       repairing=lambda text: self._set(build, BuildInput.REPAIR, text))
 
     async def _probe_python(self, build: _Build, wants: EngineBuild) -> _Build:
         python = wants.python or ""
-        self._set(build, EngineState.INSTALLING, f"probing {python}")
+        self._set(build, BuildInput.STEP, f"probing {python}")
         version = await self._in_thread(pip.probe, python, wants.name, self._probe_timeout_s)
         pip.check_version(wants, python, version)
-        return _Build(wants.name, version, EngineState.INSTALLED, None, python, None, wants)
+        return _Build(wants.name, version, _installed(), None, python, None, wants)
 
     async def _install_pip(self, build: _Build, wants: EngineBuild) -> _Build:
         directory = self._directory(wants)
         await self._in_thread(shutil.rmtree, directory, True)  # a leftover without its marker
-        self._set(build, EngineState.INSTALLING, f"pip install {wants.pip}")
+        self._set(build, BuildInput.STEP, f"pip install {wants.pip}")
         try:
             installing = self._stoppable[build] = defer.Deferred.fromCoroutine(pip.install_venv(
                 self._reactor, self._clock, directory, wants, python=self._python, progress=self._progress,
@@ -364,7 +341,7 @@ class Installer:
                 raise Unusable(f"the plan changed while pip installed {wants.pip}; it was stopped") from None
             finally:
                 self._stoppable.pop(build, None)
-            self._set(build, EngineState.INSTALLING, f"probing {python}")
+            self._set(build, BuildInput.STEP, f"probing {python}")
             version = await self._in_thread(pip.probe, python, wants.name, self._probe_timeout_s)
             pip.check_version(wants, python, version)
             marker = {"version": version, "path": python, "sha256": None, "pip": wants.pip,
@@ -374,7 +351,7 @@ class Installer:
             await self._in_thread(shutil.rmtree, directory, True)
             raise
         log.info("{name} {version} installed in {directory}", name=wants.name, version=version, directory=directory)
-        return self._record(_Build(wants.name, version, EngineState.INSTALLED, None, python, directory, wants))
+        return self._record(_Build(wants.name, version, _installed(), None, python, directory, wants))
 
     # -- checking again, removing --------------------------------------------
 
@@ -407,11 +384,11 @@ class Installer:
                 if build.state is not EngineState.BROKEN:
                     log.warn("{name} {version} does not run any more: {reason}", name=build.name,
                              version=build.version, reason=e)
-                self._set(build, EngineState.BROKEN, str(e))
+                self._set(build, BuildInput.FAILS, str(e))
                 continue
             if build.state is EngineState.BROKEN:
                 log.info("{name} {version} runs again", name=build.name, version=build.version)
-            self._set(build, EngineState.INSTALLED, reason or build.note)
+            self._set(build, BuildInput.RUNS, reason or build.note)
         self._remove_unwanted()
         for wants in self._plan_builds():
             current = self._current.get(wants.name)
@@ -462,24 +439,16 @@ class Installer:
                 continue
             self._in_thread(shutil.rmtree, going, True)
         keep = {name for b in self._plan.builds if b.name == LLAMA_CPP and b.version and b.base_url
-                for name in self._download_names(b)}
+                for name in downloads.names_for(b, self._platform)}
         keep |= self._downloads.names()
         self._in_thread(layout.prune_downloads, self._downloads.directory, keep).addErrback(
             lambda f: log.failure("pruning {directory}", f, directory=self._downloads.directory))
-
-    def _download_names(self, wants: EngineBuild) -> list[str]:
-        try:
-            asset = assets.llama_cpp_asset(wants.version or "", self._platform, available=wants.sha256)
-        except assets.NoAsset:
-            return []
-        urls = [f"{wants.base_url}{wants.version}/{n}" for n in (asset.name, *asset.extras)]
-        return [name for url in urls for name in (cache_name(url), partial_name(url))]
 
     # -- state -----------------------------------------------------------------
 
     def _directory(self, build: EngineBuild) -> Path | None:
         if build.name == LLAMA_CPP:
-            return self.root / LLAMA_CPP / build.version if _TAG.fullmatch(build.version or "") else None
+            return self.root / LLAMA_CPP / build.version if TAG.fullmatch(build.version or "") else None
         if build.name in pip.MODULES and build.pip and not build.python:
             return self.root / build.name / pip.venv_key(build)
         return None
@@ -489,9 +458,11 @@ class Installer:
         self._disk[build.directory] = build
         return build
 
-    def _set(self, build: _Build, state: EngineState, reason: str | None) -> None:
-        build.state, build.reason = state, reason
-        self._touch()
+    def _set(self, build: _Build, event: BuildInput, reason: str | None) -> None:
+        """Move *build* on by *event*, saying *reason*; nothing changes when its state ignores *event*."""
+        if build.life.fire(event) is not None:
+            build.reason = reason
+            self._touch()
 
     def _touch(self) -> None:
         now = self.entries()
@@ -506,21 +477,15 @@ class Installer:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), fn, *args, **kw)
 
     def _read_disk(self) -> None:
-        for name in (LLAMA_CPP, *pip.MODULES):
-            folder = self.root / name
-            try:
-                children = sorted(folder.iterdir())
-            except FileNotFoundError:
-                continue
-            for child in children:
-                marker = layout.read_marker(child)
-                if marker is None:
-                    log.info("removing {child}: an install that did not finish", child=child)
-                    layout.remove_install(child)
-                    continue
-                note = marker.get("note") if isinstance(marker.get("note"), str) else None
-                self._disk[child] = _Build(name, marker.get("version"), EngineState.INSTALLED, note,
-                                           marker.get("path"), child, note=note)
+        for name, folder, marker in layout.read_installs(self.root, (LLAMA_CPP, *pip.MODULES)):
+            note = marker.get("note") if isinstance(marker.get("note"), str) else None
+            self._disk[folder] = _Build(name, marker.get("version"), _installed(), note, marker.get("path"), folder,
+                                        note=note)
+
+
+def _installed() -> BuildLifecycle:
+    """The life of a build proven by its install, or found on disk with its marker."""
+    return BuildLifecycle(EngineState.INSTALLED)
 
 
 def _version_key(version: str | None) -> tuple:

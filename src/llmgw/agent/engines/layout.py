@@ -14,10 +14,15 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Iterable
+
+from twisted.logger import Logger
 
 from llmgw.agent.engines import archive
 from llmgw.durable import write_file
 from llmgw.engines.llamacpp import BINARY
+
+log = Logger()
 
 MARKER = ".llmgw-installed"
 DOWNLOADS = ".downloads"
@@ -94,6 +99,24 @@ def read_marker(directory: Path) -> dict | None:
     if not isinstance(marker, dict) or not isinstance(marker.get("path"), str):
         return None
     return marker
+
+
+def read_installs(root: Path, names: Iterable[str]) -> list[tuple[str, Path, dict]]:
+    """Every marked install under ``<root>/<name>/``, as (name, folder, marker); a folder without its marker is removed."""
+    found = []
+    for name in names:
+        try:
+            children = sorted((root / name).iterdir())
+        except FileNotFoundError:
+            continue
+        for child in children:
+            marker = read_marker(child)
+            if marker is None:
+                log.info("removing {child}: an install that did not finish", child=child)
+                remove_install(child)
+            else:
+                found.append((name, child, marker))
+    return found
 
 
 def remove_install(directory: Path) -> None:
