@@ -20,14 +20,20 @@ import psutil
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
+from twisted.internet.task import Clock
 
 from llmgw.agent import ports
 from llmgw.agent.procs import MARK_STATE_DIR
+from llmgw.agent.service import Agent
 from llmgw.agent.supervisor import Supervisor
+from llmgw.config import load_agent_config
 from llmgw.engines.sim import Sim
+from llmgw.huburl import HubAddress
 from llmgw.records import ShardSpec
 from tests.support.net import free_port
 from tests.support.wait import until
+
+from .installs import StandInInstaller
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 HOST = "127.0.0.1"
@@ -152,10 +158,10 @@ class Scripted(random.Random):
 
 
 def test_a_port_found_bound_or_held_by_the_nodes_engines_is_passed_over():
+    held, free = free_port(), free_port()
     with socket.create_server((HOST, 0)) as listener:
         bound = listener.getsockname()[1]
-        ports_ = range(1024, 65536)
-        assert ports.unbound_port(HOST, ports_, {4000}, draw=Scripted(bound, 4000, 4001)) == 4001
+        assert ports.unbound_port(HOST, range(1024, 65536), {held}, draw=Scripted(bound, held, free)) == free
 
 
 def test_a_range_with_no_port_left_says_which_and_what_to_do():
@@ -166,9 +172,9 @@ def test_a_range_with_no_port_left_says_which_and_what_to_do():
 
 
 def test_the_default_rendezvous_port_is_kept_unless_an_engine_of_this_node_holds_it():
-    default = free_port()
+    default, other = free_port(), free_port()
     assert ports.rendezvous_port(HOST, default) == default
-    assert ports.rendezvous_port(HOST, default, range(default, default + 2), {default}) == default + 1
+    assert ports.rendezvous_port(HOST, default, range(other, other + 1), {default}) == other
 
 
 def proc_dir(tmp_path: Path, local: str, reserved: str = "") -> Path:
@@ -192,3 +198,15 @@ def test_engine_ports_in_the_ephemeral_range_are_warned_of_unless_reserved(tmp_p
 def test_a_node_whose_proc_cannot_be_read_is_taken_to_have_linuxs_defaults(tmp_path):
     assert ports.ephemeral_ports(tmp_path / "absent") == range(32768, 61000)
     assert ports.reserved_ports(tmp_path / "absent") == set()
+
+
+def test_the_agent_draws_its_engines_ports_from_agent_yamls_engine_ports(tmp_path):
+    for name in ("ca.crt", "node.crt", "node.key"):
+        (tmp_path / name).write_text("")
+    port = free_port()
+    (tmp_path / "agent.yaml").write_text(
+        'hub: "wss://127.0.0.1:1/"\ntls: {ca: ca.crt, cert: node.crt, key: node.key}\n'
+        f"state_dir: {tmp_path / 'state'}\nweights_dirs: [{tmp_path / 'weights'}]\nengine_ports: {port}-{port}\n")
+    agent = Agent(Clock(), load_agent_config(tmp_path / "agent.yaml"), "node01",
+                  HubAddress("wss://127.0.0.1:1/", "127.0.0.1", 1), platform="linux x86_64", installer=StandInInstaller)
+    assert agent.supervisor.rendezvous_port(None) == port
