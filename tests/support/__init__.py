@@ -1,11 +1,15 @@
 """What every test directory shares; import it as ``tests.support.<module>``.
 
 - ``wait``: waiting on a positive condition, named, with a deadline, from a
-  plain test (``wait_for``), a reactor test (``until``) or an asyncio test
-  (``until_async``).
+  plain test (``wait_for``), a reactor test (``until``; ``until_awaited`` when
+  looking must itself wait, as for a page) or an asyncio test (``until_async``).
 - ``net``: free ports, and just enough HTTP/1.1 over raw sockets.
 - ``sim``: the simulator as a real process, and its fixtures.
 - ``cluster``: a real server, agents and ``llmgw ctl`` on 127.0.0.1.
 - ``modelfile``: one model file served over HTTP from a thread, with a gate
   that holds the download open part-way until the test has looked.
+- ``hfmirror``: a Hugging Face hub mirror as a real process, holding a
+  download open the same way.
+- ``reportedfleet``: a fleet of two nodes as real agents report them, with
+  its ``clock`` and ``fleet`` fixtures, for the collector and admin tests.
 """
