@@ -10,7 +10,8 @@ of a reason.
 The machines that move between them live with their owner: a shard's
 lifecycle in ``llmgw.agent.lifecycle`` (the node runs it), a node's in
 ``llmgw.control.nodemachine`` (the control plane decides it from heartbeats), and a
-replica slot's in ``llmgw.control.slot`` (the reconciler's).
+replica slot's in ``llmgw.control.slot`` (the reconciler's); an engine build's
+in ``llmgw.agent.engines.buildlife``.
 """
 
 from __future__ import annotations

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-# An agent gives each engine a port the kernel picks (ephemeral, far above
-# this); the ports below are system services, never an engine llmgw started.
+# An agent gives each engine a port from agent.yaml's engine_ports (12000-19999
+# by default, far above this); the ports below are system services, never an
+# engine llmgw started.
 MIN_ENGINE_PORT = 1024
 # Refusals logged once per (node, shard), within each node's budget of lines
 # (lograte); this many pairs are remembered.
