@@ -19,6 +19,8 @@ from autobahn.wamp import message
 from autobahn.wamp.exception import ProtocolError
 from autobahn.wamp.serializer import JsonSerializer
 
+from llmgw.link.ids import MAX_ID
+
 ERROR_INVALID_URI = "wamp.error.invalid_uri"
 ERROR_INVALID_ARGUMENT = "wamp.error.invalid_argument"
 
@@ -38,7 +40,6 @@ _ANSWERED = {
     message.Unsubscribe.MESSAGE_TYPE: None,
     message.Unregister.MESSAGE_TYPE: None,
 }
-_MAX_ID = 2**53
 _URI_SHOWN = 100
 
 
@@ -81,7 +82,7 @@ def decode(payload: bytes, is_binary: bool, max_depth: int):
     klass = JsonSerializer.MESSAGE_TYPE_MAP.get(kind)
     if klass is None:
         raise Violation(f"no WAMP message has type {kind}")
-    request = raw[1] if len(raw) > 1 and _is_int(raw[1]) and 0 <= raw[1] <= _MAX_ID else None
+    request = raw[1] if len(raw) > 1 and _is_int(raw[1]) and 0 <= raw[1] <= MAX_ID else None
     # Nothing nests deeper than it has brackets: most messages (every
     # heartbeat) have too few to need the walk.
     depth = 0 if payload.count(b"[") + payload.count(b"{") <= max_depth else nesting(raw, max_depth)
