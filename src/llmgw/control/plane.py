@@ -31,7 +31,7 @@ from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, EnginePlan, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
 from llmgw.states import NodeState, ShardState
-from llmgw.views import CordonAnswer, DrainAnswer, EndpointTable, FleetStatus, ReloadAnswer, WeightsAnswer
+from llmgw.views import CordonAnswer, DrainAnswer, EndpointTable, EventKind, FleetStatus, ReloadAnswer, WeightsAnswer
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -140,12 +140,12 @@ class ControlSession(ApplicationSession):
             self._publish_heard()
         log.info("control plane attached to the hub")
 
-    def _emit(self, kind: str, ident: str, event) -> None:
+    def _emit(self, kind: EventKind, ident: str, event) -> None:
         for listener in self.event_listeners:
             listener(kind, ident, event)
         if self.is_attached():
             self.publish(uris.EVENT_PREFIX + kind, ident, to_wire(event))
-            if kind == "shard" and self._table_soon is None:
+            if kind is EventKind.SHARD and self._table_soon is None:
                 # Coalesced: every shard change of one turn, one table.
                 self._table_soon = self._clock.callLater(0, self._publish_soon)
 
