@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmgw import render
-from llmgw.views import CordonAnswer, DrainAnswer, NodeView
+from llmgw.answers import CordonAnswer, DrainAnswer
+from llmgw.views import NodeView
 from llmgw.wire import from_wire
 
 GB = 1_000_000_000

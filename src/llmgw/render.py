@@ -17,10 +17,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from llmgw.answers import CordonAnswer, DrainAnswer
 from llmgw.records import EngineInfo, Progress
 from llmgw.states import EngineState, ShardState
 from llmgw.text import printable
-from llmgw.views import CordonAnswer, DrainAnswer, NodeBrief, NodeView, ReplicaView, Space
+from llmgw.views import NodeBrief, NodeView, ReplicaView, Space
 
 DASH = "-"
 

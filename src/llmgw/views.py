@@ -9,6 +9,9 @@ does not know are ignored (a newer server) and keys it is not sent stay
 A state is a member of ``llmgw.states`` when it is one this code knows, and
 the string as it was sent when it is not (a newer server's), so one new state
 does not make a whole answer unreadable.
+
+What the control plane answers a command (cordon, drain, reload, logs,
+weights, onboarding's) is not a view of the fleet: it is in ``llmgw.answers``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ from typing import Callable
 import attrs
 
 from llmgw.records import (
-    CPU, GPU, IDENT, PROSE, TIME, CollectResult, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus,
-    WeightsFile, WeightsReport,
+    CPU, GPU, IDENT, TIME, EngineInfo, Filesystem, IBAdapter, Inventory, Progress, ShardStatus, WeightsReport,
 )
 from llmgw.states import NodeState, ReplicaState, ShardState
-from llmgw.wire import Text, field
+from llmgw.wire import field
 
 #: The inventory's facts a node view carries, flattened beside the node's own
 #: fields; the view's id and cordon are the fleet's, its shards have their own views.
@@ -286,74 +288,6 @@ class EndpointTable:
 
     endpoints: list[EndpointEntry] = attrs.Factory(list)
     unavailable: dict[str, str] = attrs.Factory(dict)
-
-
-@attrs.frozen
-class WeightsAnswer:
-    """``llmgw.cp.weights`` (``ctl weights``): what llmgw fetched that no model wants, per node.
-
-    ``collected`` is None when nobody was asked to remove anything, and then
-    says per node asked what it removed and what it refused.
-    """
-
-    unwanted: dict[str, list[WeightsFile]] = attrs.Factory(dict)
-    collected: dict[str, CollectResult] | None = None
-
-
-#: The most shards one node holds, as its inventory may list them: what a drain can stop.
-NODE_SHARDS = 1024
-#: The most changes one reload names.
-RELOAD_CHANGES = 100_000
-
-
-@attrs.frozen
-class CordonAnswer:
-    """``llmgw.cp.cordon`` and ``uncordon``: the node, now cordoned or not (ctl, the dashboard and the admin page)."""
-
-    node: str = field(chars=IDENT)
-    cordoned: bool
-
-
-@attrs.frozen
-class DrainAnswer:
-    """``llmgw.cp.drain``: the node, cordoned, and the shards it was asked to stop, which are placed elsewhere.
-
-    ``stopped`` is None when the server did not say (never the case so far),
-    and an empty list when the node ran none.
-    """
-
-    node: str = field(chars=IDENT)
-    cordoned: bool
-    stopped: list[str] | None = field(None, chars=IDENT, items=NODE_SHARDS)
-
-
-@attrs.frozen
-class ReloadAnswer:
-    """``llmgw.cp.reload`` (``ctl reload``): each change the reload applied, in words; a refusal is the call's error."""
-
-    changes: list[str] = field(factory=list, chars=PROSE, items=RELOAD_CHANGES, text=Text.PROSE)
-
-
-#: The most lines ``llmgw.cp.logs`` relays: the agent's own cap on ``n``.
-LOG_LINES = 10_000
-#: A node's log sources: the agent's own and one per shard it runs.
-LOG_SOURCES = 1024
-
-
-@attrs.frozen
-class LogsAnswer:
-    """``llmgw.cp.logs`` (``ctl logs``, the dashboard's and the admin page's log): a node's last lines, as it sent them.
-
-    The control plane checks a node's answer against this before it relays
-    it: a line longer than ``PROSE`` characters is cut, more than
-    ``LOG_LINES`` lines keep the last ones, and a source that is not a
-    name refuses the whole answer, naming the node.
-    """
-
-    node: str = field(chars=IDENT)
-    source: str = field(chars=IDENT)
-    sources: list[str] = field(factory=list, chars=IDENT, items=LOG_SOURCES)
-    lines: list[str] = field(factory=list, chars=PROSE, items=LOG_LINES, text=Text.PROSE)
 
 
 class EventKind(enum.StrEnum):

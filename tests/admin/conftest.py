@@ -27,10 +27,10 @@ from zope.interface import implementer
 
 from llmgw.admin.site import AdminPage, SourceError
 from llmgw.admin.web import admin_site
+from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminKey, AdminSettings
 from llmgw.control.fleet import Fleet
 from llmgw.records import ShardSpec, ShardStatus
-from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer
 from tests.support import reportedfleet
 from tests.support.reportedfleet import gpu_node, quiet_node
 from tests.support import cluster as processes

@@ -14,6 +14,7 @@ from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
+from llmgw.answers import WeightsAnswer
 from llmgw.config.catalog import Model, Profile
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet
@@ -21,8 +22,9 @@ from llmgw.control.plane import ControlSession
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.records import CollectResult, Inventory, ShardSpec, ShardStatus, WeightsFile, WeightsReport
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR, ROLE_ROUTER
 from llmgw.states import NodeState
-from llmgw.views import EndpointEntry, EndpointTable, WeightsAnswer
+from llmgw.views import EndpointEntry, EndpointTable
 from llmgw.weightnames import cache_name
 from llmgw.wire import from_wire, to_wire
 from tests.link.conftest import Joined
@@ -54,7 +56,7 @@ async def plane(clock):
 
 @pytest_twisted.ensureDeferred
 async def test_a_node_registers_under_its_own_name_whatever_the_payload_says(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     result = await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node99", memory_total_bytes=8)))
     assert result == {"node_id": "node01"}
     assert list(plane.fleet.nodes) == ["node01"]
@@ -66,14 +68,14 @@ async def test_a_node_session_joining_counts_as_an_arrival_before_it_registers(p
     """The hub's on_join for a node moves the fleet's last arrival (what a restart's settling waits on); others' do not."""
     assert plane.fleet.last_arrival is None
     clock.advance(7)
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
     await alice.call(uris.CP_STATUS)  # answered after the control plane has had the hub's on_join for alice
     assert plane.fleet.last_arrival is None
-    await plane.attach("node01", uris.ROLE_NODE)
+    await plane.attach("node01", ROLE_NODE)
     await until(lambda: plane.fleet.last_arrival == 7.0, "node01's join counted")
     assert plane.fleet.nodes == {}
     clock.advance(3)
-    node = await plane.attach("node02", uris.ROLE_NODE)
+    node = await plane.attach("node02", ROLE_NODE)
     await until(lambda: plane.fleet.last_arrival == 10.0, "node02's join counted")
     clock.advance(1)
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node02")))
@@ -95,7 +97,7 @@ async def test_a_node_session_joining_counts_as_an_arrival_before_it_registers(p
 )
 @pytest_twisted.ensureDeferred
 async def test_a_malformed_register_is_refused_naming_the_field_and_changes_nothing(plane, payload, message):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     with pytest.raises(ApplicationError) as refused:
         await node.call(uris.AGENT_REGISTER, payload)
     assert refused.value.error == uris.ERROR_INVALID_ARGUMENT
@@ -105,7 +107,7 @@ async def test_a_malformed_register_is_refused_naming_the_field_and_changes_noth
 
 @pytest_twisted.ensureDeferred
 async def test_a_heartbeat_before_register_asks_the_agent_to_register(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     warnings = []
 
     def observe(event):
@@ -128,7 +130,7 @@ async def test_a_heartbeat_before_register_asks_the_agent_to_register(plane):
 
 @pytest_twisted.ensureDeferred
 async def test_a_malformed_heartbeat_is_refused_and_keeps_the_last_figures(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "memory_available_bytes": 5})
     with pytest.raises(ApplicationError) as refused:
         await node.call(uris.AGENT_HEARTBEAT, {"memory_available_bytes": "5"})
@@ -138,7 +140,7 @@ async def test_a_malformed_heartbeat_is_refused_and_keeps_the_last_figures(plane
 
 @pytest_twisted.ensureDeferred
 async def test_an_operator_cannot_register_as_a_node(plane):
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
     with pytest.raises(ApplicationError) as refused:
         await alice.call(uris.AGENT_REGISTER, {"node_id": "alice"})
     assert refused.value.error == uris.ERROR_NOT_AUTHORIZED
@@ -147,7 +149,7 @@ async def test_an_operator_cannot_register_as_a_node(plane):
 
 @pytest_twisted.ensureDeferred
 async def test_operators_see_nodes_and_their_events(plane):
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
     events = []
     got = defer.Deferred()
 
@@ -156,7 +158,7 @@ async def test_operators_see_nodes_and_their_events(plane):
         got.called or got.callback(None)
 
     await alice.subscribe(on_node, uris.EVENT_NODE)
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "address": "10.1.2.3"})
     await got
     assert events == [("node01", "registered", "ready")]
@@ -166,8 +168,8 @@ async def test_operators_see_nodes_and_their_events(plane):
 
 @pytest_twisted.ensureDeferred
 async def test_an_operator_asks_for_briefs_and_a_brief_that_is_not_true_or_false_is_refused_in_words(plane):
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01", "address": "10.1.2.3", "gpus": []})
     assert await alice.call(uris.CP_NODES, brief=True) == [
         {"id": "node01", "state": "ready", "cordoned": False, "seen_ago_s": 0.0, "address": "10.1.2.3",
@@ -182,7 +184,7 @@ async def test_an_operator_asks_for_briefs_and_a_brief_that_is_not_true_or_false
 
 @pytest_twisted.ensureDeferred
 async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
     left = defer.Deferred()
     plane.fleet._emit = lambda kind, ident, event: event.change == "state" and left.callback(event)
@@ -193,13 +195,13 @@ async def test_a_node_whose_session_ends_is_unreachable_at_once(plane):
 
 @pytest_twisted.ensureDeferred
 async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wire_form(plane):
-    router = await plane.attach("router01", uris.ROLE_ROUTER)
+    router = await plane.attach("router01", ROLE_ROUTER)
     published = defer.Deferred()
     await router.subscribe(lambda table: published.called or published.callback(table), uris.EVENT_ENDPOINTS)
     assert await router.call(uris.ROUTER_ENDPOINTS) == {"endpoints": [], "unavailable": {}}
     spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
     ready = ShardStatus(spec, "ready", endpoint="http://10.0.0.1:4001")
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", address="10.0.0.1", shards=[ready])))
     echo = Entry(Model(name="echo", profile="sim"), Profile(name="sim", engine="sim"), "f1")
     plane.catalog = type("Catalog", (), {"entries": {"echo": echo}})()
@@ -216,7 +218,7 @@ async def test_a_shard_becoming_ready_reaches_the_routers_table_without_waiting_
     tables = []
     plane.table_listeners.append(tables.append)
     spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", address="10.0.0.1",
                                                            shards=[ShardStatus(spec, "starting")])))
     echo = Entry(Model(name="echo", profile="sim"), Profile(name="sim", engine="sim"), "f1")
@@ -232,7 +234,7 @@ async def test_a_shard_becoming_ready_reaches_the_routers_table_without_waiting_
 @pytest_twisted.ensureDeferred
 async def test_operators_are_answered_the_unwanted_weights_and_what_each_node_collected_in_their_wire_form(plane):
     fetched = "/data/weights/" + cache_name("https://example.org/dropped.gguf")
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     asked = []
 
     def collect(paths):
@@ -243,7 +245,7 @@ async def test_operators_are_answered_the_unwanted_weights_and_what_each_node_co
     report = WeightsReport(files=[WeightsFile(fetched, 7), WeightsFile("/data/weights/mine.gguf", 3)],
                            listed=True, cache_dir="/data/weights")
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", weights=report)))
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
 
     listed = {"node01": [{"path": fetched, "size_bytes": 7}]}
     assert await alice.call(uris.CP_WEIGHTS) == {"unwanted": listed, "collected": None}
@@ -291,7 +293,7 @@ async def planned(tmp_path, clock):
 
     async def attach(authid):
         client = Joined(ComponentConfig(realm=uris.REALM))
-        hub.attach_local(client, authid=authid, role=uris.ROLE_NODE)
+        hub.attach_local(client, authid=authid, role=ROLE_NODE)
         await client.ready.addTimeout(5, reactor)
         # engines=[]: refused by placement, so the reconciler asks these nodes for nothing.
         await client.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id=authid, engines=[])))
@@ -358,8 +360,8 @@ async def test_a_reload_that_changes_the_builds_tells_every_ready_node_and_survi
 
 @pytest_twisted.ensureDeferred
 async def test_a_nodes_certificate_expiry_from_the_hub_is_in_its_view_and_a_refused_twin_is_a_warning(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
-    plane._session_joined({"session": node._session_id, "authid": "node01", "authrole": uris.ROLE_NODE,
+    node = await plane.attach("node01", ROLE_NODE)
+    plane._session_joined({"session": node._session_id, "authid": "node01", "authrole": ROLE_NODE,
                            "certificate": {"not_after": 1_900_000_000.0}})
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01")))
     (view,) = plane.fleet.views()
@@ -372,13 +374,13 @@ async def test_a_nodes_certificate_expiry_from_the_hub_is_in_its_view_and_a_refu
     # A node registering again (its agent restarted) keeps the warning: the twin is still out there.
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01")))
     assert plane.fleet.views()[0].link_warnings == [sentence]
-    plane._session_left({"session": node._session_id, "authid": "node01", "authrole": uris.ROLE_NODE})
+    plane._session_left({"session": node._session_id, "authid": "node01", "authrole": ROLE_NODE})
     assert plane._expiry == {}
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_refused_report_is_logged_once_until_the_node_sends_a_good_one(plane):
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, {"node_id": "node01"})
     lines = []
 

@@ -17,9 +17,10 @@ from twisted.logger import globalLogPublisher
 from llmgw import __version__, pki
 from llmgw.control.identity import Identity
 from llmgw.link import authz, uris
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR, ROLE_ROUTER
 
 
-def details(authid: str = "alice", role: str = uris.ROLE_OPERATOR) -> CallDetails:
+def details(authid: str = "alice", role: str = ROLE_OPERATOR) -> CallDetails:
     return CallDetails(Registration(None, 1, uris.CP_SIGN_NODE, None), caller=1, caller_authid=authid, caller_authrole=role)
 
 
@@ -55,11 +56,11 @@ def logged():
 
 def test_only_operators_may_sign_and_nodes_cannot_even_call_it(identity):
     with pytest.raises(ApplicationError, match="node07 is not an operator; only operators onboard nodes"):
-        identity.sign_node("node07", request("node07"), details=details("node07", uris.ROLE_NODE))
+        identity.sign_node("node07", request("node07"), details=details("node07", ROLE_NODE))
     for uri in (uris.CP_SIGN_NODE, uris.CP_REVOKE_NODE, uris.CP_ONBOARDING):
-        assert authz.refusal(uris.ROLE_NODE, "node07", authz.CALL, uri) is not None
-        assert authz.refusal(uris.ROLE_ROUTER, "r1", authz.CALL, uri) is not None
-        assert authz.refusal(uris.ROLE_OPERATOR, "alice", authz.CALL, uri) is None
+        assert authz.refusal(ROLE_NODE, "node07", authz.CALL, uri) is not None
+        assert authz.refusal(ROLE_ROUTER, "r1", authz.CALL, uri) is not None
+        assert authz.refusal(ROLE_OPERATOR, "alice", authz.CALL, uri) is None
 
 
 def test_sign_answers_the_certificate_for_the_nodes_key_and_logs_the_operator(identity, ca, logged):
@@ -186,7 +187,7 @@ def ca_dir_sign(ca, node_id: str, csr: str, replace: bool = False) -> dict:
     coro = _sign(None, argparse.Namespace(ca_dir=str(ca), replace=replace), node_id, csr)
     with pytest.raises(StopIteration) as done:
         coro.send(None)
-    return done.value.value
+    return dict(zip(("certificate", "serial", "by"), done.value.value))
 
 
 def test_ca_dir_signing_takes_a_held_name_only_with_replace_which_revokes_the_old(ca):
@@ -272,4 +273,4 @@ def test_asked_to_check_the_control_plane_says_what_it_would_refuse_and_changes_
     assert identity.sign_node("edge9", check=True, details=details()) == {"node": "edge9", "held": None}
     assert sorted((p.name, p.read_bytes()) for p in ca.iterdir()) == before and identity.reread == []
     with pytest.raises(ApplicationError, match="node07 is not an operator"):
-        identity.revoke_node("node01", check=True, details=details("node07", uris.ROLE_NODE))
+        identity.revoke_node("node01", check=True, details=details("node07", ROLE_NODE))

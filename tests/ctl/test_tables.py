@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from llmgw.answers import ReloadAnswer, WeightsAnswer
 from llmgw.ctl import tables
-from llmgw.views import FleetStatus, ReloadAnswer, ReplicaView, WeightsAnswer
+from llmgw.views import FleetStatus, ReplicaView
 from llmgw.wire import from_wire
 from tests.test_render import ENGINES, GB, LIBGOMP, node
 

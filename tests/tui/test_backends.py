@@ -7,12 +7,13 @@ import asyncio
 import pytest
 import pytest_asyncio
 
+from llmgw.answers import CordonAnswer, DrainAnswer
 from llmgw.huburl import parse_hub_url
 from llmgw.states import NodeState, ReplicaState
 from llmgw.tlsfiles import TLSFiles
 from llmgw.tui.backend import ActionFailed, LogsUnavailable, NotConnected, WampBackend
 from llmgw.tui.fake import FakeBackend, node_view, replica_view
-from llmgw.views import CordonAnswer, DrainAnswer, ReplicaView
+from llmgw.views import ReplicaView
 from tests.support.wait import until_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -23,10 +23,11 @@ from urllib.parse import urlencode
 from twisted.web.template import Tag, tags
 
 from llmgw import render
+from llmgw.answers import LogsAnswer
 from llmgw.records import Progress
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.text import printable
-from llmgw.views import LogsAnswer, NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView
 
 DASH = render.DASH
 #: Node verbs the page offers, and what the confirmation says each does.

@@ -39,8 +39,9 @@ from twisted.web.template import flattenString
 from llmgw import hostnames as hosts
 from llmgw.admin import pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
+from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminSettings
-from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer, NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import to_wire
 
 log = Logger()

@@ -4,7 +4,7 @@ The views are the ones ``llmgw.cp.nodes`` and ``llmgw.cp.replicas`` send
 ctl and the TUI; logs are the relayed ``llmgw.cp.logs`` (so a node that does
 not answer in 10 s says so); the verbs are ``llmgw.cp.drain``/``cordon``/
 ``uncordon`` with the control plane's own refusals.  Each answer is read
-back as its view record (``LogsAnswer``, ``CordonAnswer``, ``DrainAnswer``), as
+back as its record (``llmgw.answers``: ``LogsAnswer``, ``CordonAnswer``, ``DrainAnswer``), as
 ctl and the dashboard read it.  A log's lines come out escaped
 (``render.log_lines``), so the page and ``logs.json`` show the same.
 """
@@ -15,8 +15,9 @@ import attrs
 from autobahn.wamp.exception import ApplicationError
 
 from llmgw.admin.site import SourceError
+from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.render import log_lines
-from llmgw.views import CordonAnswer, DrainAnswer, LogsAnswer, NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import WireError, from_wire
 
 #: What each node verb answers: a drain says which shards it asked to stop.

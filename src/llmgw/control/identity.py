@@ -20,14 +20,17 @@ from cryptography import x509
 from twisted.logger import Logger
 
 from llmgw import __version__
+from llmgw.answers import Onboarding, RevocableNode, RevokedNode, SignableNode, SignedNode
+from llmgw.durable import write_file
 from llmgw.errors import PKIError
 from llmgw.link import uris
-from llmgw.durable import write_file
 from llmgw.pki import CA_CERT, CRL_FILE, read_revocations
 from llmgw.pki.nodes import node_name_free, node_to_revoke, revoke_node, sign_node
 from llmgw.pki.subject import node_name_problem
 from llmgw.pki.authority import MAX_REQUEST_BYTES
+from llmgw.roles import ROLE_OPERATOR
 from llmgw.tlsfiles import CRL_BESIDE_CA
+from llmgw.wire import to_wire
 
 log = Logger()
 
@@ -61,7 +64,7 @@ class Identity:
     def onboarding(self, details=None) -> dict:
         """What a node onboarded now is to have: this server's llmgw version, the CA it trusts, whether it signs."""
         _operator(details)
-        return {"version": __version__, "signs": self._ca_dir() is not None, "ca": Path(self._ca_file()).read_text()}
+        return to_wire(Onboarding(__version__, self._ca_dir() is not None, Path(self._ca_file()).read_text()))
 
     def sign_node(self, node_id, request=None, replace=False, check=False, details=None) -> dict:
         """Sign *request* (PEM text) for node *node_id*; the answer is the certificate and the CA's, as PEM.
@@ -72,7 +75,7 @@ class Identity:
         is revoked already (an offboarded node onboarded again).  With *check*,
         nothing is signed: onboarding asks whether the name may be a node's at
         all (:func:`llmgw.pki.nodes.node_name_free`) before it changes the node,
-        and the answer is ``{"node", "held"}`` (the serial NODE.crt holds, or None).
+        and the answer is a ``SignableNode`` (with the serial NODE.crt holds, or None); else a ``SignedNode``.
         """
         operator = _operator(details)
         node_id = _node_id(node_id)
@@ -85,7 +88,7 @@ class Identity:
                 held = node_name_free(directory, node_id)
             except PKIError as e:
                 raise ApplicationError(uris.ERROR_REFUSED, str(e)) from None
-            return {"node": node_id, "held": None if held is None else f"{held.serial_number:x}"}
+            return to_wire(SignableNode(node_id, None if held is None else f"{held.serial_number:x}"))
         if not isinstance(request, str) or len(request) > MAX_REQUEST_BYTES:
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"a certificate request is PEM text of at most {MAX_REQUEST_BYTES} bytes")
         try:
@@ -103,12 +106,8 @@ class Identity:
         cert = signed.certificate
         log.info("{operator} had node {node}'s certificate signed (serial {serial:x}, valid until {until})",
                  operator=operator, node=node_id, serial=cert.serial_number, until=f"{cert.not_valid_after_utc:%Y-%m-%d}")
-        return {
-            "certificate": signed.path.read_text(),
-            "ca": (directory / CA_CERT).read_text(),
-            "serial": f"{cert.serial_number:x}",
-            "not_after": cert.not_valid_after_utc.isoformat(),
-        }
+        return to_wire(SignedNode(certificate=signed.path.read_text(), ca=(directory / CA_CERT).read_text(),
+                                  serial=f"{cert.serial_number:x}", not_after=cert.not_valid_after_utc.isoformat()))
 
     def revoke_node(self, node_id, check=False, details=None) -> dict:
         """Revoke NODE.crt in the CA's directory, put the list where the hub reads it, and have the hub read it again.
@@ -118,7 +117,7 @@ class Identity:
     when the hub's list revokes serials the CA's does not).  A list that
     cannot be written there refuses: the node would otherwise rejoin.  With
     *check*, nothing is revoked: ``ctl offboard`` asks whether it would be,
-    before it drains or removes anything, and the answer is ``{"node", "serial"}``.
+    before it drains or removes anything, and the answer is a ``RevocableNode``; else a ``RevokedNode``.
     """
         operator = _operator(details)
         node_id = _node_id(node_id)
@@ -127,7 +126,7 @@ class Identity:
             hub = self._hub_file()
             _check_hub_list(directory, hub)
             if check:
-                return {"node": node_id, "serial": f"{node_to_revoke(directory, node_id).serial_number:x}"}
+                return to_wire(RevocableNode(node_id, f"{node_to_revoke(directory, node_id).serial_number:x}"))
             done = revoke_node(directory, node_id)
             _copy_to_hub(done.path, hub)
             said = self._revocations_changed()
@@ -136,7 +135,7 @@ class Identity:
         log.info("{operator} revoked node {node}'s certificate (serial {serial:x})",
                  operator=operator, node=node_id, serial=done.revocation.serial)
         self._forget(node_id)
-        return {"node": node_id, "serial": f"{done.revocation.serial:x}", "already": done.already, "hub": said}
+        return to_wire(RevokedNode(node_id, f"{done.revocation.serial:x}", done.already, said))
 
     def _hub_file(self) -> Path:
         """The revocation list the hub reads: tls.crl, else crl.pem beside tls.ca (written there when not yet)."""
@@ -188,7 +187,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _operator(details) -> str:
-    if details is None or details.caller_authrole != uris.ROLE_OPERATOR:
+    if details is None or details.caller_authrole != ROLE_OPERATOR:
         who = getattr(details, "caller_authid", None)
         raise ApplicationError(uris.ERROR_NOT_AUTHORIZED, f"{who} is not an operator; only operators onboard nodes")
     return details.caller_authid

@@ -16,6 +16,7 @@ from autobahn.wamp.types import CallOptions, RegisterOptions, SubscribeOptions
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from llmgw.answers import CordonAnswer, DrainAnswer, ReloadAnswer, WeightsAnswer
 from llmgw.control import relay
 from llmgw.control.claims import ClaimRefused, ModelSlots, peer_host
 from llmgw.control.fleet import Fleet, NotRegistered, TooManyDownloads
@@ -30,8 +31,9 @@ from llmgw.engines.releases import engine_plan
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, EnginePlan, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
+from llmgw.roles import ROLE_NODE
 from llmgw.states import NodeState, ShardState
-from llmgw.views import CordonAnswer, DrainAnswer, EndpointTable, EventKind, FleetStatus, ReloadAnswer, WeightsAnswer
+from llmgw.views import EndpointTable, EventKind, FleetStatus
 from llmgw.wire import WireError, from_wire, to_wire
 
 # How long a node may take to accept a start or stop before the call fails.
@@ -155,7 +157,7 @@ class ControlSession(ApplicationSession):
 
     @staticmethod
     def _node_caller(details) -> str:
-        if details.caller_authrole != uris.ROLE_NODE:
+        if details.caller_authrole != ROLE_NODE:
             raise ApplicationError(uris.ERROR_NOT_AUTHORIZED, f"{details.caller_authid} is not a node")
         return details.caller_authid
 
@@ -274,7 +276,7 @@ class ControlSession(ApplicationSession):
                 results[node_id] = relay.answer(node_id, uris.NODE_COLLECT_WEIGHTS, CollectResult, answer)
         return to_wire(WeightsAnswer(unwanted=found, collected=results if collect else None))
 
-    # What operators are answered is a view record (``llmgw.views``) in its wire form.
+    # What operators are answered is a record (``llmgw.views``, ``llmgw.answers``) in its wire form.
 
     def nodes(self, state=None, label=None, after=None, limit=None, brief=False):
         """The nodes in id order, all of them or those in *state*, with *label* (KEY=VALUE), a page at a time.
@@ -456,17 +458,17 @@ class ControlSession(ApplicationSession):
             self.fleet.forget_shard(node_id, shard_id)
 
     def _session_joined(self, info):
-        if isinstance(info, dict) and info.get("authrole") == uris.ROLE_NODE:
+        if isinstance(info, dict) and info.get("authrole") == ROLE_NODE:
             self.fleet.node_joined()
         host = peer_host((info.get("transport") or {}).get("peer")) if isinstance(info, dict) else None
-        if host is not None and info.get("authrole") == uris.ROLE_NODE:
+        if host is not None and info.get("authrole") == ROLE_NODE:
             self._peers[info["session"]] = host
         expires = (info.get("certificate") or {}).get("not_after") if isinstance(info, dict) else None
-        if isinstance(expires, (int, float)) and info.get("authrole") == uris.ROLE_NODE:
+        if isinstance(expires, (int, float)) and info.get("authrole") == ROLE_NODE:
             self._expiry[info["session"]] = float(expires)
 
     def _session_left(self, info):
         self._peers.pop(info.get("session"), None)
         self._expiry.pop(info.get("session"), None)
-        if info.get("authrole") == uris.ROLE_NODE:
+        if info.get("authrole") == ROLE_NODE:
             self.fleet.link_closed(info["session"])

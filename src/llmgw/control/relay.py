@@ -18,9 +18,9 @@ import attrs
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import CallOptions
 
+from llmgw.answers import LOG_LINES, LogsAnswer
 from llmgw.link import uris
 from llmgw.text import printable
-from llmgw.views import LOG_LINES, LogsAnswer
 from llmgw.wire import WireError, from_wire
 
 T = TypeVar("T")

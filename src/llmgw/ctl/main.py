@@ -15,12 +15,12 @@ import sys
 import attrs
 
 from llmgw import render
+from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer, ReloadAnswer, WeightsAnswer
 from llmgw.ctl import tables
 from llmgw.errors import LlmgwError, Refused
 from llmgw.link import uris
 from llmgw.text import printable
-from llmgw.views import (CordonAnswer, DrainAnswer, FleetStatus, LogsAnswer, NodeBrief, NodeView, ReloadAnswer,
-                         ReplicaView, WeightsAnswer, node_pages)
+from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire, to_wire
 
 
@@ -201,7 +201,7 @@ def _print(args, result, text) -> int:
 
 
 def decode(kind, answer, uri: str):
-    """The control plane's answer as its view record (``llmgw.views``); see docs/link.rst.
+    """The control plane's answer as its record (``llmgw.views``, ``llmgw.answers``); see docs/link.rst.
 
     Keys this ctl does not know (a newer server's) are dropped and keys an
     older server did not send are None, so ``--json`` prints the same keys

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import sys
 
+from llmgw.answers import DrainAnswer, RevocableNode, RevokedNode
 from llmgw.ctl.layout import Layout
-from llmgw.ctl.main import decode
-from llmgw.ctl.onboard import Run, _checked, _in_thread, _where, check_node_id, fleet_node
+from llmgw.ctl.onboard import Run, _checked, _in_thread, _where, check_node_id, fleet_node, read_answer
 from llmgw.ctl.ssh import Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.states import NodeState
-from llmgw.views import DrainAnswer
 
 
 async def cmd_offboard(session, args) -> int:
@@ -47,17 +46,21 @@ async def cmd_offboard(session, args) -> int:
             answer = await session.call(uris.CP_REVOKE_NODE, args.node, check=True)
         except ApplicationError as e:
             raise Refusal(f"{e.args[0] if e.args else e.error}; nothing was drained, removed or revoked") from None
-        return f"node {args.node}'s certificate, serial {answer['serial']}, is the control plane's to revoke", None
+        try:
+            revocable = read_answer(RevocableNode, answer, uris.CP_REVOKE_NODE)
+        except Refusal as e:
+            raise Refusal(f"{e}; nothing was drained, removed or revoked") from None
+        return f"node {args.node}'s certificate, serial {revocable.serial}, is the control plane's to revoke", None
 
     async def drain():
         view = await fleet_node(session, args.node)
         if view is None or view.state != NodeState.READY:
             return "not connected; nothing to drain", None
         try:
-            answer = decode(DrainAnswer, await session.call(uris.CP_DRAIN, args.node), uris.CP_DRAIN)
+            answer = read_answer(DrainAnswer, await session.call(uris.CP_DRAIN, args.node), uris.CP_DRAIN)
         except ApplicationError as e:
             raise Refusal(f"drain: {e.args[0] if e.args else e.error}") from None
-        except LlmgwError as e:
+        except Refusal as e:
             raise Refusal(f"drain: {e}") from None
         return f"cordoned, {len(answer.stopped or [])} shard(s) stopped", None
 
@@ -83,8 +86,9 @@ async def cmd_offboard(session, args) -> int:
             answer = await session.call(uris.CP_REVOKE_NODE, args.node)
         except ApplicationError as e:
             raise Refusal(e.args[0] if e.args else e.error) from None
-        what = "was already revoked" if answer["already"] else "revoked"
-        return f"serial {answer['serial']} {what}; {answer.get('hub') or 'the hub refuses it from now on'}", None
+        done = read_answer(RevokedNode, answer, uris.CP_REVOKE_NODE)
+        what = "was already revoked" if done.already else "revoked"
+        return f"serial {done.serial} {what}; {done.hub or 'the hub refuses it from now on'}", None
 
     try:
         for name, work in (("check", check), ("drain", drain), ("remove", remove), ("revoke", revoke)):

@@ -26,6 +26,7 @@ import time
 import attrs
 
 from llmgw import __version__
+from llmgw.answers import Onboarding, SignableNode, SignedNode
 from llmgw.ctl import wheelhouse
 from llmgw.ctl.layout import (UNIT_CONFIG_DIR, UNIT_NAME, UNIT_PREFIX, UNIT_STATE_DIR, UNIT_USER, Layout, unit_path,
                               agent_yaml, check_agent_yaml, unit_text, unit_user)
@@ -33,6 +34,7 @@ from llmgw.ctl.ssh import PYTHONS, Refusal, Ssh, StepFailed, ssh_target
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.render import said
+from llmgw.roles import ROLE_NODE
 from llmgw.states import NodeState
 from llmgw.views import NodeView
 from llmgw.wire import to_wire
@@ -92,7 +94,7 @@ def _in_thread(function, *args, **kwargs):
     return threads.deferToThread(function, *args, **kwargs)
 
 
-async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: Layout) -> None:
+async def onboard_one(session, run: Run, ssh: Ssh, args, server: Onboarding, layout: Layout) -> None:
     if run.name is not None:
         check_node_id(run.name, "--name")
         layout = layout.for_node(run.name)
@@ -115,7 +117,7 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     found = await run.step("check", check)
     node_id = run.node_id
     layout = layout.for_node(node_id)
-    holds = _holds_certificate(found["certificate"], node_id, server["ca"])
+    holds = _holds_certificate(found["certificate"], node_id, server.ca)
 
     async def name():
         # Whose certificate the name holds beside the CA is known now, before the node is changed.
@@ -128,12 +130,12 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
         # Exactly the operator's llmgw and pins: a kept wheelhouse (--wheels), else one assembled for the node's tags.
         house = args.wheel_house or await _in_thread(wheelhouse.assembled, wheelhouse.node_tags(found, run.target))
         if found["installed_set"] == house.requirements_sha256:
-            return f"llmgw {server['version']} is there already, from these very wheels", False
+            return f"llmgw {server.version} is there already, from these very wheels", False
         request, payload = wheelhouse.install_request(house, args.index_url)
         answer = await _in_thread(ssh.run, "install", {**layout.request(), **request}, payload=payload)
         run.changed.extend(answer["changed"])
         source = wheelhouse.described(house, args.index_url, kept=args.wheel_house is not None)
-        return f"llmgw {server['version']} into {layout.prefix} {source}", True
+        return f"llmgw {server.version} into {layout.prefix} {source}", True
 
     installed = await run.step("install", install)
     python = os.path.join(layout.prefix, "bin", "python")
@@ -148,14 +150,14 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     async def certificate():
         if holds and _same_key(found["certificate"], request):
             return "the node's certificate is current", (found["certificate"], False)
-        signed = await _sign(session, args, node_id, request)
-        return f"signed for node {node_id}, serial {signed['serial']}, by the {signed['by']}", (signed["certificate"], True)
+        pem, serial, by = await _sign(session, args, node_id, request)
+        return f"signed for node {node_id}, serial {serial}, by the {by}", (pem, True)
 
     cert, new_cert = await run.step("certificate", certificate)
 
     async def configure():
         files = [
-            [os.path.join(layout.config_dir, "ca.crt"), server["ca"], False],
+            [os.path.join(layout.config_dir, "ca.crt"), server.ca, False],
             [os.path.join(layout.config_dir, "node.crt"), cert, False],
             [os.path.join(layout.config_dir, "agent.yaml"), agent_yaml(args, node_id, found["hostname"], layout), False],
             [os.path.join(layout.unit_dir, UNIT_NAME), unit_text(args.unit, layout), False],
@@ -183,12 +185,13 @@ async def onboard_one(session, run: Run, ssh: Ssh, args, server: dict, layout: L
     run.node = await run.step("register", register)
     run.result = "onboarded" if run.changed else "unchanged"
     if not run.changed:
-        run.reason = f"nothing changed: {node_id} already runs llmgw {server['version']} and is registered"
+        run.reason = f"nothing changed: {node_id} already runs llmgw {server.version} and is registered"
         run.say(run.reason)
 
 
-async def _sign(session, args, node_id: str, request: str | None) -> dict | None:
-    """Sign *request* for *node_id*; with None, only ask whether the name may be a node's (:func:`llmgw.pki.nodes.node_name_free`)."""
+async def _sign(session, args, node_id: str, request: str | None) -> tuple[str, str, str] | None:
+    """*request* signed for *node_id*: the certificate, its serial, by whom; with None, only ask whether the name may be
+    a node's (:func:`llmgw.pki.nodes.node_name_free`)."""
     if args.ca_dir is not None:
         from llmgw.pki.nodes import node_name_free, sign_node
 
@@ -203,17 +206,29 @@ async def _sign(session, args, node_id: str, request: str | None) -> dict | None
         if signed.replaced is not None:
             by += (f" (serial {signed.replaced.revocation.serial:x} revoked in {signed.replaced.path}: copy it "
                    "to where the server reads it and run `llmgw ctl reload`)")
-        return {"certificate": signed.path.read_text(), "serial": f"{signed.certificate.serial_number:x}", "by": by}
+        return signed.path.read_text(), f"{signed.certificate.serial_number:x}", by
     from autobahn.wamp.exception import ApplicationError
 
     try:
         if request is None:
-            await session.call(uris.CP_SIGN_NODE, node_id, None, bool(args.replace), check=True)
+            checked = await session.call(uris.CP_SIGN_NODE, node_id, None, bool(args.replace), check=True)
+            read_answer(SignableNode, checked, uris.CP_SIGN_NODE)
             return None
         answer = await session.call(uris.CP_SIGN_NODE, node_id, request, bool(args.replace))
     except ApplicationError as e:
         raise Refusal(e.args[0] if e.args else e.error) from None
-    return {**answer, "by": "control plane"}
+    signed = read_answer(SignedNode, answer, uris.CP_SIGN_NODE)
+    return signed.certificate, signed.serial, "control plane"
+
+
+def read_answer(kind: type, answer, uri: str):
+    """The control plane's *answer* to *uri* as its record (``llmgw.answers``, ``llmgw.views``); a Refusal when it does not fit."""
+    from llmgw.ctl.main import decode
+
+    try:
+        return decode(kind, answer, uri)
+    except LlmgwError as e:
+        raise Refusal(str(e)) from None
 
 
 async def fleet_node(session, node_id: str) -> NodeView | None:
@@ -224,8 +239,6 @@ async def fleet_node(session, node_id: str) -> NodeView | None:
     """
     from autobahn.wamp.exception import ApplicationError
 
-    from llmgw.ctl.main import decode
-
     try:
         answer = await session.call(uris.CP_NODE, node_id)
     except ApplicationError as e:
@@ -233,10 +246,7 @@ async def fleet_node(session, node_id: str) -> NodeView | None:
             raise Refusal(f"the server has no {uris.CP_NODE}: it is older than this ctl (llmgw {__version__}); "
                           "upgrade it, or onboard with the ctl of its version") from None
         raise
-    try:
-        return None if answer is None else decode(NodeView, answer, uris.CP_NODE)
-    except LlmgwError as e:
-        raise Refusal(str(e)) from None
+    return None if answer is None else read_answer(NodeView, answer, uris.CP_NODE)
 
 
 async def name_in_fleet(session, node_id: str, target: str, holds: bool, replace: bool) -> str:
@@ -304,7 +314,7 @@ def _holds_certificate(pem: str | None, node_id: str, ca_pem: str) -> bool:
     except (ValueError, TypeError, InvalidSignature, PKIError):
         return False
     fresh = cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > RENEW_BEFORE
-    return subject.name == node_id and subject.role == uris.ROLE_NODE and fresh
+    return subject.name == node_id and subject.role == ROLE_NODE and fresh
 
 
 def _same_key(cert_pem: str, request_pem: str) -> bool:
@@ -333,11 +343,11 @@ async def cmd_onboard(session, args) -> int:
     args.node_hub = args.node_hub or resolve_ctl_settings(
         hub=args.hub, ca=args.ca, cert=args.cert, key=args.key, config_path=args.config).hub
     try:
-        server = await session.call(uris.CP_ONBOARDING)
+        server = read_answer(Onboarding, await session.call(uris.CP_ONBOARDING), uris.CP_ONBOARDING)
     except ApplicationError as e:
         raise Refusal(f"the server does not onboard ({e.args[0] if e.args else e.error}); is it older than this ctl "
                       f"(llmgw {__version__})?") from None
-    if args.ca_dir is None and not server["signs"]:
+    if args.ca_dir is None and not server.signs:
         raise Refusal("the server keeps no CA (pki.ca_dir in server.yaml is not set), so it cannot sign the "
                       "nodes' requests; set it, or run onboarding where the CA is with --ca-dir DIR")
     if args.name and len(args.name) != len(args.hosts):
@@ -347,9 +357,9 @@ async def cmd_onboard(session, args) -> int:
     for name in args.name or ["node"]:  # as the agent will read it, before any node is changed
         check_agent_yaml(args, name, layout.for_node(name))
     # Read and checked once, here, before any is sent: each node checks what it receives against these.
-    args.wheel_house = wheelhouse.read(args.wheels, server["version"]) if args.wheels else None
+    args.wheel_house = wheelhouse.read(args.wheels, server.version) if args.wheels else None
     if args.wheel_house is None:
-        wheelhouse.same_version(server["version"])
+        wheelhouse.same_version(server.version)
     reactor.suggestThreadPoolSize(max(10, args.parallel))
     gate = defer.DeferredSemaphore(args.parallel)
     names = args.name or [None] * len(args.hosts)

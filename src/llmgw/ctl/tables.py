@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from llmgw.answers import LogsAnswer, ReloadAnswer, WeightsAnswer
 from llmgw.render import (DASH, age, ago, certificate_note, cpu, disk, engine_notes, engines, failed_tail, gpus,
                           log_lines, memory, said, size)
 from llmgw.states import NodeState
-from llmgw.views import FleetStatus, LogsAnswer, NodeBrief, NodeView, ReloadAnswer, ReplicaView, WeightsAnswer
+from llmgw.views import FleetStatus, NodeBrief, NodeView, ReplicaView
 
 
 def nodes_table(nodes: list[NodeView] | list[NodeBrief], now: float | None = None) -> str:

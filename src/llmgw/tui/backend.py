@@ -21,11 +21,11 @@ from autobahn.twisted.wamp import ApplicationSession
 from autobahn.wamp.exception import ApplicationError
 from twisted.internet import defer
 
+from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.errors import LlmgwError
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import (NODES_PAGE, CordonAnswer, DrainAnswer, HeardEvent, LogsAnswer, NodeChange, NodeEvent,
-                         NodeView, ReplicaView, node_pages)
+from llmgw.views import NODES_PAGE, HeardEvent, NodeChange, NodeEvent, NodeView, ReplicaView, node_pages
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->

@@ -17,9 +17,10 @@ from typing import Any, Iterable
 
 import attrs
 
+from llmgw.answers import CordonAnswer, DrainAnswer
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
-from llmgw.views import CordonAnswer, DrainAnswer, NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import from_wire, to_wire
 
 
