@@ -19,6 +19,7 @@ from llmgw.control.claims import ClaimRefused, ModelSlots, Why
 from llmgw.control.placement_filters import FILTERS
 from llmgw.link import uris
 from llmgw.records import GPU, EngineInfo, Inventory, ShardSpec, ShardStatus
+from llmgw.roles import ROLE_NODE
 from llmgw.sizes import GB
 from llmgw.wire import to_wire
 from tests.control.test_catalog import HEAD
@@ -131,7 +132,7 @@ async def test_the_plane_refuses_an_adoption_its_catalogs_profile_rules_out_and_
         (tmp_path / name).write_text("")
     (tmp_path / "server.yaml").write_text(SELECTING_YAML)
     plane.catalog = Catalog(load_server_config(tmp_path / "server.yaml"))
-    node = await plane.attach("node05", uris.ROLE_NODE)
+    node = await plane.attach("node05", ROLE_NODE)
     answer = await node.call(uris.AGENT_REGISTER, to_wire(offer("node05", labels={"gpu": "a10"})))
     assert "(node05: label gpu=h100 wanted, has gpu=a10)" in answer["refused"]["echo/0/0"]
     assert plane.fleet.shards == {}

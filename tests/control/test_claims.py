@@ -19,6 +19,7 @@ from llmgw.control.claims import (
 )
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardSpec, ShardStatus
+from llmgw.roles import ROLE_NODE
 from llmgw.states import NodeState
 from llmgw.wire import to_wire
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
@@ -359,7 +360,7 @@ def test_of_two_ready_copies_the_one_placed_first_is_kept_whatever_since_they_se
 
 @pytest_twisted.ensureDeferred
 async def test_the_plane_refuses_a_claim_with_the_sentence_and_a_register_says_what_it_did_not_adopt(plane):
-    node = await plane.attach("node03", uris.ROLE_NODE)
+    node = await plane.attach("node03", ROLE_NODE)
     answer = await node.call(uris.AGENT_REGISTER, to_wire(Inventory(
         node_id="node03", address="10.0.0.3",
         shards=[ShardStatus(spec(), "ready", endpoint="http://10.0.0.9:40001")])))
@@ -374,10 +375,10 @@ async def test_the_plane_refuses_a_claim_with_the_sentence_and_a_register_says_w
 
 @pytest_twisted.ensureDeferred
 async def test_the_address_the_hub_saw_a_node_connect_from_is_the_one_its_endpoints_are_held_to(plane):
-    node = await plane.attach("node03", uris.ROLE_NODE)
-    plane._session_joined({"session": node._session_id, "authid": "node03", "authrole": uris.ROLE_NODE,
+    node = await plane.attach("node03", ROLE_NODE)
+    plane._session_joined({"session": node._session_id, "authid": "node03", "authrole": ROLE_NODE,
                            "transport": {"peer": "tcp4:10.9.9.9:51234"}})
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node03", address="10.0.0.3")))
     assert plane.fleet.address("node03") == "10.9.9.9"
-    plane._session_left({"session": node._session_id, "authid": "node03", "authrole": uris.ROLE_NODE})
+    plane._session_left({"session": node._session_id, "authid": "node03", "authrole": ROLE_NODE})
     assert plane._peers == {}

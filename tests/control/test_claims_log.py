@@ -19,6 +19,7 @@ from llmgw.control.collector import FleetCollector
 from llmgw.control.lograte import LINES, WINDOW_S, LogBudget
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardStatus
+from llmgw.roles import ROLE_NODE
 from llmgw.wire import to_wire
 from tests.control.test_claims import served, spec  # noqa: F401 - fixture
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
@@ -90,7 +91,7 @@ def test_a_budget_is_at_least_one_line_in_a_window():
 @pytest_twisted.ensureDeferred
 async def test_a_register_full_of_invented_shards_writes_no_more_than_the_budget(plane):  # noqa: F811
     # The node answers no stop (it has no such procedure): each stop's failure was a line of its own.
-    node = await plane.attach("node03", uris.ROLE_NODE)
+    node = await plane.attach("node03", ROLE_NODE)
     shards = [ShardStatus(spec(f"ghost{i}/0/0"), "ready", endpoint="http://10.0.0.9:40001") for i in range(200)]
     with capturedLogs() as events:
         answer = await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node03", address="10.0.0.3",

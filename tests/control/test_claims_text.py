@@ -15,6 +15,7 @@ from autobahn.wamp.exception import ApplicationError
 from llmgw.control.claims import ClaimRefused, Why, endpoint_refusal, rendezvous_refusal
 from llmgw.link import uris
 from llmgw.records import Inventory, ShardStatus
+from llmgw.roles import ROLE_NODE
 from llmgw.wire import to_wire
 from tests.control.test_claims import VICTIM, spec
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
@@ -34,7 +35,7 @@ def test_a_rendezvous_with_anything_around_it_is_refused(rendezvous):
 
 @pytest_twisted.ensureDeferred
 async def test_the_plane_answers_an_endpoint_with_a_leading_space_naming_the_field_and_keeps_nothing(plane):
-    node = await plane.attach("node03", uris.ROLE_NODE)
+    node = await plane.attach("node03", ROLE_NODE)
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node03", address="10.0.0.3")))
     plane.fleet.place("node03", spec())
     with pytest.raises(ApplicationError) as caught:

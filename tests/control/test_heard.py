@@ -11,6 +11,7 @@ import pytest_twisted
 from llmgw.control import heard
 from llmgw.link import uris
 from llmgw.records import Heartbeat, Inventory
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR
 from llmgw.views import HEARD_PAGE, HeardEvent
 from llmgw.wire import from_wire, to_wire
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures: the control plane on a task.Clock
@@ -19,14 +20,14 @@ from tests.support.wait import until
 
 @pytest_twisted.ensureDeferred
 async def test_nodes_heard_are_published_once_a_batch_with_how_long_ago_not_once_a_heartbeat(plane, clock):
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
     events: list[HeardEvent] = []
     node_events: list = []
     await alice.subscribe(lambda event: events.append(from_wire(HeardEvent, event)), uris.EVENT_HEARD)
     await alice.subscribe(lambda node_id, event: node_events.append(node_id), uris.EVENT_NODE)
     nodes = {}
     for name in ("node01", "node02", "node03"):
-        nodes[name] = await plane.attach(name, uris.ROLE_NODE)
+        nodes[name] = await plane.attach(name, ROLE_NODE)
         await nodes[name].call(uris.AGENT_REGISTER, to_wire(Inventory(node_id=name, memory_total_bytes=8)))
     await until(lambda: len(node_events) == 3, "the three nodes' register events")
     assert plane.fleet.unreachable_after == 15.0 and heard.interval(15.0) == 5.0

@@ -23,12 +23,13 @@ from cryptography.x509.oid import NameOID
 
 from llmgw.control.identity import Identity
 from llmgw.link import uris
+from llmgw.roles import ROLE_OPERATOR
 from tests.support.cluster import Cluster
 
 
 def details() -> CallDetails:
     return CallDetails(Registration(None, 1, uris.CP_SIGN_NODE, None), caller=1, caller_authid="alice",
-                       caller_authrole=uris.ROLE_OPERATOR)
+                       caller_authrole=ROLE_OPERATOR)
 
 
 def request(cn: str) -> str:

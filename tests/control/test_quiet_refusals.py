@@ -14,6 +14,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from llmgw.link import uris
 from llmgw.records import Inventory
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR
 from llmgw.wire import to_wire
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures: the control plane on a task.Clock
 
@@ -22,9 +23,9 @@ POLLS = 3
 
 @pytest_twisted.ensureDeferred
 async def test_polling_a_node_that_is_not_there_or_does_not_answer_logs_nothing(plane):
-    alice = await plane.attach("alice", uris.ROLE_OPERATOR)
+    alice = await plane.attach("alice", ROLE_OPERATOR)
     for i in range(25):
-        node = await plane.attach(f"node{i:02}", uris.ROLE_NODE)
+        node = await plane.attach(f"node{i:02}", ROLE_NODE)
         await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id=f"node{i:02}")))
     warnings = []
 

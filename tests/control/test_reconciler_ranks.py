@@ -18,6 +18,7 @@ from twisted.internet import defer, reactor
 from llmgw.control.claims import ClaimRefused, Why
 from llmgw.control.reconciler import RESTOP_AFTER_S
 from llmgw.link import uris
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR
 from llmgw.wire import from_wire, to_wire
 from llmgw.records import IBAdapter, IBPort, ShardSpec, ShardStatus
 from llmgw.states import NodeState
@@ -469,7 +470,7 @@ async def test_through_the_hub_rank_1_is_asked_to_start_only_after_rank_0_report
     # The control plane has taken a start's answer once it publishes the shard as starting.
     asked: list[ShardSpec] = []
     answered: dict[str, defer.Deferred] = {}
-    operator = await attach("ops", uris.ROLE_OPERATOR)
+    operator = await attach("ops", ROLE_OPERATOR)
 
     def on_shard(ident, event):
         if event["change"] == "status" and event["shard"]["state"] == "starting" and ident in answered:
@@ -485,7 +486,7 @@ async def test_through_the_hub_rank_1_is_asked_to_start_only_after_rank_0_report
 
     nodes = {}
     for node_id in ("node01", "node02"):
-        nodes[node_id] = await attach(node_id, uris.ROLE_NODE)
+        nodes[node_id] = await attach(node_id, ROLE_NODE)
 
         def start(payload):
             asked.append(from_wire(ShardSpec, payload))

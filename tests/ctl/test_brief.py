@@ -15,6 +15,7 @@ import pytest_twisted
 
 from llmgw import render
 from llmgw.ctl import tables
+from llmgw.roles import ROLE_OPERATOR
 from llmgw.views import NodeBrief, NodeView
 from llmgw.wire import from_wire, sparse_json_text, to_wire
 
@@ -118,7 +119,7 @@ async def test_ctl_nodes_prints_the_same_table_from_a_server_that_sends_briefs_a
         hub.attach_local(server)
         await server.ready.addTimeout(5, reactor)
         await server.register(procedure, uris.CP_NODES)
-        hub.attach_local(alice, authid="alice", role=uris.ROLE_OPERATOR)
+        hub.attach_local(alice, authid="alice", role=ROLE_OPERATOR)
         await alice.ready.addTimeout(5, reactor)
         args = argparse.Namespace(**{"json": False, "brief": False, "state": None, "label": None, "limit": None,
                                      "after": None, **flags})

@@ -18,6 +18,7 @@ from llmgw.ctl.ssh import Refusal
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.records import Inventory
+from llmgw.roles import ROLE_OPERATOR
 from llmgw.states import NodeState
 from llmgw.views import NodeView
 from llmgw.wire import encode_json, to_wire
@@ -50,7 +51,7 @@ class Counted:
 async def operator(plane, nodes: int = FLEET) -> Counted:  # noqa: F811
     for i in range(nodes):
         plane.fleet.register(f"gpu{i:05d}", 1000 + i, Inventory(node_id=f"gpu{i:05d}", memory_total_bytes=2**36))
-    return Counted(await plane.attach("alice", uris.ROLE_OPERATOR))
+    return Counted(await plane.attach("alice", ROLE_OPERATOR))
 
 
 @pytest_twisted.ensureDeferred
@@ -99,7 +100,7 @@ async def test_the_node_procedure_answers_one_view_or_none_and_refuses_an_id_tha
 async def test_a_server_older_than_the_node_procedure_is_named_as_such():
     hub = Hub(reactor)
     alice = Joined(ComponentConfig(realm=uris.REALM))
-    hub.attach_local(alice, authid="alice", role=uris.ROLE_OPERATOR)
+    hub.attach_local(alice, authid="alice", role=ROLE_OPERATOR)
     await alice.ready.addTimeout(5, reactor)
     with pytest.raises(Refusal, match=r"^the server has no llmgw.cp.node: it is older than this ctl \(llmgw "):
         await fleet_node(alice, "edge1")

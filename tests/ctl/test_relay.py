@@ -14,6 +14,7 @@ from autobahn.wamp.exception import ApplicationError
 from llmgw.control import relay
 from llmgw.link import uris
 from llmgw.records import Inventory, WeightsFile, WeightsReport
+from llmgw.roles import ROLE_NODE, ROLE_OPERATOR
 from llmgw.weightnames import cache_name
 from llmgw.wire import to_wire
 from tests.control.test_plane import clock, plane  # noqa: F401 - fixtures
@@ -23,7 +24,7 @@ FETCHED = "/data/weights/" + cache_name("https://example.org/dropped.gguf")
 
 
 async def node_with(plane, **answers):  # noqa: F811 - the fixture, passed in
-    node = await plane.attach("node01", uris.ROLE_NODE)
+    node = await plane.attach("node01", ROLE_NODE)
     for verb, said in answers.items():
         def answer(*args, said=said):
             if isinstance(said, Exception):
@@ -32,7 +33,7 @@ async def node_with(plane, **answers):  # noqa: F811 - the fixture, passed in
         await node.register(answer, uris.node_uri("node01", verb))
     report = WeightsReport(files=[WeightsFile(FETCHED, 7)], listed=True, cache_dir="/data/weights")
     await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", weights=report)))
-    return node, await plane.attach("alice", uris.ROLE_OPERATOR)
+    return node, await plane.attach("alice", ROLE_OPERATOR)
 
 
 @pytest_twisted.ensureDeferred

@@ -18,6 +18,7 @@ from twisted.internet import defer, endpoints, reactor, ssl
 from llmgw.errors import HubUnreachable
 from llmgw.link import uris
 from llmgw.link.client import _factory, connect_once
+from llmgw.roles import ROLE_CONTROL
 from llmgw.tlsfiles import TLSFiles
 from tests.link.conftest import files, join
 
@@ -51,7 +52,7 @@ async def test_no_client_certificate_gets_no_session(hub, pki):
     reason = await lost
     assert not joined.called
     assert "certificate required" in str(reason).lower()  # the hub's TLS alert
-    assert [s for s in hub.sessions.values() if s.role != uris.ROLE_CONTROL] == []
+    assert [s for s in hub.sessions.values() if s.role != ROLE_CONTROL] == []
 
 
 @pytest_twisted.ensureDeferred
@@ -60,7 +61,7 @@ async def test_a_certificate_from_another_ca_is_refused(hub, pki, other_pki):
     with pytest.raises(HubUnreachable, match="TLS handshake failed") as refused:
         await connect_once(reactor, hub.address, mixed, timeout=5)
     assert "unknown ca" in str(refused.value).lower() or "certificate" in str(refused.value).lower()
-    assert [s for s in hub.sessions.values() if s.role != uris.ROLE_CONTROL] == []
+    assert [s for s in hub.sessions.values() if s.role != ROLE_CONTROL] == []
 
 
 @pytest_twisted.ensureDeferred

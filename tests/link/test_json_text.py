@@ -7,6 +7,7 @@ from autobahn.wamp.types import ComponentConfig
 from twisted.internet import reactor
 
 from llmgw.link import uris
+from llmgw.roles import ROLE_NODE
 from llmgw.wire import JsonText
 from tests.link.conftest import Joined, join
 
@@ -25,7 +26,7 @@ async def test_a_json_text_answer_is_the_list_it_holds_for_a_remote_and_an_in_pr
     finally:
         node.leave()
     local = Joined(ComponentConfig(realm=uris.REALM))  # a second session in process
-    hub.attach_local(local, authid="node02", role=uris.ROLE_NODE)
+    hub.attach_local(local, authid="node02", role=ROLE_NODE)
     await local.ready.addTimeout(5, reactor)
     got = await local.call(uris.CP_AGENT + "text")
     assert got == NODES and type(got) is list

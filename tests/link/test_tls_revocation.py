@@ -26,10 +26,10 @@ from llmgw.control.catalog import Catalog
 from llmgw.control.reload import reload_all, revocation_listener
 from llmgw.errors import HubUnreachable, PKIError
 from llmgw.huburl import HubAddress
-from llmgw.link import uris
 from llmgw.link.client import connect_once
 from llmgw.link.hub import Hub
 from llmgw.link.tls import server_options
+from llmgw.roles import ROLE_CONTROL
 from llmgw.tlsfiles import TLSFiles
 from tests.support.wait import until
 
@@ -86,7 +86,7 @@ async def hub(ca):
 
 
 def joined(hub) -> list[str]:
-    return sorted(s.authid for s in hub.sessions.values() if s.role != uris.ROLE_CONTROL)
+    return sorted(s.authid for s in hub.sessions.values() if s.role != ROLE_CONTROL)
 
 
 def refusals(logged) -> list[str]:

@@ -22,6 +22,7 @@ from twisted.logger import Logger
 
 from llmgw.link import authz, uris
 from llmgw.link.ids import global_id
+from llmgw.roles import ROLE_CONTROL
 
 if TYPE_CHECKING:
     from llmgw.link.settings import LinkSettings
@@ -85,7 +86,7 @@ class Broker:
 
     def _too_many_subscriptions(self, session: HubSession, msg) -> bool:
         most = self._settings.max_subscriptions_per_session
-        if session.role == uris.ROLE_CONTROL or len(session.subscriptions) < most:
+        if session.role == ROLE_CONTROL or len(session.subscriptions) < most:
             return False
         self._refusals["subscriptions"] += 1
         why = (f"{session.role} {session.authid} holds {most} subscriptions, the most one session may "

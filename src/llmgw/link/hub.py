@@ -42,6 +42,7 @@ from llmgw.link.peer import HubProtocol, HubSession, SessionIdentity
 from llmgw.link.session import LinkJsonSerializer, quiet_cancellations, sweep_pings
 from llmgw.link.settings import LinkSettings
 from llmgw.link.tls import SessionRefusal, refused_session
+from llmgw.roles import ROLE_CONTROL, ROLE_NODE
 
 log = Logger()
 
@@ -148,7 +149,7 @@ class Hub:
         sweep_pings(factory)
         return factory
 
-    def attach_local(self, app_session, authid: str = "control", role: str = uris.ROLE_CONTROL) -> None:
+    def attach_local(self, app_session, authid: str = "control", role: str = ROLE_CONTROL) -> None:
         """Attach an in-process autobahn session: the control plane, with full rights.
 
         Tests attach other roles the same way; they are held to the same rules
@@ -243,12 +244,12 @@ class Hub:
             self._refuse_hello(session, uris.ERROR_NOT_AUTHORIZED, "authid_mismatch",
                                f"the client certificate is for {ident.authid!r}, the HELLO claims {msg.authid[:100]!r}")
             return
-        if ident.role != uris.ROLE_CONTROL and (refused := authz.session_refusal(ident.role, ident.authid)):
+        if ident.role != ROLE_CONTROL and (refused := authz.session_refusal(ident.role, ident.authid)):
             self._refuse_hello(session, uris.ERROR_NOT_AUTHORIZED, "certificate_subject", refused)
             return
         callee = (msg.roles or {}).get("callee")
         session.cancellable = bool(getattr(callee, "call_canceling", False))
-        if ident.role == uris.ROLE_NODE and ident.authid in self._nodes:
+        if ident.role == ROLE_NODE and ident.authid in self._nodes:
             self._second_session(session, ident)
             return
         self._welcome(session, ident)
@@ -301,7 +302,7 @@ class Hub:
         session._session_id = session_id
         session._authid = ident.authid
         self.sessions[session_id] = session
-        if ident.role == uris.ROLE_NODE:
+        if ident.role == ROLE_NODE:
             self._nodes[ident.authid] = session
         session.send(
             message.Welcome(
@@ -310,7 +311,7 @@ class Hub:
                 realm=self.realm,
                 authid=ident.authid,
                 authrole=ident.role,
-                authmethod="tls" if ident.role != uris.ROLE_CONTROL else "trusted",
+                authmethod="tls" if ident.role != ROLE_CONTROL else "trusted",
                 authprovider="llmgw",
             )
         )

@@ -1,14 +1,11 @@
 """Every URI on the link, in one place.
 
 The realm is ``llmgw``.  Who may do what with these is decided in
-``llmgw.link.authz``; keep the two in step.
+``llmgw.link.authz``; keep the two in step.  The roles a session is opened
+with are ``llmgw.roles``' (the CA writes them into certificates).
 """
 
 from __future__ import annotations
-
-# The roles a session is opened with are llmgw.roles' (the CA writes them);
-# named here too, so that who may do what reads uris.ROLE_NODE beside the URIs.
-from llmgw.roles import CERT_ROLES, ROLE_CONTROL, ROLE_NODE, ROLE_OPERATOR, ROLE_ROUTER, ROLE_SERVER  # noqa: F401
 
 REALM = "llmgw"
 
