@@ -35,6 +35,8 @@ FORBIDDEN = {
     # The CA's tools run where the CA lives, with no link; the link reads what
     # they write.  What both must agree on (roles, a node's id) is llmgw.roles.
     "llmgw.pki": (("llmgw.link",), "what the CA and the link share belongs in a neutral module (llmgw.roles)"),
+    # The transport's limits are its own (link/settings.py); config builds them from server.yaml.
+    "llmgw.link": (("llmgw.config",), "the link takes its settings as records (llmgw.link.settings), never reads config"),
 }
 # part -> (what is composed beside it, only in llmgw/process/).
 COMPOSED = {
@@ -46,9 +48,7 @@ COMPOSED = {
 # The top of the package that composes, rather than shares: the command line and `make run`.
 COMPOSERS = ("llmgw", "llmgw.__main__", "llmgw.cli", "llmgw.devrun")
 # Top-level modules that still import a process's package: module -> what it imports and should not.
-NOT_YET_NEUTRAL = {
-    "llmgw.webclient": "llmgw.config",  # verbose_logs, a setting of config.common
-}
+NOT_YET_NEUTRAL: dict[str, str] = {}
 
 
 def module_name(path: Path) -> str:

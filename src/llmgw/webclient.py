@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from twisted.web.client import HTTPConnectionPool, _HTTP11ClientFactory
 
-from llmgw.config.common import verbose_logs
+from llmgw.verbose import verbose_logs
 
 
 class _QuietFactory(_HTTP11ClientFactory):

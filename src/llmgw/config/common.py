@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from llmgw.config.schema import File, ListOf, Nullable, Section, Str
@@ -51,14 +50,3 @@ def check_host_name(text: str) -> str:
 
 #: ``admin.hosts`` and ``router.hosts`` (llmgw.hostnames): null is the defaults, ``[]`` none but IP addresses.
 HOST_NAMES = Nullable(ListOf(Str(what="a host name such as gw01.example.com", check=check_host_name)))
-
-
-#: Set to 1 (in the environment of twistd, of ``make run``, of an engine) for
-#: the lines llmgw leaves out by default: Twisted's "Starting factory" lines
-#: and an engine's answers to the router's /metrics and the agent's /health
-#: polls.  Engines inherit it from the agent that starts them.
-VERBOSE_ENV = "LLMGW_VERBOSE"
-
-
-def verbose_logs(environ=os.environ) -> bool:
-    return environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "no", "false")

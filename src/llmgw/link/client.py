@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from llmgw.config.common import verbose_logs
+from llmgw.verbose import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris

@@ -32,7 +32,7 @@ from autobahn.twisted.websocket import WampWebSocketServerFactory
 from autobahn.wamp import message, role
 from twisted.logger import Logger
 
-from llmgw.config.common import verbose_logs
+from llmgw.verbose import verbose_logs
 from llmgw.errors import PKIError
 from llmgw.link import answers, authz, ids, inbound, uris
 from llmgw.link.broker import Broker

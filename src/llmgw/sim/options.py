@@ -7,7 +7,7 @@ from typing import Sequence
 
 import attrs
 
-from llmgw.config.common import VERBOSE_ENV, verbose_logs
+from llmgw.verbose import VERBOSE_ENV, verbose_logs
 from llmgw.http11 import MAX_BODY_BYTES
 
 
