@@ -66,6 +66,7 @@ def is_trailer_field(line: bytes) -> bool:
 STATUS_REASONS = {
     100: "Continue",
     200: "OK",
+    204: "No Content",
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
@@ -73,6 +74,7 @@ STATUS_REASONS = {
     405: "Method Not Allowed",
     408: "Request Timeout",
     413: "Content Too Large",
+    415: "Unsupported Media Type",
     421: "Misdirected Request",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",

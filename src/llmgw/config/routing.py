@@ -35,6 +35,36 @@ class ClientLimits:
     write_stall_timeout_s: float = setting(30.0, above=0)
 
 
+def check_origin(text: str) -> str:
+    """A web origin a browser names in ``Origin`` (``scheme://host[:port]``, lower case), or ``*``."""
+    from urllib.parse import urlsplit
+
+    if text == "*":
+        return text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path
+            or parts.query or parts.fragment or parts.username is not None or parts.password is not None):
+        raise ValueError("not an origin; write it as a browser sends it, like 'https://app.example.com' or "
+                         "'http://localhost:5173' (scheme, host, port; no path, no trailing slash), or '*'")
+    host = parts.hostname if ":" not in parts.hostname else "[%s]" % parts.hostname
+    default = 443 if parts.scheme == "https" else 80
+    return "%s://%s%s" % (parts.scheme, host, "" if port is None or port == default else ":%d" % port)
+
+
+@attrs.frozen
+class CorsSettings:
+    """router.cors: which other sites' pages may call the API from a browser (none unless listed)."""
+
+    # "*": any origin; [] (the default): none, as before.
+    allow_origins: tuple[str, ...] = setting((), kind=ListOf(Str(what="an origin such as https://app.example.com",
+                                                                 check=check_origin)))
+    max_age_s: int = setting(600, least=0)
+
+
 @attrs.frozen
 class EngineLimits:
     """router.engines: how long the router waits on an engine, and how much of its /metrics it reads."""
@@ -89,6 +119,7 @@ class RouterSettings:
     max_body_bytes: int = setting(4 * MiB, least=1)
     clients: ClientLimits = setting(factory=ClientLimits)
     engines: EngineLimits = setting(factory=EngineLimits)
+    cors: CorsSettings = setting(factory=CorsSettings)
     keys: tuple[APIKey, ...] = setting((), kind=ListOf(section(APIKey)))
     # Engines to serve without a control plane; the control plane's ready
     # replicas are added to these.

@@ -85,6 +85,8 @@ class RequestInfo:
     # The prompt's leading text (chat: the messages' contents in order;
     # completions: the prompt; embeddings: the input), at most 2,048 characters.
     prefix: str = ""
+    # The request's id (``llmgw.router.requestid``): the client's X-Request-Id, or one the router made.
+    request_id: str = ""
 
 
 def _address(entry: EndpointEntry) -> tuple[str, int]:

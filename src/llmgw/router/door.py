@@ -14,9 +14,11 @@ the machine's host name) or an IP address, by the rule of
 host, or a URL for a target is 400.  A request a browser says comes from
 another site's page (``Origin``, ``Referer``, ``Sec-Fetch-Site``) is 403: such
 a page cannot read the answer, but it could spend the engines' time, and no
-API client sends those fields.  The router adds no CORS headers, and sends an
-engine none of the client's (its request to the engine is its own), so no
-engine's CORS answer lets another site's page read an answer either.
+API client sends those fields.  The exception is a page of an origin
+``router.cors.allow_origins`` names (``llmgw.router.cors``): the operator let
+it in.  The router sends an engine none of the client's fields (its request
+to the engine is its own), so no engine's CORS answer lets another site's
+page read an answer: only the router's own ``Access-Control-*`` fields do.
 
 An API with keys needs none of that: a browser sends no bearer token by
 itself, so a page's request carries none, and every route, ``GET
@@ -33,6 +35,7 @@ from llmgw.config.routing import RouterSettings
 from llmgw.hostnames import HostNames, asked_for, same_origin_for
 from llmgw.http11 import ParsedRequest, response_bytes
 from llmgw.router import errors
+from llmgw.router.cors import Cors
 from llmgw.router.keys import KeyRing
 
 MODELS = "/v1/models"
@@ -60,19 +63,22 @@ class Door:
 
     ``names``: a key-less API's own names (None: the API has keys, or no
     guard was asked for).  ``keys``: the API's keys, for the routes the
-    dispatcher does not see (``/v1/models``); None: it has none.
+    dispatcher does not see (``/v1/models``); None: it has none.  ``cors``:
+    which other sites' pages may call it from a browser.
     """
 
     names: HostNames | None = None
     keys: KeyRing | None = None
+    cors: Cors = Cors()
 
     @classmethod
     def for_config(cls, config: RouterSettings, clock, file: str = "server.yaml", then: str = "reload") -> Door:
+        cors = Cors.for_config(config.cors)
         if config.keys:
-            return cls(None, KeyRing(config.keys, clock))
+            return cls(None, KeyRing(config.keys, clock), cors)
         names = HostNames.from_setting(config.hosts, key="router.hosts", file=file,
                                        listener="this router's OpenAI API, which has no keys", then=then)
-        return cls(names, None)
+        return cls(names, None, cors)
 
     def refusal(self, request: ParsedRequest) -> errors.RouterError | None:
         """What to answer instead of routing *request*, or None to route it."""
@@ -95,10 +101,11 @@ class Door:
                 return errors.InvalidRequest(misdirected.words)
             return NotThisRoutersName(misdirected.words)
         if not same_origin_for(headers.get("sec-fetch-site"), headers.get("origin"), headers.get("referer"),
-                               asked_for(request.target, hosts)):
+                               asked_for(request.target, hosts)) and not self.cors.allows(headers.get("origin")):
             return FromAnotherSite(
                 "a browser sent this request from another site's page (Origin, Referer or Sec-Fetch-Site says "
-                "so), and this API has no keys: call it from a program, or add router.keys")
+                "so), and this API has no keys: call it from a program, add router.keys, or name the page's origin in "
+                "router.cors.allow_origins")
         return None
 
     def models(self, request: ParsedRequest, served: list[str]) -> list[str]:
