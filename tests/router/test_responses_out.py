@@ -213,6 +213,12 @@ def test_an_empty_answer_is_an_empty_message():
     assert response.output_text == "" and len(response.output) == 1
 
 
+@pytest.mark.parametrize("chat", [{}, {"choices": []}, {"choices": ["x"]}, [], {"object": "list", "data": []}])
+def test_an_answer_that_is_not_a_chat_completion_is_refused(chat):
+    with pytest.raises(ValueError, match="not a chat completion"):
+        from_chat(chat, {"model": "gemma"}, RID, CREATED)
+
+
 # Streams -------------------------------------------------------------------------------
 
 

@@ -41,10 +41,15 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 
 
 def from_chat(chat: dict, request: dict, response_id: str, created: int) -> dict:
-    """The Response object for the engine's chat completion ``chat``, answering ``request``."""
+    """The Response object for the engine's chat completion ``chat``, answering ``request``.
+
+    ValueError when ``chat`` has no choice to translate: the engine did not answer a chat completion.
+    """
     base = _base(response_id)
     choices = chat.get("choices") if isinstance(chat, dict) else None
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the answer has no choices, so it is not a chat completion")
+    choice = choices[0]
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     finish = choice.get("finish_reason")
     status = "incomplete" if finish in _INCOMPLETE else "completed"
