@@ -79,9 +79,9 @@ def test_messages_of_every_role_and_part():
         )
     )
     assert chat["messages"] == [
-        {"role": "system", "content": "sys"},
-        # Engines' chat templates know "system"; developer messages are sent as that.
-        {"role": "system", "content": "dev"},
+        # Engines' chat templates know "system", and many only one: developer
+        # messages are sent as that, and adjacent ones as one.
+        {"role": "system", "content": "sys\n\ndev"},
         {
             "role": "user",
             "content": [
@@ -91,6 +91,19 @@ def test_messages_of_every_role_and_part():
         },
         {"role": "assistant", "content": "a cat"},
         {"role": "user", "content": "one\ntwo"},
+    ]
+
+
+def test_instructions_and_a_developer_message_are_one_system_message():
+    chat = to_chat(sent(model="gemma", instructions="Be brief.", input=[
+        {"role": "developer", "content": "cwd: /src"},
+        {"role": "user", "content": "hi"},
+        {"role": "developer", "content": "later"},
+    ]))
+    assert chat["messages"] == [
+        {"role": "system", "content": "Be brief.\n\ncwd: /src"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "later"},
     ]
 
 

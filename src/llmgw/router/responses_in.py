@@ -136,7 +136,7 @@ def _messages(body: dict) -> list[dict]:
             raise InvalidRequest(f"{where} must be an object, got {_kind(item)}", param=where)
         kind = item.get("type", "message")
         if kind == "message":
-            messages.append(_message(item, where))
+            _add_message(messages, _message(item, where))
         elif kind == "function_call":
             _add_call(messages, item, where)
         elif kind == "function_call_output":
@@ -155,6 +155,21 @@ def _messages(body: dict) -> list[dict]:
                 param=f"{where}.type",
             )
     return messages
+
+
+def _add_message(messages: list[dict], message: dict) -> None:
+    last = messages[-1] if messages else None
+    if (
+        last is not None
+        and message["role"] == "system" == last["role"]
+        and isinstance(message["content"], str)
+        and isinstance(last["content"], str)
+    ):
+        # instructions, then a developer message (as Codex sends): many chat
+        # templates take one system message, so adjacent ones are one.
+        last["content"] += "\n\n" + message["content"]
+    else:
+        messages.append(message)
 
 
 def _message(item: dict, where: str) -> dict:
