@@ -202,6 +202,15 @@ def test_length_is_incomplete_with_its_reason():
     assert response.max_output_tokens == 16
 
 
+def test_reasoning_is_a_reasoning_item_before_the_message():
+    answer = completion("42")
+    answer["choices"][0]["message"]["reasoning_content"] = "Six times seven."
+    response = Response.model_validate(from_chat(answer, {"model": "gemma"}, RID, CREATED))
+    reasoning, message = response.output
+    assert (reasoning.type, reasoning.content[0].text, reasoning.id[:3]) == ("reasoning", "Six times seven.", "rs_")
+    assert response.output_text == "42"
+
+
 def test_refusal_is_a_refusal_part():
     response = from_chat(completion(None, refusal="I can't help with that."), {"model": "gemma"}, RID, CREATED)
     Response.model_validate(response)
@@ -298,6 +307,29 @@ def test_text_then_interleaved_parallel_calls_and_a_late_name():
     assert message.content[0].text == "Checking."
     assert (paris.call_id, paris.arguments) == ("call_a", '{"city":"Paris"}')
     assert (rome.call_id, rome.name, rome.arguments) == ("call_b", "get_weather", '{"city":"Rome"}')
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_streamed_reasoning(field):
+    engine = Engine(chunks=[{"choices": [{"index": 0, "delta": {field: "Six times"}}]},
+                            {"choices": [{"index": 0, "delta": {field: " seven."}}]}, chunk("42"), chunk(finish="stop")])
+    with engine.client().responses.stream(model="gemma", input="6*7?") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert kinds(events)[2:7] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.output_item.added",
+    ]
+    reasoning, message = final.output
+    assert (reasoning.type, reasoning.content[0].text, reasoning.status) == ("reasoning", "Six times seven.", "completed")
+    assert final.output_text == "42"
+    # A client that sends the answer back as input sends the reasoning too; the engine is not given it.
+    assert to_chat({"model": "gemma", "input": [r.to_dict() for r in final.output]})["messages"] == [
+        {"role": "assistant", "content": "42"}
+    ]
 
 
 def test_streamed_length_ends_incomplete():

@@ -9,6 +9,8 @@ OpenAI sends it and the official clients' accumulators accept:
     per output item: response.output_item.added,
         a message: response.content_part.added, response.output_text.delta ...,
             response.output_text.done, response.content_part.done
+        a reasoning item (the engine's reasoning_content): the same, with
+            response.reasoning_text.delta ... and .done
         a function call: response.function_call_arguments.delta ...,
             response.function_call_arguments.done
     response.output_item.done (each item, in output order),
@@ -36,6 +38,18 @@ MAX_TOOL_CALLS = 128
 # The codes the clients' ResponseError accepts; anything else is a server_error.
 _ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
 
+# A text part's delta and done events, by the part's type.
+_DELTA = {
+    "output_text": "response.output_text.delta",
+    "refusal": "response.refusal.delta",
+    "reasoning_text": "response.reasoning_text.delta",
+}
+_DONE = {
+    "output_text": "response.output_text.done",
+    "refusal": "response.refusal.done",
+    "reasoning_text": "response.reasoning_text.done",
+}
+
 # Chat's finish_reason -> Responses' incomplete_details.reason.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -54,6 +68,11 @@ def from_chat(chat: dict, request: dict, response_id: str, created: int) -> dict
     finish = choice.get("finish_reason")
     status = "incomplete" if finish in _INCOMPLETE else "completed"
     output: list[dict] = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        output.append(
+            {"id": f"rs_{base}", "type": "reasoning", "summary": [], "status": status, "content": [_part("reasoning_text", reasoning)]}
+        )
     content = message.get("content")
     refusal = message.get("refusal")
     calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
@@ -134,8 +153,9 @@ class ResponsesStream:
         self._held = 0
         self._sequence = 0
         self._items: list[dict] = []  # the output items, in output order
-        self._text: list[str] | None = None  # the open message's text, once it is added
+        self._texts: dict[str, list[str]] = {}  # a message's or reasoning item's id -> its text so far
         self._message: dict | None = None
+        self._reasoning: dict | None = None
         self._calls: dict[int, dict] = {}  # the engine's tool call index -> its item
         self._pending: dict[int, dict] = {}  # a call whose name has not come yet
         self._finish: Any = None
@@ -169,6 +189,11 @@ class ResponsesStream:
         if not isinstance(delta, dict):
             return b""
         out = []
+        # llama.cpp and older vLLM say reasoning_content, newer vLLM reasoning.
+        for field in ("reasoning_content", "reasoning"):
+            reasoning = delta.get(field)
+            if isinstance(reasoning, str) and reasoning:
+                out.append(self._text_delta("reasoning_text", reasoning))
         content = delta.get("content")
         if isinstance(content, str) and content:
             out.append(self._text_delta("output_text", content))
@@ -192,12 +217,12 @@ class ResponsesStream:
         for index in sorted(self._pending):
             # A call whose name never came is still a call: the client sees it, named "".
             out.append(self._add_call(index, self._pending.pop(index), ""))
-        if not self._items:
-            out.append(self._open_message("output_text"))
+        if self._message is None and not self._calls:
+            out.append(self._open_text("output_text"))
         status = "incomplete" if self._finish in _INCOMPLETE else "completed"
         for index, item in enumerate(self._items):
-            if item["type"] == "message":
-                out.append(self._close_message(index, item, status))
+            if item["type"] != "function_call":
+                out.append(self._close_text(index, item, status))
             else:
                 item["status"] = "completed"
                 out.append(
@@ -224,58 +249,61 @@ class ResponsesStream:
             return self._event("error", code=code, message=message, param=None)
         error = {"code": code if code in _ERROR_CODES else "server_error", "message": message}
         output = [dict(item, status="incomplete") for item in self._items]
-        if self._message is not None and self._text is not None:
-            # The text relayed so far, as the client's accumulator holds it.
-            index = self._items.index(self._message)
-            output[index]["content"] = [_part(self._message["content"][0]["type"], "".join(self._text))]
+        for index, item in enumerate(self._items):
+            if item["id"] in self._texts:
+                # The text relayed so far, as the client's accumulator holds it.
+                output[index]["content"] = [_part(item["content"][0]["type"], "".join(self._texts[item["id"]]))]
         response = self._response("failed", output, error=error)
         return self._event("response.failed", response=response)
 
     # Text -------------------------------------------------------------------------
 
     def _text_delta(self, part: str, delta: str) -> bytes:
+        item = self._reasoning if part == "reasoning_text" else self._message
         out = b""
-        if self._message is None:
-            out = self._open_message(part)
-        elif self._message["content"][0]["type"] != part:
-            # Text and a refusal in one answer: the client keeps the first kind's part.
-            part = self._message["content"][0]["type"]
+        if item is None:
+            out = self._open_text(part)
+            item = self._reasoning if part == "reasoning_text" else self._message
+            assert item is not None
+        # Text and a refusal in one answer: the client keeps the first kind's part.
+        part = item["content"][0]["type"]
         if not self._hold(len(delta)):
             return out + self._overflow()
-        assert self._text is not None
-        self._text.append(delta)
-        kind = "response.output_text.delta" if part == "output_text" else "response.refusal.delta"
-        fields: dict[str, Any] = {"item_id": self._message["id"], "output_index": self._items.index(self._message)}
+        self._texts[item["id"]].append(delta)
+        fields: dict[str, Any] = {"item_id": item["id"], "output_index": self._items.index(item), "content_index": 0}
         if part == "output_text":
             fields["logprobs"] = []
-        return out + self._event(kind, content_index=0, delta=delta, **fields)
+        return out + self._event(_DELTA[part], delta=delta, **fields)
 
-    def _open_message(self, part: str) -> bytes:
-        item = {"id": f"msg_{self._base}", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
-        self._message = item
-        self._text = []
+    def _open_text(self, part: str) -> bytes:
+        """A message (output_text, refusal) or a reasoning item (reasoning_text), added with its one part."""
+        if part == "reasoning_text":
+            item: dict = {"id": f"rs_{self._base}", "type": "reasoning", "summary": [], "status": "in_progress", "content": []}
+            self._reasoning = item
+        else:
+            item = {"id": f"msg_{self._base}", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+            self._message = item
+        self._texts[item["id"]] = []
         self._items.append(item)
         index = len(self._items) - 1
-        added = self._event("response.output_item.added", output_index=index, item=dict(item, content=[]))
+        added = self._event("response.output_item.added", output_index=index, item=dict(item))
         item["content"] = [_part(part, "")]
         return added + self._event(
             "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=_part(part, "")
         )
 
-    def _close_message(self, index: int, item: dict, status: str) -> bytes:
-        assert self._text is not None
-        text = "".join(self._text)
+    def _close_text(self, index: int, item: dict, status: str) -> bytes:
+        text = "".join(self._texts[item["id"]])
         part = _part(item["content"][0]["type"], text)
         item["content"] = [part]
         item["status"] = status
-        fields = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        fields: dict[str, Any] = {"item_id": item["id"], "output_index": index, "content_index": 0}
         if part["type"] == "output_text":
-            done = self._event("response.output_text.done", text=text, logprobs=[], **fields)
-        else:
-            done = self._event("response.refusal.done", refusal=text, **fields)
+            fields["logprobs"] = []
+        said = {"refusal": text} if part["type"] == "refusal" else {"text": text}
         return (
-            done
-            + self._event("response.content_part.done", part=part, **fields)
+            self._event(_DONE[part["type"]], **said, **fields)
+            + self._event("response.content_part.done", part=part, item_id=item["id"], output_index=index, content_index=0)
             + self._event("response.output_item.done", output_index=index, item=item)
         )
 
@@ -361,6 +389,8 @@ def _message_item(base: str, part: str, text: str, status: str) -> dict:
 def _part(kind: str, text: str) -> dict:
     if kind == "refusal":
         return {"type": "refusal", "refusal": text}
+    if kind == "reasoning_text":
+        return {"type": "reasoning_text", "text": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
