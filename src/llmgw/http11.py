@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
 from email.utils import formatdate
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -334,6 +335,77 @@ class RequestParser:
                     return self._fail(431, "trailer fields over %d bytes" % self._max_head)
                 if _TRAILER.fullmatch(line) is None:
                     return self._fail(400, "malformed trailer field")
+
+
+# Content codings of request bodies -----------------------------------------
+
+# A coding's zlib window bits: gzip's header and trailer, zlib's (deflate).
+_CODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+# Decompressed in pieces this large, so a bomb is caught at the limit, not after it.
+_INFLATE_STEP = 256 * 1024
+MAX_CODINGS = 2
+
+
+def decoded_body(coding: str, body: bytes, limit: int) -> bytes | BadRequest:
+    """``body`` undone of its ``Content-Encoding`` (``gzip``, ``deflate``, ``identity``, in the order
+    applied), or a BadRequest: 413 once the decompressed body passes ``limit`` bytes, 415 for
+    another coding, 400 for one that does not decode.
+    """
+    codings = [c.strip().lower() for c in coding.split(",") if c.strip()]
+    if len(codings) > MAX_CODINGS:
+        return BadRequest(400, "the body's Content-Encoding lists %d codings; the router undoes at most %d"
+                               % (len(codings), MAX_CODINGS))
+    for name in reversed(codings):
+        if name == "identity":
+            continue
+        wbits = _CODINGS.get(name)
+        if wbits is None:
+            return BadRequest(415, "the body's Content-Encoding %r is not one the router decodes: send it as gzip, "
+                                   "deflate or uncompressed" % name)
+        out = _inflate(body, wbits, limit)
+        if out.__class__ is BadRequest and name == "deflate":
+            # Some clients send deflate without zlib's header (raw DEFLATE).
+            raw = _inflate(body, -15, limit)
+            if raw.__class__ is not BadRequest or raw.status == 413:
+                out = raw
+        if out.__class__ is BadRequest:
+            return out
+        body = out
+    return body
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes | BadRequest:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            piece = inflater.decompress(data, _INFLATE_STEP)
+            while True:
+                size += len(piece)
+                if size > limit:
+                    return BadRequest(413, "the body is over %d bytes once decompressed (router.max_body_bytes)" % limit)
+                parts.append(piece)
+                if not inflater.unconsumed_tail:
+                    break
+                piece = inflater.decompress(inflater.unconsumed_tail, _INFLATE_STEP)
+            rest = inflater.flush()
+        except zlib.error as e:
+            return BadRequest(400, "the body does not decode as its Content-Encoding says: %s" % e)
+        size += len(rest)
+        if size > limit:
+            return BadRequest(413, "the body is over %d bytes once decompressed (router.max_body_bytes)" % limit)
+        parts.append(rest)
+        if not inflater.eof:
+            return BadRequest(400, "the body does not decode as its Content-Encoding says: it ends before its "
+                                   "compressed data does")
+        data = inflater.unused_data
+        # gzip allows members one after another (RFC 1952 §2.2).
+        if not data or wbits != 31:
+            break
+    if data:
+        return BadRequest(400, "the body does not decode as its Content-Encoding says: bytes follow its end")
+    return b"".join(parts)
 
 
 # Responses ---------------------------------------------------------------

@@ -40,7 +40,7 @@ SERVER_CASES = [
         "unknown-nested-key",
         SERVER + "router:\n  scorng: prefix-affinity\n",
         "server.yaml:5: router.scorng: unknown key; did you mean 'scoring'? allowed here: "
-        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, keys, endpoints",
+        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, cors, keys, endpoints",
     ),
     (
         "unknown-key-nothing-close",

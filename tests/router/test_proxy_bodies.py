@@ -24,6 +24,17 @@ from llmgw.router.bodies import PREFIX_CHARS, prompt_prefix, read_usage
         ("/v1/completions", {}, ""),
         ("/v1/embeddings", {"input": ["first", "second"]}, "firstsecond"),
         ("/v1/embeddings", {"input": 42}, ""),
+        ("/v1/responses", {"instructions": "Be brief. ", "input": "hello"}, "Be brief. hello"),
+        ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                                     {"type": "function_call", "name": "f", "arguments": "{}"},
+                                     {"type": "function_call_output", "call_id": "c", "output": " sunny"}]}, "hi sunny"),
+        ("/v1/rerank", {"query": "what is x", "documents": ["a", "b"]}, "what is x"),
+        ("/rerank", {"query": "q"}, "q"),
+        ("/v1/score", {"text_1": "q", "text_2": ["a"]}, "q"),
+        ("/tokenize", {"prompt": "tok me"}, "tok me"),
+        ("/tokenize", {"messages": [{"role": "user", "content": "chat tok"}]}, "chat tok"),
+        ("/detokenize", {"tokens": [5, 6]}, "5 6 "),
+        ("/v1/audio/transcriptions", {"model": "w"}, ""),
     ],
 )
 def test_prompt_prefix(path, body, prefix):

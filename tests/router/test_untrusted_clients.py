@@ -16,7 +16,7 @@ from .routerharness import StaticDispatcher, chat, endpoint_of, exchange
 
 def error_of(body: bytes) -> dict:
     payload = json.loads(body)
-    assert set(payload) == {"error"} and set(payload["error"]) == {"message", "type", "param", "code"}
+    assert set(payload) == {"error"} and set(payload["error"]) == {"message", "type", "param", "code", "request_id"}
     return payload["error"]
 
 

@@ -44,23 +44,55 @@ def _text(value: Any) -> str:
     return "".join(parts)
 
 
+def _messages(messages: Any) -> str:
+    """The contents of chat messages (or Responses input items) in order, up to PREFIX_CHARS."""
+    if not isinstance(messages, list):
+        return ""
+    out: list[str] = []
+    size = 0
+    for message in messages:
+        if isinstance(message, dict):
+            # A Responses function_call_output item carries its text in "output".
+            text = _text(message.get("content") if "content" in message else message.get("output"))
+            out.append(text)
+            size += len(text)
+            if size >= PREFIX_CHARS:
+                break
+    return "".join(out)
+
+
+# The field holding the prompt, for the routes whose prompt is one field.
+_PROMPT_FIELD = {
+    "/v1/completions": "prompt",
+    "/v1/embeddings": "input",
+    "/v1/rerank": "query", "/rerank": "query", "/v2/rerank": "query",
+    "/v1/score": "text_1", "/score": "text_1",
+    "/v1/tokenize": "prompt", "/tokenize": "prompt",
+    "/v1/detokenize": "tokens", "/detokenize": "tokens",
+}
+
+
 def prompt_prefix(path: str, body: dict) -> str:
-    """The prompt's leading text, at most PREFIX_CHARS characters (what affinity hashes)."""
+    """The prompt's leading text, at most PREFIX_CHARS characters (what affinity hashes).
+
+    Chat: the messages' contents; Responses: the instructions, then the
+    input; rerank: the query; score: text_1; tokenize: the prompt (or the
+    messages); detokenize: the token ids; embeddings: the input.  Other
+    routes (audio) have none.
+    """
     if path == "/v1/chat/completions":
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            return ""
-        out: list[str] = []
-        size = 0
-        for message in messages:
-            if isinstance(message, dict):
-                text = _text(message.get("content"))
-                out.append(text)
-                size += len(text)
-                if size >= PREFIX_CHARS:
-                    break
-        return "".join(out)[:PREFIX_CHARS]
-    return _text(body.get("prompt" if path == "/v1/completions" else "input"))[:PREFIX_CHARS]
+        return _messages(body.get("messages"))[:PREFIX_CHARS]
+    if path == "/v1/responses":
+        instructions = body.get("instructions")
+        head = instructions if isinstance(instructions, str) else ""
+        given = body.get("input")
+        return (head + (given if isinstance(given, str) else _messages(given)))[:PREFIX_CHARS]
+    field = _PROMPT_FIELD.get(path)
+    if field is None:
+        return ""
+    if field == "prompt" and "prompt" not in body and "messages" in body:
+        return _messages(body.get("messages"))[:PREFIX_CHARS]
+    return _text(body.get(field))[:PREFIX_CHARS]
 
 
 _decoder = json.JSONDecoder()

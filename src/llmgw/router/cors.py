@@ -30,6 +30,7 @@ import attrs
 
 from llmgw.config.routing import CorsSettings
 from llmgw.http11 import ParsedRequest, status_line
+from llmgw.router import errors
 
 METHODS = b"GET, POST, OPTIONS"
 # Read by the openai clients (the request id) and by anyone told to wait (Retry-After).
@@ -38,6 +39,14 @@ EXPOSED = b"Access-Control-Expose-Headers: X-Request-Id, Retry-After\r\n"
 _FIELD_NAMES = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+(?:[ \t]*,[ \t]*[!#$%&'*+\-.^_`|~0-9A-Za-z]+)*")
 MAX_REQUEST_HEADERS = 2048
 _PREFLIGHT_VARY = b"Vary: Origin, Access-Control-Request-Method, Access-Control-Request-Headers\r\n"
+
+
+class CorsRefused(errors.RouterError):
+    """A preflight from a page whose origin router.cors.allow_origins does not name."""
+
+    status = 403
+    type = "permission_error"
+    code = "cors_origin_not_allowed"
 
 
 @attrs.frozen
@@ -56,6 +65,12 @@ class Cors:
     @property
     def enabled(self) -> bool:
         return self.any_origin or bool(self.origins)
+
+    def described(self) -> str:
+        """The allowed origins in words, for a refusal."""
+        if self.any_origin:
+            return "any"
+        return ", ".join(sorted(self.origins)) if self.origins else "none: []"
 
     def allows(self, origin: str | None) -> bool:
         """Whether a page of ``origin`` (an ``Origin`` field's value) may read the answers."""
@@ -76,6 +91,18 @@ class Cors:
         if origin is None or not (self.any_origin or origin in self.origins):
             return b""
         return self._allow_origin(origin) + EXPOSED
+
+    def answer_preflight(self, request: ParsedRequest) -> bytes | CorsRefused:
+        """An OPTIONS request's answer: the header lines of a 204 allowing it, or the error refusing it."""
+        allowed = self.preflight(request) if is_preflight(request) else None
+        if allowed is not None:
+            return allowed
+        origin = request.headers.get("origin")
+        if origin is None:
+            return CorsRefused("OPTIONS answers only a browser's CORS preflight (Origin and "
+                               "Access-Control-Request-Method)")
+        return CorsRefused("this router's API lets no page of %s call it from a browser: name the origin in "
+                           "router.cors.allow_origins (now %s)" % (origin, self.described()))
 
     def preflight(self, request: ParsedRequest) -> bytes | None:
         """The header lines of a 204 answering a preflight from an allowed origin, or None to refuse it."""

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from llmgw import __version__
 from llmgw.router import errors
+from llmgw.router.routes import PATHS
 
 PREFIX = "llmgw_router_"
 
@@ -40,7 +41,6 @@ UNKNOWN_MODEL = "unknown"
 OTHER = "other"
 MAX_MODELS = 500
 
-PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
 
 # The router answers its own errors, /v1/models and a cached engine's reply
 # in well under a millisecond: buckets start at 0.1 ms, so those percentiles

@@ -16,14 +16,15 @@ reading its answers each have a limit, and connections over
 would be, without the body.  ``llmgw.router.door`` says whom the API answers
 at all (a key-less one: only requests for its own names).
 
-Every answer the router makes itself is an OpenAI error,
-``{"error": {"message", "type", "param", "code"}}``; ``answer_error`` is the one
-place that turns a ``RouterError`` into a response.
+The routes, and how a request is read to route it: ``llmgw.router.routes``.
+Every answer carries the request's id (``llmgw.router.requestid``) and, for a
+page ``router.cors`` allows, CORS fields (``llmgw.router.cors``).  Every answer
+the router makes itself is an OpenAI error, ``{"error": {"message", "type",
+"param", "code", "request_id"}}``; ``answer_error`` is the one place that turns
+a ``RouterError`` into a response.
 """
 
 from __future__ import annotations
-
-import json
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
@@ -33,26 +34,22 @@ from zope.interface import implementer
 from llmgw.config.routing import ClientLimits
 from llmgw.http11 import BadRequest, DateHeader, ParsedRequest, RequestParser, response_bytes
 from llmgw.router import errors
-from llmgw.router.bodies import prompt_prefix
 from llmgw.router.contract import Admitter, Metrics
+from llmgw.router.cors import no_content
 from llmgw.router.deadlines import BETWEEN_BYTES_TIMEOUT_S, FIRST_BYTE_TIMEOUT_S
-from llmgw.router.dispatch import RequestInfo
-from llmgw.router.door import Door, OverCapacity, bearer
+from llmgw.router.door import Door, OverCapacity
 from llmgw.router.metrics import NullMetrics, rejection_reason
 from llmgw.router.proxy import MAX_ATTEMPTS, Exchange
+from llmgw.router.requestid import error_json, id_field, request_id
+from llmgw.router.routes import MODELS, PROXIED, Unroutable, model_list, model_object, not_found, read_info
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
 
-PROXIED = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/embeddings"))
 PIPELINE_LIMIT = 256 * 1024
 LINGER_S = 2.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CLOSE = b"Connection: close\r\n"
-
-
-def _no_constant(name: str):
-    raise ValueError("%s is not JSON (RFC 8259 has no NaN or Infinity): send a number or null" % name)
 
 
 @implementer(IPushProducer)
@@ -78,6 +75,9 @@ class RouterProtocol(Protocol):
         self._producing = False
         self._linger = None
         self._head_only = False
+        # The request in hand's id, and the fields every answer to it carries (its id, CORS).
+        self._rid = ""
+        self._fields = b""
         # The wait on the client now (idle, header or body), and the write stall.
         self._timer = None
         self._timer_phase = ""
@@ -220,9 +220,9 @@ class RouterProtocol(Protocol):
         else:
             limit = "router.clients.body_timeout_s (%g s)" % factory.clients.body_timeout_s
             what = "the request body did not arrive within %g s of its head" % factory.clients.body_timeout_s
-        log.info("{peer} sent no whole request within {limit}: answered 408 and closed", peer=_peer(self.transport),
-                 limit=limit)
         self._refuse(BadRequest(408, what + ": send the request whole, without pauses"))
+        log.info("{peer} sent no whole request within {limit}: answered 408 (request {request_id}) and closed",
+                 peer=_peer(self.transport), limit=limit, request_id=self._rid)
 
     def writes_paused(self) -> None:
         """The client's transport holds more of its answer than it may: the client has that long to read."""
@@ -242,8 +242,9 @@ class RouterProtocol(Protocol):
             return
         factory = self.factory
         factory.metrics.client_timeout("write_stall")
-        log.info("{peer} read none of its answer for router.clients.write_stall_timeout_s ({s:g} s): closed, "
-                 "its engine slot freed", peer=_peer(self.transport), s=factory.clients.write_stall_timeout_s)
+        log.info("{peer} read none of its answer to request {request_id} for router.clients.write_stall_timeout_s "
+                 "({s:g} s): closed, its engine slot freed", peer=_peer(self.transport), request_id=self._rid,
+                 s=factory.clients.write_stall_timeout_s)
         self.transport.abortConnection()
 
     # Requests
@@ -286,68 +287,64 @@ class RouterProtocol(Protocol):
         path = request.path
         close = not request.keep_alive or request.version < (1, 1)
         method = request.method
+        door = factory.door
+        rid = self._rid = request_id(request.headers.get("x-request-id"))
+        self._fields = id_field(rid) + door.cors.fields(request)
         # HEAD is answered as GET would be, without the body (RFC 9110 §9.3.2).
         self._head_only = method == "HEAD"
         if self._head_only:
             method = "GET"
-        refusal = factory.door.refusal(request)
+        if method == "OPTIONS":
+            # Before the door: a preflight carries no API key, and says only whether to ask.
+            self._preflight(request, close, path, started)
+            return
+        refusal = door.refusal(request)
         if refusal is not None:
             self._error(refusal, close, "", path, started)
         elif path in PROXIED and method == "POST":
             factory.metrics.request_body(path, len(request.body))
-            info = self._read(request, path, started, close)
-            if info is not None:
-                exchange = self.exchange = Exchange(self, request, info, started)
-                factory.metrics.request_started(info.model)
-                exchange.start()
-        elif path == "/v1/models" and method == "GET":
-            created = factory.created
-            served = factory.door.models(request, factory.dispatcher.models())
-            data = [{"id": m, "object": "model", "created": created, "owned_by": "llmgw"} for m in served]
-            self._answer(200, json.dumps({"object": "list", "data": data}).encode(), close, "", path, started)
+            try:
+                info = read_info(request, path, factory.max_body_bytes, rid)
+            except Unroutable as refused:
+                self._reject(refused.error, close, refused.model, path, started)
+                return
+            exchange = self.exchange = Exchange(self, request, info, started)
+            factory.metrics.request_started(info.model)
+            exchange.start()
+        elif path == MODELS and method == "GET":
+            served = door.models(request, factory.dispatcher.models())
+            self._answer(200, model_list(served, factory.created), close, "", path, started)
         elif path.startswith("/v1/models/") and method == "GET":
             model = path[len("/v1/models/"):]
-            if model in factory.door.models(request, factory.dispatcher.models()):
-                body = json.dumps({"id": model, "object": "model", "created": factory.created, "owned_by": "llmgw"}).encode()
-                self._answer(200, body, close, model, path, started)
+            if model in door.models(request, factory.dispatcher.models()):
+                self._answer(200, model_object(model, factory.created), close, model, path, started)
             else:
                 self._error(errors.UnknownModel("no model %r is served here: GET /v1/models lists those that are" % model),
                             close, model, path, started)
         else:
-            self._error(errors.NotFound("Invalid URL (%s %s): the router serves POST /v1/chat/completions, "
-                                        "/v1/completions, /v1/embeddings and GET /v1/models" % (request.method, path)),
-                        close, "", path, started)
+            self._error(not_found(request.method, path), close, "", path, started)
 
-    def _read(self, request: ParsedRequest, path: str, started: float, close: bool) -> RequestInfo | None:
-        """The request's RequestInfo, or None after answering why it cannot have one."""
-        try:
-            body = json.loads(request.body, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as e:
-            self._reject(errors.InvalidRequest("the request body is not valid JSON: %s" % e), close, "", path, started)
-            return None
-        if body.__class__ is not dict:
-            self._reject(errors.InvalidRequest("the request body must be a JSON object"), close, "", path, started)
-            return None
-        model = body.get("model")
-        if model.__class__ is not str or not model:
-            self._reject(errors.InvalidRequest('the request names no model: add "model": "NAME" (GET /v1/models lists them)',
-                                              param="model"), close, "", path, started)
-            return None
-        stream = body.get("stream")
-        if stream is None:
-            stream = False
-        elif stream.__class__ is not bool:
-            self._reject(errors.InvalidRequest('"stream" must be true or false', param="stream"), close, model, path, started)
-            return None
-        return RequestInfo(path, model, stream, body, bearer(request), prompt_prefix(path, body))
+    def _preflight(self, request: ParsedRequest, close: bool, path: str, started: float) -> None:
+        """OPTIONS: a browser's CORS preflight, allowed (204) or refused (403) as ``router.cors`` says."""
+        allowed = self.factory.door.cors.answer_preflight(request)
+        if allowed.__class__ is not bytes:
+            self._fields = id_field(self._rid)
+            self._error(allowed, close, "", path, started)
+            return
+        if close:
+            self._close_after = True
+        self.transport.write(no_content(self.factory.date(), id_field(self._rid) + allowed, _CLOSE if close else b""))
+        self.factory.metrics.request_done("", path, 204, self.factory.clock.seconds() - started, None, None, None)
 
     def _refuse(self, bad: BadRequest) -> None:
         """A request that cannot be read: answer, then drop what still comes for LINGER_S, then close."""
         self._close_after = True
         error = (errors.BodyTooLarge(bad.message) if bad.status == 413 else
                  errors.RequestTimeout(bad.message) if bad.status == 408 else errors.InvalidRequest(bad.message))
-        body = errors.error_body(error.type, bad.message, None, error.code)
-        self.transport.write(response_bytes(bad.status, body, self.factory.date(), connection=_CLOSE))
+        # No request was read, so no id of the client's: one is made for this answer.
+        rid = self._rid = request_id(None)
+        self.transport.write(response_bytes(bad.status, error_json(error, rid), self.factory.date(), connection=_CLOSE,
+                                            extra=id_field(rid)))
         metrics = self.factory.metrics
         metrics.request_done("", "", bad.status, 0.0, None, None, None)
         reason = rejection_reason(error)
@@ -362,7 +359,8 @@ class RouterProtocol(Protocol):
     def _answer(self, status: int, body: bytes, close: bool, model: str, path: str, started: float, extra: bytes = b"") -> None:
         if close:
             self._close_after = True
-        response = response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"", extra=extra)
+        response = response_bytes(status, body, self.factory.date(), connection=_CLOSE if close else b"",
+                                  extra=self._fields + extra)
         if self._head_only:
             response = response[: len(response) - len(body)]
         self.transport.write(response)
@@ -370,7 +368,7 @@ class RouterProtocol(Protocol):
 
     def _error(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
         extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
-        self._answer(error.status, errors.render(error), close, model, path, started, extra)
+        self._answer(error.status, error_json(error, self._rid), close, model, path, started, extra)
 
     def _reject(self, error: errors.RouterError, close: bool, model: str, path: str, started: float) -> None:
         """``_error``, counted as an admission rejection when it is one (an engine's failure is not)."""

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Callable, Coroutine, TextIO
 
-from llmgw.sim import api
+from llmgw.sim import api, pooling
 from llmgw.sim.api import CHAT, COMPLETION, EMBEDDING, ApiError
 from llmgw.sim.connection import HTTPConnection
 from llmgw.http11 import EVENT_STREAM, BadRequest, ParsedRequest
@@ -92,6 +92,9 @@ class SimEngine:
             "/health": {"GET": self._health},
             "/metrics": {"GET": self._metrics},
         }
+        for path in pooling.ROUTES:
+            self._routes[path] = {"POST": self._pooling}
+        self._vocabulary = pooling.Vocabulary()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self.ready:
@@ -172,6 +175,32 @@ class SimEngine:
             return self._error(conn, request, ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found"), started)
         self.metrics.count(200)
         conn.respond(200, json.dumps(self.renderer.model_object()).encode())
+        if self._log:
+            self._log_line(conn, request, 200, started, "")
+
+    def _pooling(self, conn: HTTPConnection, request: ParsedRequest) -> None:
+        """Rerank, score, tokenize, detokenize: answered at once, without a slot (``llmgw.sim.pooling``)."""
+        started = time.perf_counter()
+        path = request.path
+        try:
+            if not self.ready:
+                raise ApiError(503, f"{self.options.model} is loading", type="unavailable_error", code="model_loading",
+                               headers=b"Retry-After: 1\r\n")
+            payload = api.load_json(request.body)
+            api.check_model(payload, self.options.model)
+            model, created = self.options.model, int(self._clock())
+            if path in pooling.RERANK:
+                body = pooling.rerank(payload, model, "rerank-%s%d" % (self._id_prefix, next(self._ids)))
+            elif path in pooling.SCORE:
+                body = pooling.score(payload, model, "score-%s%d" % (self._id_prefix, next(self._ids)), created)
+            elif path in pooling.TOKENIZE:
+                body = pooling.tokenize(payload, self._vocabulary)
+            else:
+                body = pooling.detokenize(payload, self._vocabulary)
+        except ApiError as e:
+            return self._error(conn, request, e, started)
+        self.metrics.count(200)
+        conn.respond(200, body)
         if self._log:
             self._log_line(conn, request, 200, started, "")
 
