@@ -200,6 +200,7 @@ def test_sampling_limits_and_streaming():
     chat = to_chat(sent(model="gemma", input="x", max_output_tokens=64, temperature=0.2, top_p=0.9, store=True, metadata={"a": "b"}))
     assert (chat["max_tokens"], chat["temperature"], chat["top_p"]) == (64, 0.2, 0.9)
     assert "stream" not in chat and "store" not in chat and "metadata" not in chat
+    assert to_chat({"model": "gemma", "input": "x", "max_output_tokens": 64.0})["max_tokens"] == 64
     streamed = to_chat({"model": "gemma", "input": "x", "stream": True})
     assert streamed["stream"] is True
     assert streamed["stream_options"] == {"include_usage": True}

@@ -73,6 +73,8 @@ def to_chat(body: dict) -> dict:
         chat["response_format"] = response_format
     max_output_tokens = body.get("max_output_tokens")
     if max_output_tokens is not None:
+        if type(max_output_tokens) is float and max_output_tokens.is_integer():
+            max_output_tokens = int(max_output_tokens)  # 64.0 is JSON's 64 too
         if type(max_output_tokens) is not int or max_output_tokens < 1:
             raise InvalidRequest(
                 f"max_output_tokens must be a whole number of at least 1, got {max_output_tokens!r}",
