@@ -83,6 +83,27 @@ async def test_a_slowloris_head_is_answered_408_at_header_timeout_from_its_first
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_408s_log_line_names_the_request_id_its_answer_carries(sim, make_router):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    clock = Clock()
+    router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(header_timeout_s=10))
+    lines: list[str] = []
+
+    def observe(event):
+        if event.get("log_namespace") == "llmgw.router.server":
+            lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        error = await _answered_408(router, clock, [(b"GET /v1/models HTTP/1.1\r\n", lambda parser: parser.buffered, 10)])
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    [line] = [line for line in lines if "answered 408" in line]
+    assert "(request %s)" % error["request_id"] in line
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_body_that_does_not_arrive_is_answered_408_at_body_timeout(sim, make_router):
     clock = Clock()
     router = make_router(StaticDispatcher([endpoint_of(sim)]), clock=clock, clients=ClientLimits(body_timeout_s=60))
@@ -99,8 +120,10 @@ async def test_connections_over_max_connections_are_answered_503_and_closed(sim,
     try:
         await until(lambda: router.factory.connections == 2, "two connections open", 5)
         with connect(router.address) as third:
-            status, error = _error(await threads.deferToThread(_read_to_eof, third))
+            raw = await threads.deferToThread(_read_to_eof, third)
+        status, error = _error(raw)
         assert status == 503 and error["code"] == "too_many_connections"
+        assert b"\r\nX-Request-Id: %s\r\n" % error["request_id"].encode() in raw
         assert router.metrics.refused == 1
         first.close()
         await until(lambda: router.factory.connections == 1, "one connection closed", 5)

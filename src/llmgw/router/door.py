@@ -37,6 +37,7 @@ from llmgw.http11 import ParsedRequest, response_bytes
 from llmgw.router import errors
 from llmgw.router.cors import Cors
 from llmgw.router.keys import KeyRing
+from llmgw.router.requestid import error_json, id_field, request_id
 
 MODELS = "/v1/models"
 
@@ -131,6 +132,8 @@ class OverCapacity(Protocol):
             "the router has %d API connections open, as many as router.clients.max_connections allows: try again "
             "after Retry-After, and reuse connections (keep-alive)" % self.factory.max_connections)
         extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers)
-        self.transport.write(response_bytes(error.status, errors.render(error), self.factory.date(),
-                                            connection=b"Connection: close\r\n", extra=extra))
+        # No request is read: the id is one made for this answer.
+        rid = request_id(None)
+        self.transport.write(response_bytes(error.status, error_json(error, rid), self.factory.date(),
+                                            connection=b"Connection: close\r\n", extra=extra + id_field(rid)))
         self.transport.loseConnection()
