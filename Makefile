@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # every run so the installed twistd plugins are the working tree's.
 STAMP  := $(VENV)/.deps-installed
 
-.PHONY: run test slow faults install engines clean
+.PHONY: run test slow faults install engines node-client clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,17 @@ install: $(STAMP)
 run: install
 	LLMGW_RUN_MODEL=$(MODEL) $(BIN)/python -m llmgw.devrun
 
+# The official openai Node client that tests/router/test_openai_node.py drives,
+# pinned in tests/support/node/: `npm ci` into build/node-openai, and nothing
+# when that version is there already (so offline after the first time).  Where
+# node or npm is missing it says so and the Node tests skip; under CI=true both fail.
+node-client: $(STAMP)
+	$(BIN)/python -m tests.support.nodeclient
+
 # pytest exits 5 when it collected no tests; that is a failure here.  The
 # dashboard's tests run in a second pytest process: they need Twisted's
 # asyncio reactor, and a process keeps the first reactor it installs.
-test: install
+test: install node-client
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	  [ $$rc -eq 0 ] || exit $$rc
