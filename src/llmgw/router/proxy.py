@@ -23,6 +23,10 @@ truncates the client's response (the connection closes) instead.
 
 Two clocks run against the engine once the request is sent; what they are
 and how a stream that stalls ends is ``llmgw.router.deadlines``.
+
+The request's id goes to the engine and back to the client in ``X-Request-Id``,
+and the client's CORS fields (``llmgw.router.cors``) with the head: both are
+put after the status line, the rest of the engine's head goes as it came.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from twisted.logger import Logger
 
 from llmgw.router import errors
 from llmgw.router.bodies import read_usage
+from llmgw.router.cors import cors_fields
 from llmgw.router.deadlines import BETWEEN_BYTES, FIRST_BYTE, stall_event
+from llmgw.router.requestid import id_field
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
-from llmgw.router.upstream import UpstreamConnection, failure_kind, write_now
+from llmgw.router.routes import FORM_ROUTES
+from llmgw.router.upstream import UpstreamConnection, engine_head, failure_kind, with_fields, write_now
 
 if TYPE_CHECKING:
     from llmgw.http11 import ParsedRequest
@@ -60,7 +67,7 @@ class Exchange:
         "router", "factory", "info", "started", "payload", "close_after", "version11",
         "lease", "endpoint", "upstream", "head", "passthrough", "dechunk", "registered", "committed",
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
-        "timer_kind", "sent", "relayed",
+        "timer_kind", "sent", "relayed", "fields",
     )
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
@@ -69,8 +76,12 @@ class Exchange:
         self.info = info
         self.started = started
         # The request line and fields for the engine; Host is added per engine.
-        self.payload = b"POST %s HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % (
-            request.target.encode("latin-1"), len(request.body)), request.body
+        # A form (an audio upload) goes with its own Content-Type, which names its boundary.
+        content_type = request.headers.get("content-type", "") if info.path in FORM_ROUTES else "application/json"
+        self.payload = engine_head(request.target, len(request.body), info.request_id, content_type), request.body
+        # Put in every head relayed to the client, after its status line.
+        fields = cors_fields(request, self.factory.door.cors)
+        self.fields = id_field(info.request_id) + fields if info.request_id else fields
         self.close_after = not request.keep_alive or request.version < (1, 1)
         self.version11 = request.version >= (1, 1)
         self.lease: EngineLease | None = None
@@ -206,7 +217,7 @@ class Exchange:
                 if head.framing == UNTIL_CLOSE:
                     self.close_after = True
                 self.dechunk = head.framing == CHUNKED and not self.version11
-                transport.write(relay_head(head, close=self.close_after, dechunk=self.dechunk))
+                transport.write(with_fields(relay_head(head, close=self.close_after, dechunk=self.dechunk), self.fields))
             self.committed = True
         else:
             start = 0
@@ -236,6 +247,9 @@ class Exchange:
             self.relayed += len(piece) - start if self.passthrough else len(piece)
             if self.ttft is None and self.info.stream and (end == NEED_MORE and len(data) > start or end > start):
                 self.ttft = self.factory.clock.seconds() - self.started
+            if start and self.passthrough and self.fields:
+                # After the status line: one copy of this read, no parse.
+                piece = piece.replace(b"\n", b"\n" + self.fields, 1)
             write_now(transport, piece)
         if end == NEED_MORE:
             # Progress is a whole chunk: an engine dribbling a byte at a time
@@ -353,6 +367,10 @@ class Exchange:
         self.factory.metrics.upstream_error(self.info.model, endpoint_id, kind)
         if lease is not None:
             lease.release("upstream_failed")
+        self._cut_short(message)
+
+    def _cut_short(self, message: str) -> None:
+        """End the client's response the engine broke off: here by closing the connection mid-answer."""
         self.router.exchange_broken(self)
 
     def ended(self) -> None:
@@ -418,10 +436,12 @@ class Exchange:
         model = self.info.model
         endpoint_id = self.endpoint.id
         if self.timer_kind == FIRST_BYTE:
-            limit = "router.engines.first_byte_timeout_s (%g s)" % factory.first_byte_timeout_s
+            seconds = factory.first_byte_timeout_s
+            limit = "router.engines.first_byte_timeout_s (%g s)" % seconds
             what = "sent no whole response head"
         else:
-            limit = "router.engines.between_bytes_timeout_s (%g s)" % factory.between_bytes_timeout_s
+            seconds = factory.between_bytes_timeout_s
+            limit = "router.engines.between_bytes_timeout_s (%g s)" % seconds
             what = "stopped sending its answer"
         conn, self.upstream = self.upstream, None
         between_chunks = conn.parser.between_chunks()
@@ -436,16 +456,13 @@ class Exchange:
             log.warn("{message}: answered 504", message=message)
             self.router.answer_error(self, errors.GatewayTimeout(
                 "the engine serving %s did not answer within %g s; it may have done the work, so sending the "
-                "request again costs it twice" % (model, factory.first_byte_timeout_s)))
+                "request again costs it twice" % (model, seconds)))
             return
         self.finished = True
         if self.client_left:
             return
-        head = self.head
-        final, close = stall_event("the engine serving %s stopped sending its answer for %g s; it is cut short here"
-                                   % (model, factory.between_bytes_timeout_s), self.info.stream,
-                                   head.framing if head is not None else None, b"".join(self.tail), self.dechunk,
-                                   between_chunks)
+        final, close = self._stall_end("the engine serving %s stopped sending its answer for %g s; it is cut short here"
+                                       % (model, factory.between_bytes_timeout_s), between_chunks)
         if final is None:
             log.warn("{message}: the client's response is cut off", message=message)
             self.router.exchange_broken(self)
@@ -458,3 +475,9 @@ class Exchange:
         factory.metrics.request_done(model, self.info.path, self.status, factory.clock.seconds() - self.started,
                                      self.ttft, None, None)
         self.router.exchange_done(self, self.close_after)
+
+    def _stall_end(self, told: str, between_chunks: bool) -> tuple[bytes | None, bool]:
+        """What ends the client's response when the engine stalled, *told* it why, and whether its connection closes after."""
+        head = self.head
+        return stall_event(told, self.info.stream, head.framing if head is not None else None, b"".join(self.tail),
+                           self.dechunk, between_chunks)

@@ -314,6 +314,20 @@ def write_now(transport, data: bytes) -> None:
         transport.write(data[sent:] if sent else data)
 
 
+def engine_head(target: str, length: int, request_id: str, content_type: str = "application/json") -> bytes:
+    """The request line and fields for the engine, but Host (added per engine) and the blank line."""
+    if request_id:
+        return b"POST %s HTTP/1.1\r\nContent-Type: %s\r\nContent-Length: %d\r\nX-Request-Id: %s\r\n" % (
+            target.encode("latin-1"), content_type.encode("latin-1"), length, request_id.encode("latin-1"))
+    return b"POST %s HTTP/1.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (
+        target.encode("latin-1"), content_type.encode("latin-1"), length)
+
+
+def with_fields(head: bytes, fields: bytes) -> bytes:
+    """``head`` (a status line first) with ``fields`` after its status line."""
+    return head.replace(b"\n", b"\n" + fields, 1) if fields else head
+
+
 def failure_kind(reason) -> str:
     """A word for why a connection to an engine failed, for metrics: refused, timeout or failed."""
     exc = getattr(reason, "value", reason)
