@@ -2,7 +2,7 @@
 
 The byte relay passes an engine's head on as it came but for these fields,
 put after its status line; one it must rewrite (an HTTP/1.0 client) gets them
-too.
+too, and so does the translation of /v1/responses (``test_translate``).
 """
 
 from __future__ import annotations
@@ -80,13 +80,15 @@ async def test_the_request_id_goes_to_the_engine_and_back_on_every_relayed_head(
         # The byte relay as it came (HTTP/1.1), with a head rewritten (HTTP/1.0), and the translation.
         passed = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, given)
         rewritten = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, given, "1.0")
-        made = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, {})
+        translated = await threads.deferToThread(_raw, router.address, "/v1/responses", {"model": MODEL, "input": "hi"}, given)
+        made = await threads.deferToThread(_raw, router.address, "/v1/responses", {"model": MODEL, "input": "hi"}, {})
     finally:
         await engine.port.stopListening()
-    for n, (status, headers, body) in enumerate((passed, rewritten)):
+    for n, (status, headers, body) in enumerate((passed, rewritten, translated)):
         assert status == 200 and headers["x-request-id"] == "trace-7", n
         assert engine.field(n, "X-Request-Id") == "trace-7"
-    assert re.fullmatch(r"[0-9a-f]{32}", made[1]["x-request-id"]) and engine.field(2, "X-Request-Id") == made[1]["x-request-id"]
+    assert json.loads(translated[2])["output"][0]["content"][0]["text"] == "hi"
+    assert re.fullmatch(r"[0-9a-f]{32}", made[1]["x-request-id"]) and engine.field(3, "X-Request-Id") == made[1]["x-request-id"]
 
 
 @pytest_twisted.ensureDeferred
@@ -96,8 +98,9 @@ async def test_relayed_heads_carry_the_cors_fields_for_an_allowed_origin(sim, ma
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     origin = {"Origin": "https://app.example"}
     passed = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, origin)
+    translated = await threads.deferToThread(_raw, router.address, "/v1/responses", {"model": MODEL, "input": "hi"}, origin)
     other = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, {"Origin": "https://evil.example"})
-    for status, headers, _ in (passed,):
+    for status, headers, _ in (passed, translated):
         assert status == 200 and headers["access-control-allow-origin"] == "https://app.example"
         assert headers["vary"] == "Origin" and "X-Request-Id" in headers["access-control-expose-headers"]
     assert "access-control-allow-origin" not in other[1]

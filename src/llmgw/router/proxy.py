@@ -26,7 +26,8 @@ and how a stream that stalls ends is ``llmgw.router.deadlines``.
 
 The request's id goes to the engine and back to the client in ``X-Request-Id``,
 and the client's CORS fields (``llmgw.router.cors``) with the head: both are
-put after the status line, the rest of the engine's head goes as it came.
+put after the status line, the rest of the engine's head goes as it came.  A
+request to ``/v1/responses`` is an ``llmgw.router.translate.TranslatingExchange``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from llmgw.router.cors import cors_fields
 from llmgw.router.deadlines import BETWEEN_BYTES, FIRST_BYTE, stall_event
 from llmgw.router.requestid import id_field
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
-from llmgw.router.routes import FORM_ROUTES
+from llmgw.router.routes import FORM_ROUTES, RESPONSES
 from llmgw.router.upstream import UpstreamConnection, engine_head, failure_kind, with_fields, write_now
 
 if TYPE_CHECKING:
@@ -69,6 +70,14 @@ class Exchange:
         "finished", "attempts", "fresh_only", "admitting", "ttft", "tail", "tail_len", "status", "client_left",
         "timer_kind", "sent", "relayed", "fields",
     )
+
+    def __new__(cls, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
+        if info.path == RESPONSES and cls is Exchange:
+            # Here, not at the top: the translating exchange is a subclass of this one.
+            from llmgw.router.translate import TranslatingExchange
+
+            cls = TranslatingExchange
+        return object.__new__(cls)
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         self.router = router
