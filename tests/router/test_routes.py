@@ -126,7 +126,7 @@ async def test_no_response_is_stored_to_get_and_an_unknown_url_lists_the_routes(
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_audio_upload_reaches_the_engine_byte_for_byte(engine, make_router):
+async def test_an_audio_upload_reaches_the_engine_byte_for_byte_with_its_content_type(engine, make_router):
     dispatcher = StaticDispatcher([engine.endpoint], models=("whisper-x",))
     router = make_router(dispatcher, max_body_bytes=1 << 20)
     body = form({"model": "whisper-x", "language": "en", "stream": "false"})
@@ -134,6 +134,7 @@ async def test_an_audio_upload_reaches_the_engine_byte_for_byte(engine, make_rou
     assert (status, answer) == (200, {"text": "heard"})
     [sent] = engine.requests
     assert sent.path == "/v1/audio/transcriptions" and sent.body == body
+    assert sent.headers["content-type"] == f"multipart/form-data; boundary={BOUNDARY}"
     [info] = dispatcher.requests
     assert (info.path, info.model, info.stream) == ("/v1/audio/transcriptions", "whisper-x", False)
 
