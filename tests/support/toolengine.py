@@ -14,7 +14,9 @@ This one is scripted, as a small model served by llama.cpp behaves at best:
 - otherwise it echoes the last user message.
 
 It answers ``POST /v1/chat/completions`` (streaming too, tool-call deltas and
-``stream_options.include_usage`` included), and keeps every body it was sent
+``stream_options.include_usage`` included) with an ``Access-Control-Allow-Origin``
+field of its own, as llama.cpp's server answers every request (the request's
+``Origin``, empty when there is none), and keeps every body it was sent
 and every request's ``X-Request-Id`` for ``GET /recorded``.  It is a process
 of its own (``ToolEngineProcess``), on twisted.web: a test's engine, where a
 request a second does not matter.
@@ -99,6 +101,8 @@ class _Completions(resource.Resource):
         engine = self.engine
         engine.bodies.append(body)
         engine.request_ids.append((request.getHeader("x-request-id") or ""))
+        # llama-server's manners: its own CORS field on every answer, whatever the router does.
+        request.setHeader(b"access-control-allow-origin", request.getHeader(b"origin") or b"")
         text, calls = answer(body, len(engine.bodies))
         finish = "tool_calls" if calls else "stop"
         usage = _usage(body, text, calls)
