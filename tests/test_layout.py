@@ -36,7 +36,8 @@ FORBIDDEN = {
     # they write.  What both must agree on (roles, a node's id) is llmgw.roles.
     "llmgw.pki": (("llmgw.link",), "what the CA and the link share belongs in a neutral module (llmgw.roles)"),
     # The transport's limits are its own (link/settings.py); config builds them from server.yaml.
-    "llmgw.link": (("llmgw.config",), "the link takes its settings as records (llmgw.link.settings), never reads config"),
+    "llmgw.link": (("llmgw.config",),
+                   "the link takes its settings as records (llmgw.link.settings), never reads config"),
 }
 # part -> (what is composed beside it, only in llmgw/process/).
 COMPOSED = {
@@ -199,7 +200,7 @@ def class_places(src: Path) -> dict[str, list[str]]:
     for path in sorted(src.rglob("*.py")):
         for node in _top_level(ast.parse(path.read_text(encoding="utf-8"), str(path)).body):
             if isinstance(node, ast.ClassDef):
-                found[node.name].append(f"{path.relative_to(src.parent)}:{node.lineno}")
+                found[node.name].append(f"{path.relative_to(src.parents[1])}:{node.lineno}")
     return found
 
 
@@ -217,7 +218,7 @@ def test_no_two_modules_in_src_define_a_class_of_the_same_name():
 
 
 def test_a_clash_names_both_places(tmp_path: Path):
-    package = tmp_path / "pkg"
+    package = tmp_path / "src" / "pkg"
     (package / "inner").mkdir(parents=True)
     (package / "__init__.py").write_text("class Request:\n    pass\n")
     (package / "inner" / "__init__.py").write_text("")
@@ -227,7 +228,7 @@ def test_a_clash_names_both_places(tmp_path: Path):
     (package / "inner" / "other.py").write_text("def f():\n    class Request:\n        pass\n")
 
     assert clashes(package) == [
-        "pkg/__init__.py:1: class Request is defined again at pkg/inner/parse.py:3: rename the one that means "
+        "src/pkg/__init__.py:1: class Request is defined again at src/pkg/inner/parse.py:3: rename the one that means "
         "something else"
     ]
 
@@ -315,7 +316,7 @@ NO_TEST_FILE = {
     "link": "authz client local peer settings uris",
     "pki": "commands held nodes revocation subject",
     "process": "agent common router server",
-    "router": "bodies errors response server service tablesession upstream",
+    "router": "bodies errors server service tablesession upstream",
     "sim": "api connection engine metrics options server",
     "tui": "app columns common confirm details fake fleet help logs nodes replicas store table",
 }
