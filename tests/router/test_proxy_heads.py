@@ -15,7 +15,7 @@ from twisted.internet import protocol, reactor, threads
 
 from llmgw.router.cors import Cors
 from llmgw.router.door import Door
-from tests.support.net import post
+from tests.support.net import connect, post
 from tests.support.sim import MODEL
 
 from .routerharness import StaticDispatcher, StaticEndpoint, endpoint_of, exchange
@@ -123,3 +123,33 @@ async def test_a_form_goes_to_the_engine_with_its_own_content_type(make_router):
     assert status == 200 and json.loads(body) == {"text": "hello"}
     assert engine.field(0, "Content-Type") == content_type and engine.bodies[0] == form
     assert engine.field(0, "X-Request-Id") == headers["x-request-id"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_engines_own_cors_fields_are_dropped_so_the_routers_are_the_only_ones(make_router):
+    # As llama.cpp's server answers: an Access-Control-Allow-Origin always, empty when no Origin came.
+    answer = (b"HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: \r\nAccess-Control-Allow-Credentials: true\r\n"
+              b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+    engine = StandInEngine(answer)
+    router = make_router(StaticDispatcher([engine.endpoint]))
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    origin = {"Origin": "https://app.example"}
+    try:
+        closed = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, origin)
+        router.factory.door = Door(cors=Cors(frozenset({"https://app.example"})))
+        allowed = await threads.deferToThread(_raw, router.address, "/v1/chat/completions", chat, origin)
+        raw = await threads.deferToThread(_raw_head, router.address, post("/v1/chat/completions", chat, origin))
+    finally:
+        await engine.port.stopListening()
+    assert closed[0] == 200 and "access-control-allow-origin" not in closed[1]
+    assert allowed[0] == 200 and allowed[1]["access-control-allow-origin"] == "https://app.example"
+    assert raw.lower().count(b"access-control-allow-origin:") == 1 and b"credentials" not in raw.lower()
+
+
+def _raw_head(port: int, raw: bytes) -> bytes:
+    with connect(port) as s:
+        s.sendall(raw)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        return got.split(b"\r\n\r\n")[0]

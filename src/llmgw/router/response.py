@@ -34,8 +34,14 @@ _STATUS_LINE = re.compile(r"HTTP/1\.([0-9]) ([0-9]{3})(?: [\t\x20-\x7e\x80-\xff]
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection", "te", "upgrade", "transfer-encoding"))
 # Fields an engine's answer loses on its way to a client: the engine's
 # software and version (uvicorn's for vLLM) are nobody's business but the
-# operator's, as llmgw's own listeners name none (docs/security.rst).
-NOT_RELAYED = HOP_BY_HOP | frozenset(("server", "x-powered-by"))
+# operator's, as llmgw's own listeners name none (docs/security.rst); and the
+# engine's CORS fields (llama.cpp's server sends Access-Control-Allow-Origin
+# always): router.cors alone says which pages may read an answer, and a
+# browser refuses an answer with two Access-Control-Allow-Origin fields.
+NOT_RELAYED = HOP_BY_HOP | frozenset((
+    "server", "x-powered-by", "access-control-allow-origin", "access-control-allow-credentials",
+    "access-control-allow-methods", "access-control-allow-headers", "access-control-expose-headers",
+    "access-control-max-age"))
 
 _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
 _PLAIN_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,16})\r\n")
