@@ -105,7 +105,7 @@ async def test_an_engine_killed_mid_stream_ends_the_stream_with_response_failed(
 
     kinds, failed = await threads.deferToThread(call)
     assert kinds[-1] == "response.failed" and "response.completed" not in kinds
-    assert failed.status == "failed" and "broke off its answer" in failed.error.message
+    assert failed.status == "failed" and "closed the connection in the middle of its answer" in failed.error.message
     assert [lease.outcome for lease in dispatcher.leases] == ["upstream_failed"]
     assert router.metrics.upstream_errors == [(MODEL, endpoint_of(sim).id, "reset")]
     # The client's connection was closed after the event.
@@ -143,6 +143,58 @@ async def test_a_stream_the_engine_stalls_ends_with_response_failed_and_the_conn
     assert "".join(data["delta"] for kind, data in events if kind == "response.output_text.delta") == "hi"
     assert models_status == 200
     assert router.metrics.upstream_errors == [(MODEL, engine.endpoint.id, "stalled")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_event_that_is_not_json_ends_the_stream_with_response_failed_and_the_engine_is_dropped(make_router):
+    engine = GatedEngine()
+    dispatcher = StaticDispatcher([engine.endpoint])
+    router = make_router(dispatcher)
+
+    def read_until_closed():
+        with connect(router.address) as s:
+            s.sendall(post("/v1/responses", {"model": MODEL, "input": "hi", "stream": True}))
+            f = s.makefile("rb")
+            answer = read_response(f)
+            return answer, f.read()
+
+    try:
+        call = threads.deferToThread(read_until_closed)
+        connection = await engine.request()
+        bad = b"data: {not json\n\n"
+        connection.transport.write(SSE_HEAD + b"%x\r\n%b\r\n%x\r\n%b\r\n" % (len(CHUNK), CHUNK, len(bad), bad))
+        (status, _, body), after = await call
+    finally:
+        await engine.stop()
+    events = events_of(body)
+    assert status == 200 and after == b""
+    assert [kind for kind, _ in events][-1] == "response.failed"
+    assert "is not JSON" in events[-1][1]["response"]["error"]["message"]
+    assert [lease.outcome for lease in dispatcher.leases] == ["upstream_failed"]
+    assert router.metrics.upstream_errors == [(MODEL, engine.endpoint.id, "malformed")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_whole_answer_cut_off_before_the_client_had_a_byte_is_sent_to_another_engine(sim, make_router):
+    engine = GatedEngine()
+    dispatcher = StaticDispatcher([engine.endpoint, endpoint_of(sim)])
+    router = make_router(dispatcher)
+
+    def call():
+        with client(router) as c:
+            return c.responses.create(model=MODEL, input="second time lucky")
+
+    try:
+        reply = threads.deferToThread(call)
+        connection = await engine.request()
+        connection.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 900\r\n\r\n{\"id\":")
+        connection.transport.loseConnection()
+        reply = await reply
+    finally:
+        await engine.stop()
+    assert reply.output_text.split()[:3] == ["second", "time", "lucky"]
+    assert [lease.outcome for lease in dispatcher.leases] == ["upstream_failed", "ok"]
+    assert router.metrics.upstream_errors == [(MODEL, engine.endpoint.id, "reset")]
 
 
 @pytest_twisted.ensureDeferred

@@ -62,7 +62,7 @@ class TranslatingExchange(Exchange):
     """An ``Exchange`` for ``/v1/responses``: a chat completion on the engine, a Response for the client."""
 
     __slots__ = ("response_id", "created", "translating", "collected", "collected_len", "events", "line", "data",
-                 "data_len", "stream_done", "wrote")
+                 "data_len", "stream_done")
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         super().__init__(router, request, info, started)
@@ -79,8 +79,6 @@ class TranslatingExchange(Exchange):
         self.data: list[bytes] = []
         self.data_len = 0
         self.stream_done = False
-        # The client has had bytes of the translated answer.
-        self.wrote = False
 
     def start(self) -> None:
         try:
@@ -140,7 +138,10 @@ class TranslatingExchange(Exchange):
                 self.router.lend_transport(conn)
             if self.ttft is None and out:
                 self.ttft = self.factory.clock.seconds() - self.started
-            self._relay_events(out)
+            broken = self._relay_events(out)
+            if broken is not None:
+                self._broken("malformed", "%s broke its stream: %s" % (self.endpoint.id, broken))
+                return
         elif self._collect(out):
             return
         if end == NEED_MORE:
@@ -185,7 +186,7 @@ class TranslatingExchange(Exchange):
         close = b"Connection: close\r\n" if self.close_after else b""
         write_now(self.router.transport, response_bytes(200, answer, self.factory.date(), connection=close, extra=self.fields))
         self.relayed += len(answer)
-        self.committed = self.wrote = True
+        self.committed = True
         return True
 
     def _give_up(self, message: str) -> None:
@@ -230,7 +231,7 @@ class TranslatingExchange(Exchange):
         fields.append(self.fields)
         fields.append(b"\r\n")
         write_now(self.router.transport, b"".join(fields))
-        self.committed = self.wrote = True
+        self.committed = True
         self._write(self.events.start())
 
     def _write(self, events: bytes, last: bool = False) -> None:
@@ -242,11 +243,15 @@ class TranslatingExchange(Exchange):
             self.relayed += len(events)
             write_now(self.router.transport, out)
 
-    def _relay_events(self, pieces: list[bytes]) -> None:
-        """Read the engine's SSE out of *pieces* and write the Responses events of each whole event."""
+    def _relay_events(self, pieces: list[bytes]) -> str | None:
+        """Read the engine's SSE out of *pieces* and write the Responses events of each whole event.
+
+        Returns why the engine's stream cannot be read on, or None.
+        """
         if self.stream_done:
-            return
+            return None
         written: list[bytes] = []
+        broken = None
         for piece in pieces:
             lines = (self.line + piece).split(b"\n") if self.line else piece.split(b"\n")
             self.line = lines.pop()
@@ -259,35 +264,32 @@ class TranslatingExchange(Exchange):
                     self.data_len += len(value)
                 elif not line and self.data:
                     data, self.data, self.data_len = b"\n".join(self.data), [], 0
-                    written.append(self._event(data))
-                    if self.stream_done:
+                    try:
+                        written.append(self._event(data))
+                    except (ValueError, RecursionError):
+                        broken = "it sent an event that is not JSON: %r" % data[:80]
+                    if self.stream_done or broken:
                         break
-            if len(self.line) + self.data_len > MAX_EVENT_BYTES:
-                written.append(self.events.fail("the engine sent an event over %d bytes" % MAX_EVENT_BYTES, "server_error"))
-                self.stream_done = True
-            if self.stream_done:
+            if broken is None and len(self.line) + self.data_len > MAX_EVENT_BYTES:
+                broken = "it sent an event over %d bytes" % MAX_EVENT_BYTES
+            if self.stream_done or broken:
                 self.line, self.data = b"", []
                 break
         if written:
             self._write(b"".join(written), last=self.stream_done)
+        return broken
 
     def _event(self, data: bytes) -> bytes:
-        """The Responses events for one of the engine's SSE events."""
-        if self.stream_done:
-            return b""
+        """The Responses events for one of the engine's SSE events (ValueError or RecursionError: it is not JSON)."""
         if data == b"[DONE]":
             self.stream_done = True
             return self.events.finish()
-        try:
-            parsed = json.loads(data)
-        except ValueError:
-            self.stream_done = True
-            return self.events.fail("the engine sent an event that is not JSON", "server_error")
+        parsed = json.loads(data)
         if parsed.__class__ is dict and parsed.get("error") is not None:
-            # An engine's error in the middle of its stream (vLLM sends them so).
+            # An engine's error in the middle of its stream (vLLM sends them so): it ends the stream.
             error = parsed["error"]
             self.stream_done = True
-            message = error.get("message") if error.__class__ is dict else str(error)
+            message = error.get("message") if error.__class__ is dict else error
             return self.events.fail(str(message or "the engine failed"), "server_error")
         return self.events.feed(parsed)
 
@@ -296,7 +298,8 @@ class TranslatingExchange(Exchange):
     def _cut_short(self, message: str) -> None:
         if self.events is not None and not self.stream_done and not self.client_left:
             self.stream_done = True
-            self._write(self.events.fail("the engine broke off its answer: " + message, "server_error"), last=True)
+            self._write(self.events.fail("the engine serving %s failed in the middle of its answer: %s"
+                                         % (self.info.model, message), "server_error"), last=True)
         super()._cut_short(message)
 
     def _stall_end(self, told: str, between_chunks: bool) -> tuple[bytes | None, bool]:
