@@ -1,12 +1,14 @@
 // The official openai Node client calls client.responses.create as a user would; prints what it parsed as JSON.
 //
-//   LLMGW_OPENAI_NODE=file:///.../openai/index.mjs node responses.mjs BASE_URL MODEL CASE
+//   LLMGW_OPENAI_NODE=file:///.../openai/index.mjs node responses.mjs BASE_URL MODEL CASE [MAX_OUTPUT_TOKENS]
 //
 // CASE is plain, stream, tool (a function tool round trip) or json (a json_schema text.format, parsed by the
 // client's responses.parse).  tests/router/test_openai_node.py asserts on the JSON and on an empty stderr.
 const { default: OpenAI } = await import(process.env.LLMGW_OPENAI_NODE);
 
-const [baseURL, model, which] = process.argv.slice(2);
+const [baseURL, model, which, most] = process.argv.slice(2);
+// The plain and streamed cases' max_output_tokens: a real model may otherwise talk until its context is full.
+const limit = most ? { max_output_tokens: Number(most) } : {};
 const client = new OpenAI({ baseURL, apiKey: "sk-test", maxRetries: 0, timeout: 30_000 });
 
 const WEATHER = {
@@ -60,12 +62,14 @@ function summary(response) {
 
 const cases = {
   async plain() {
-    return summary(await client.responses.create({ model, input: "the quick brown fox", max_output_tokens: 16 }));
+    return summary(await client.responses.create({
+      model, input: "the quick brown fox", max_output_tokens: 16, ...limit,
+    }));
   },
 
   async stream() {
     const stream = await client.responses.create({
-      model, instructions: "Answer briefly.", input: "one two three", stream: true,
+      model, instructions: "Answer briefly.", input: "one two three", stream: true, ...limit,
     });
     const types = [];
     let text = "";
@@ -75,10 +79,12 @@ const cases = {
       types.push(event.type);
       sequence.push(event.sequence_number);
       if (event.type === "response.output_text.delta") text += event.delta;
-      if (event.type === "response.completed") completed = summary(event.response);
+      if (event.type === "response.completed" || event.type === "response.incomplete") {
+        completed = summary(event.response);
+      }
     }
     // The helper that accumulates the events into a Response checks their order as it goes.
-    const helper = client.responses.stream({ model, input: "one two three" });
+    const helper = client.responses.stream({ model, input: "one two three", ...limit });
     const final = summary(await helper.finalResponse());
     return { types, sequence, text, completed, final };
   },
