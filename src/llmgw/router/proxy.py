@@ -42,7 +42,6 @@ from llmgw.router import errors
 from llmgw.router.bodies import read_usage
 from llmgw.router.cors import cors_fields
 from llmgw.router.deadlines import BETWEEN_BYTES, FIRST_BYTE, stall_event
-from llmgw.router.requestid import id_field
 from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, UNTIL_CLOSE, ParseError, relay_head
 from llmgw.router.routes import FORM_ROUTES, RESPONSES
 from llmgw.router.upstream import UpstreamConnection, engine_head, failure_kind, with_fields, write_now
@@ -86,11 +85,12 @@ class Exchange:
         self.started = started
         # The request line and fields for the engine; Host is added per engine.
         # A form (an audio upload) goes with its own Content-Type, which names its boundary.
-        content_type = request.headers.get("content-type", "") if info.path in FORM_ROUTES else "application/json"
-        self.payload = engine_head(request.target, len(request.body), info.request_id, content_type), request.body
+        content_type = request.headers.get("content-type", "") if info.path in FORM_ROUTES else None
+        rid = info.request_id
+        self.payload = engine_head(request.target, len(request.body), rid, content_type), request.body
         # Put in every head relayed to the client, after its status line.
         fields = cors_fields(request, self.factory.door.cors)
-        self.fields = id_field(info.request_id) + fields if info.request_id else fields
+        self.fields = b"X-Request-Id: %s\r\n%s" % (rid.encode(), fields) if rid else fields
         self.close_after = not request.keep_alive or request.version < (1, 1)
         self.version11 = request.version >= (1, 1)
         self.lease: EngineLease | None = None
