@@ -18,6 +18,7 @@ import openai
 import pydantic
 import pytest
 
+from tests.support.routerproc import RouterProcess
 from tests.support.surface import SIM, TOOLS, surface  # noqa: F401 - fixture
 
 WEATHER = {
@@ -47,6 +48,8 @@ def no_warnings():
     """A warning the client gives while parsing what the router sent fails the test."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # A process harness's log file closed late is the garbage collector's word, not the client's.
+        warnings.simplefilter("ignore", ResourceWarning)
         yield
     assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
 
@@ -194,3 +197,31 @@ def test_without_one_the_router_makes_a_request_id_for_answers_and_errors(client
     quoted = unknown.value.response.headers.get("x-request-id")
     assert quoted and HEX32.fullmatch(quoted)
     assert quoted in json.dumps(unknown.value.body), unknown.value.body
+
+
+def test_an_engine_that_dies_mid_stream_ends_it_with_response_failed(start_sim, tmp_path):
+    slow = start_sim("--tokens-per-s", "20", "--output-tokens", "200")
+    with RouterProcess(tmp_path, {SIM: slow.base_url}) as router, \
+            openai.OpenAI(base_url=router.base_url + "/v1", api_key="sk", max_retries=0, timeout=30) as client:
+        events = []
+        for event in client.responses.create(model=SIM, input="one two three", stream=True):
+            events.append(event)
+            if event.type == "response.output_text.delta" and slow.proc.poll() is None:
+                slow.proc.kill()  # the engine is gone after its first token
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.failed", types
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error and failed.error.message, failed
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engines_error_is_the_error_the_client_raises(start_sim, tmp_path, stream):
+    failing = start_sim("--fail-rate", "1")
+    with RouterProcess(tmp_path, {SIM: failing.base_url}) as router, \
+            openai.OpenAI(base_url=router.base_url + "/v1", api_key="sk", max_retries=0, timeout=30) as client:
+        with pytest.raises(openai.InternalServerError) as failed:
+            client.responses.create(model=SIM, input="hi", stream=stream)
+    assert failed.value.status_code == 500 and "simulated failure" in failed.value.message, failed.value.body
+    assert failed.value.code == "simulated_failure"
+    assert HEX32.fullmatch(failed.value.response.headers.get("x-request-id") or "")

@@ -67,6 +67,14 @@ def test_a_function_tool_round_trip(call):
     assert got["second"]["output_text"] == 'the tool said: {"celsius":21}'
 
 
+def test_a_streamed_function_call(call):
+    got = call(TOOLS, "tool_stream")
+    assert got["types"].count("response.function_call_arguments.delta") > 1, got["types"]
+    assert got["types"][-1] == "response.completed"
+    assert got["call"]["name"] == "get_weather" and json.loads(got["call"]["arguments"]) == {"city": "Paris"}
+    assert got["final"]["output_types"] == ["function_call"]
+
+
 def test_a_json_schema_text_format(call):
     got = call(TOOLS, "json")
     assert got["output_parsed"] == {"name": "Paris", "population": 3}

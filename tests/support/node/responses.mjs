@@ -2,7 +2,7 @@
 //
 //   LLMGW_OPENAI_NODE=file:///.../openai/index.mjs node responses.mjs BASE_URL MODEL CASE [MAX_OUTPUT_TOKENS]
 //
-// CASE is plain, stream, tool (a function tool round trip) or json (a json_schema text.format, parsed by the
+// CASE is plain, stream, tool (a function tool round trip), tool_stream (a streamed function call) or json (a json_schema text.format, parsed by the
 // client's responses.parse).  tests/router/test_openai_node.py asserts on the JSON and on an empty stderr.
 const { default: OpenAI } = await import(process.env.LLMGW_OPENAI_NODE);
 
@@ -105,6 +105,16 @@ const cases = {
       call: { type: call.type, name: call.name, arguments: call.arguments, call_id: call.call_id, id: call.id },
       second: summary(second),
     };
+  },
+
+  async tool_stream() {
+    // The helper's accumulator checks every event's output_index against what it was told before.
+    const stream = client.responses.stream({ model, input: "What is the weather in Paris?", tools: [WEATHER] });
+    const types = [];
+    stream.on("event", (event) => types.push(event.type));
+    const final = await stream.finalResponse();
+    const call = final.output.find((item) => item.type === "function_call");
+    return { types, final: summary(final), call: call && { name: call.name, arguments: call.arguments } };
   },
 
   async json() {
