@@ -146,6 +146,19 @@ async def test_an_engines_own_cors_fields_are_dropped_so_the_routers_are_the_onl
     assert raw.lower().count(b"access-control-allow-origin:") == 1 and b"credentials" not in raw.lower()
 
 
+@pytest_twisted.ensureDeferred
+async def test_an_engines_own_request_id_is_replaced_by_the_routers(make_router):
+    answer = b"HTTP/1.1 200 OK\r\nX-Request-Id: engine-made\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    engine = StandInEngine(answer)
+    router = make_router(StaticDispatcher([engine.endpoint]))
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        head = await threads.deferToThread(_raw_head, router.address, post("/v1/chat/completions", chat, {"X-Request-Id": "mine"}))
+    finally:
+        await engine.port.stopListening()
+    assert head.lower().count(b"x-request-id:") == 1 and b"X-Request-Id: mine\r\n" in head + b"\r\n"
+
+
 def _raw_head(port: int, raw: bytes) -> bytes:
     with connect(port) as s:
         s.sendall(raw)

@@ -130,9 +130,9 @@ def test_broken_chunked_framing_is_an_error(body):
 
 def test_relay_head_drops_hop_by_hop_fields():
     head = ResponseParser().head(
-        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-Request-Id: 7\r\nContent-Length: 2\r\n\r\n")
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-Trace: 7\r\nContent-Length: 2\r\n\r\n")
     assert relay_head(head, close=True, dechunk=False) == (
-        b"HTTP/1.1 200 OK\r\nX-Request-Id: 7\r\nContent-Length: 2\r\nConnection: close\r\n\r\n")
+        b"HTTP/1.1 200 OK\r\nX-Trace: 7\r\nContent-Length: 2\r\nConnection: close\r\n\r\n")
     head = ResponseParser().head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
     assert relay_head(head, close=True, dechunk=True) == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
 

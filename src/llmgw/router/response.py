@@ -37,9 +37,11 @@ HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection", "te", "u
 # operator's, as llmgw's own listeners name none (docs/security.rst); and the
 # engine's CORS fields (llama.cpp's server sends Access-Control-Allow-Origin
 # always): router.cors alone says which pages may read an answer, and a
-# browser refuses an answer with two Access-Control-Allow-Origin fields.
+# browser refuses an answer with two Access-Control-Allow-Origin fields.  The
+# engine's X-Request-Id too (vLLM's --enable-request-id-headers): the
+# router's is the request's, and two make the clients read "a, b".
 NOT_RELAYED = HOP_BY_HOP | frozenset((
-    "server", "x-powered-by", "access-control-allow-origin", "access-control-allow-credentials",
+    "server", "x-powered-by", "x-request-id", "access-control-allow-origin", "access-control-allow-credentials",
     "access-control-allow-methods", "access-control-allow-headers", "access-control-expose-headers",
     "access-control-max-age"))
 
