@@ -10,6 +10,7 @@ Each streaming event must parse in the client with no warning.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import warnings
@@ -65,6 +66,7 @@ def test_a_plain_response_from_the_simulator(client):
     # The simulator echoes the prompt, one word a token, max_output_tokens of them.
     assert response.output_text.split() == ("the quick brown fox " * 4).split()
     assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (4, 16, 20)
+    assert HEX32.fullmatch(response._request_id or ""), "the client did not read an X-Request-Id"
 
 
 def test_instructions_reach_the_engine_as_the_system_message(client, surface):
@@ -225,3 +227,26 @@ def test_an_engines_error_is_the_error_the_client_raises(start_sim, tmp_path, st
     assert failed.value.status_code == 500 and "simulated failure" in failed.value.message, failed.value.body
     assert failed.value.code == "simulated_failure"
     assert HEX32.fullmatch(failed.value.response.headers.get("x-request-id") or "")
+
+
+def test_a_keys_models_and_token_budget_hold_for_the_responses_api(tmp_path, surface):
+    """The key's allowlist refuses another model, and the translated answers' usage is charged to its budget."""
+    token = "sk-llmgw-responses"
+    sha = hashlib.sha256(token.encode()).hexdigest()
+    # Each answer of the simulator here is 4 + 16 tokens: two spend a budget of 30, and the third is refused.
+    keys = f"  keys: [{{name: team-a, sha256: {sha}, models: [{SIM}], tokens_per_minute: 30}}]\n"
+    with RouterProcess(tmp_path, {SIM: surface.sim.base_url, TOOLS: surface.tools.base_url}, keys) as router:
+        def client(key: str) -> openai.OpenAI:
+            return openai.OpenAI(base_url=router.base_url + "/v1", api_key=key, max_retries=0, timeout=30)
+
+        with pytest.raises(openai.AuthenticationError):
+            client("sk-wrong").responses.create(model=SIM, input="hi")
+        with pytest.raises((openai.PermissionDeniedError, openai.NotFoundError)) as refused:
+            client(token).responses.create(model=TOOLS, input="hi")
+        assert TOOLS in refused.value.message, refused.value.body
+        for _ in range(2):
+            assert client(token).responses.create(model=SIM, input="the quick brown fox").usage.total_tokens == 20
+        with pytest.raises(openai.RateLimitError) as limited:
+            client(token).responses.create(model=SIM, input="the quick brown fox")
+        assert limited.value.code == "rate_limit_exceeded", limited.value.body
+        assert int(limited.value.response.headers["retry-after"]) >= 1

@@ -11,6 +11,7 @@ under CI=true.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -43,6 +44,7 @@ def test_a_plain_response(call):
     assert got["output_text"] == got["text"] and got["text"].split() == ("the quick brown fox " * 4).split()
     assert got["usage"]["input_tokens"] == 4 and got["usage"]["output_tokens"] == 16
     assert got["usage"]["total_tokens"] == 20
+    assert re.fullmatch(r"[0-9a-f]{32}", got["request_id"] or ""), got  # the client read X-Request-Id
 
 
 def test_a_streamed_response(call):

@@ -40,11 +40,11 @@ router:
         def answers() -> bool:
             assert self.process.running(), f"llmgw-router exited:\n{self.output()}"
             try:
-                return self._models_status() == 200
+                return self._models_status() in (200, 401)  # 401: a router with keys
             except OSError:
                 return False
 
-        wait_for(answers, START_TIMEOUT_S, "llmgw-router to answer /v1/models", detail=self.output)
+        wait_for(answers, START_TIMEOUT_S, "llmgw-router to answer GET /v1/models", detail=self.output)
         return self
 
     def _models_status(self) -> int:

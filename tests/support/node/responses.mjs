@@ -57,6 +57,8 @@ function summary(response) {
     output_text: response.output_text ?? null,
     text: textOf(response),
     usage: response.usage,
+    // The client's own reading of the answer's X-Request-Id, for a user's bug report.
+    request_id: response._request_id ?? null,
   };
 }
 
