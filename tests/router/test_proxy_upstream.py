@@ -236,7 +236,7 @@ async def test_an_engines_software_and_version_do_not_reach_the_client(make_rout
     for head in (b"HTTP/1.1 200 OK\r\nServer: uvicorn\r\nX-Powered-By: Express 4.1\r\nContent-Length: %d\r\n",
                  b"HTTP/1.1 200 OK\r\nserver: llama.cpp b6000\r\nTransfer-Encoding: chunked\r\n"):
         chunked = b"chunked" in head
-        reply = head + b"x-request-id: r1\r\n\r\n"
+        reply = head + b"x-trace: r1\r\n\r\n"
         reply = (reply % len(body) + body) if not chunked else reply + b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
         engine, port, scripted = scripted_engine(reply)
         try:
@@ -245,6 +245,6 @@ async def test_an_engines_software_and_version_do_not_reach_the_client(make_rout
                                                                post("/v1/chat/completions", chat()))
             assert status == 200 and json.loads(got) == json.loads(body)
             assert "server" not in headers and "x-powered-by" not in headers
-            assert headers["x-request-id"] == "r1"  # what the engine says of the answer still goes
+            assert headers["x-trace"] == "r1"  # what the engine says of the answer still goes
         finally:
             await port.stopListening()
