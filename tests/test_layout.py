@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve()
 
 # -- who imports whom --
 
-# part -> (what it must never import, why).
+# part -> (what it must never import, why).  The router is held by COMPOSED below.
 FORBIDDEN = {
     "llmgw.control": (("llmgw.agent", "llmgw.tui", "llmgw.ctl"),
                       "the control plane and the agents meet over the link, in the neutral modules"),
