@@ -16,6 +16,7 @@ from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet, ReportedShard
 from llmgw.control.slot import Slot, replica_state, split_slot_id
 from llmgw.control.startup import not_started_words, waiting_for
+from llmgw.sizes import MB, downloaded, figure
 from llmgw.states import SHARD_ALIVE, ReplicaState, ShardState
 from llmgw.views import ModelStatus, ReplicaView, ShardView
 
@@ -137,7 +138,5 @@ def status(replicas: list[ReplicaView], fleet: Fleet, catalog: dict[str, Entry])
 
 def downloading(progress) -> str:
     """"downloading gemma.gguf 120/253 MB, 31 MB/s"; "… 120 MB so far" with no length: no invented percentage."""
-    done = progress.bytes_done / 1e6
-    size = f"{done:.0f}/{progress.bytes_total / 1e6:.0f} MB" if progress.bytes_total else f"{done:.0f} MB so far"
-    rate = f", {progress.rate_bps / 1e6:.0f} MB/s" if progress.rate_bps else ""
-    return f"downloading {progress.file_name} {size}{rate}"
+    rate = f", {figure(progress.rate_bps / MB)} MB/s" if progress.rate_bps else ""
+    return f"downloading {progress.file_name} {downloaded(progress.bytes_done, progress.bytes_total)}{rate}"

@@ -24,6 +24,7 @@ from typing import Callable
 from llmgw.agent.weights import Fetcher, cache_name, partial_name
 from llmgw.config.agent import InstallLimits
 from llmgw.records import EngineBuild, Progress
+from llmgw.sizes import downloaded
 
 from . import assets, layout
 from .layout import Unusable
@@ -88,8 +89,7 @@ class Downloads:
     def _report(self, report: Progress) -> None:
         owner = self._owners.get(report.source)
         if owner is not None and not report.final:
-            size = _mb(report.bytes_done) + (f"/{_mb(report.bytes_total)}" if report.bytes_total else "")
-            self._status(owner, f"downloading {report.file_name} {size} MB")
+            self._status(owner, f"downloading {report.file_name} {downloaded(report.bytes_done, report.bytes_total)}")
         self._progress(report)
 
 
@@ -102,7 +102,3 @@ def names_for(wants: EngineBuild, platform: assets.Platform) -> list[str]:
     urls = [f"{wants.base_url}{wants.version}/{n}" for n in (asset.name, *asset.extras)]
     return [name for url in urls for name in (cache_name(url), partial_name(url))]
 
-
-def _mb(n: int | None) -> str:
-    n = n or 0
-    return f"{n / 1e6:.1f}" if n < 10e6 else f"{n / 1e6:.0f}"
