@@ -12,4 +12,11 @@
   download open the same way.
 - ``reportedfleet``: a fleet of two nodes as real agents report them, with
   its ``clock`` and ``fleet`` fixtures, for the collector and admin tests.
+- ``routerproc``: a real ``llmgw-router`` process in front of static engines.
+- ``toolengine``: a stand-in engine that calls tools and writes JSON schemas,
+  and sends llama-server's own CORS field.
+- ``surface``: a router in front of both.
+- ``engineproc``: a real engine started from its adapter's own command line.
+- ``nodeclient`` (with ``node/``): the official Node ``openai`` client, pinned.
+- ``openapi_hooks``: schemathesis's hooks for OpenAI's Responses operations.
 """
