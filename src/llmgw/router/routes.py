@@ -45,7 +45,7 @@ class UnsupportedEncoding(errors.RouterError):
 
 
 class NotStored(errors.NotFound):
-    """llmgw stores no responses: each is answered once and kept nowhere (docs/router.rst, "Responses")."""
+    """llmgw stores no responses: each is answered once and kept nowhere (docs/router.rst, "The Responses API")."""
 
     code = "response_not_stored"
 
@@ -55,7 +55,7 @@ def not_found(method: str, path: str) -> errors.RouterError:
     if path.startswith(RESPONSES + "/"):
         return NotStored("llmgw stores no responses (%s %s): each is answered once and kept nowhere, so there is "
                          "none to get, cancel or delete; send the conversation again in \"input\" instead of "
-                         "previous_response_id (docs/router.rst, \"Responses\")" % (method, path))
+                         "previous_response_id (docs/router.rst, \"The Responses API\")" % (method, path))
     return errors.NotFound(
         "Invalid URL (%s %s): the router serves POST /v1/chat/completions, /v1/completions, /v1/embeddings, "
         "/v1/responses, /v1/rerank, /v1/score, /v1/tokenize, /v1/detokenize, /v1/audio/transcriptions and "
