@@ -496,5 +496,3 @@ class _Download:
             self.f._progress(report)
         except Exception:
             log.failure("progress callback failed for {source}", source=self.src.text)
-
-
