@@ -284,3 +284,19 @@ def test_odd_input_is_refused_naming_the_field(body, param):
 
 def test_a_body_that_is_not_an_object_is_refused():
     assert refused([]).status == 400  # type: ignore[arg-type]
+
+
+def test_nesting_is_taken_to_max_depth_and_refused_past_it_naming_the_field():
+    from llmgw.router.responses_in import MAX_DEPTH
+
+    def nested(levels: int) -> dict:
+        value: dict = {}
+        for _ in range(levels - 1):
+            value = {"a": value}
+        return value
+
+    # The body is one level, the metadata object the rest.
+    assert "model" in to_chat({"model": "m", "input": "hi", "metadata": nested(MAX_DEPTH - 1)})
+    error = refused({"model": "m", "input": "hi", "metadata": nested(MAX_DEPTH)})
+    assert error.param == "metadata" and f"more than {MAX_DEPTH}" in error.message
+    assert refused({"model": "m", "input": [[[[[[]]]]]] * 3 + [nested(MAX_DEPTH)]}).param == "input"

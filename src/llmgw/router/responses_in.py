@@ -47,12 +47,18 @@ _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _TOOL_CHOICES = ("none", "auto", "required")
 _IMAGE_DETAILS = ("auto", "low", "high")
 _SKIPPED_ITEMS = ("reasoning",)
+# Levels of objects and lists a request may nest: OpenAI allows a schema 10;
+# Python's JSON encoder gives out near 1,000, at a depth that depends on the
+# stack it is called from, and a request is encoded again for the engine and
+# echoed in every Response.
+MAX_DEPTH = 64
 
 
 def to_chat(body: dict) -> dict:
     """The /v1/chat/completions body that answers the Responses request ``body``."""
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object", param=None)
+    _refuse_deep(body)
     _refuse_stateful(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -90,6 +96,29 @@ def to_chat(body: dict) -> dict:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def _refuse_deep(body: dict) -> None:
+    for name, value in body.items():
+        if _nests_over(value, MAX_DEPTH - 1):
+            raise InvalidRequest(
+                f"{name} is nested more than {MAX_DEPTH} objects or lists deep, more than llmgw translates: "
+                "flatten it (a JSON schema can name its parts in $defs)",
+                param=name,
+            )
+
+
+def _nests_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and lists more than ``limit`` levels; no recursion, so no depth breaks it."""
+    level, depth = [value], 0
+    while True:
+        containers = [v for v in level if v.__class__ is dict or v.__class__ is list]
+        if not containers:
+            return False
+        depth += 1
+        if depth > limit:
+            return True
+        level = [x for v in containers for x in (v.values() if v.__class__ is dict else v)]
 
 
 def _refuse_stateful(body: dict) -> None:
