@@ -61,8 +61,8 @@ def new_response_id() -> str:
 class TranslatingExchange(Exchange):
     """An ``Exchange`` for ``/v1/responses``: a chat completion on the engine, a Response for the client."""
 
-    __slots__ = ("response_id", "created", "translating", "collected", "collected_len", "events", "line", "data",
-                 "data_len", "stream_done")
+    __slots__ = ("response_id", "created", "translating", "collected", "collected_len", "events", "line", "line_len",
+                 "data", "data_len", "stream_done")
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         super().__init__(router, request, info, started)
@@ -73,9 +73,10 @@ class TranslatingExchange(Exchange):
         # Not streaming: the engine's body so far.
         self.collected: list[bytes] = []
         self.collected_len = 0
-        # Streaming: the Responses events, the SSE line begun and the data lines of the event begun.
+        # Streaming: the Responses events, the pieces of the SSE line begun and the data lines of the event begun.
         self.events: ResponsesStream | None = None
-        self.line = b""
+        self.line: list[bytes] = []
+        self.line_len = 0
         self.data: list[bytes] = []
         self.data_len = 0
         self.stream_done = False
@@ -180,6 +181,10 @@ class TranslatingExchange(Exchange):
             chat = json.loads(body)
             answer = json.dumps(from_chat(chat, self.info.body, self.response_id, self.created),
                                 separators=(",", ":"), ensure_ascii=False).encode()
+        except RecursionError:
+            self._give_up("%s answered 200 with a body nested deeper than JSON parsers go, not a chat completion"
+                          % self.endpoint.id)
+            return False
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             self._give_up("%s answered 200 with a body that is not a chat completion (%s)" % (self.endpoint.id, e))
             return False
@@ -253,15 +258,27 @@ class TranslatingExchange(Exchange):
         written: list[bytes] = []
         broken = None
         for piece in pieces:
-            lines = (self.line + piece).split(b"\n") if self.line else piece.split(b"\n")
-            self.line = lines.pop()
+            lines = piece.split(b"\n")
+            if len(lines) == 1:
+                # No line ends in it: kept as a piece, not joined to the rest once a piece (an engine's
+                # one-byte chunks would make that quadratic).
+                self.line.append(piece)
+                self.line_len += len(piece)
+                lines = []
+            else:
+                if self.line:
+                    self.line.append(lines[0])
+                    lines[0] = b"".join(self.line)
+                last = lines.pop()
+                self.line, self.line_len = ([last], len(last)) if last else ([], 0)
             for line in lines:
                 if line.endswith(b"\r"):
                     line = line[:-1]
                 if line.startswith(b"data:"):
                     value = line[6:] if line.startswith(b"data: ") else line[5:]
                     self.data.append(value)
-                    self.data_len += len(value)
+                    # The line as it came counts, newline and all: an event of empty data lines grows too.
+                    self.data_len += len(line) + 1
                 elif not line and self.data:
                     data, self.data, self.data_len = b"\n".join(self.data), [], 0
                     try:
@@ -270,10 +287,10 @@ class TranslatingExchange(Exchange):
                         broken = "it sent an event that is not JSON: %r" % data[:80]
                     if self.stream_done or broken:
                         break
-            if broken is None and len(self.line) + self.data_len > MAX_EVENT_BYTES:
+            if broken is None and self.line_len + self.data_len > MAX_EVENT_BYTES:
                 broken = "it sent an event over %d bytes" % MAX_EVENT_BYTES
             if self.stream_done or broken:
-                self.line, self.data = b"", []
+                self.line, self.line_len, self.data, self.data_len = [], 0, [], 0
                 break
         if written:
             self._write(b"".join(written), last=self.stream_done)
