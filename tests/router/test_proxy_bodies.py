@@ -62,6 +62,9 @@ def test_prompt_prefix_stops_at_2048_characters_even_for_huge_prompts():
         (b'{"content":"the \\"usage\\": {\\"prompt_tokens\\": 9}","usage":{"prompt_tokens":2,"completion_tokens":7}}', (2, 7)),
         (b'"usage":{"prompt_tokens":2,"completion_tokens":7}, "content":"say \\"usage\\""', (2, 7)),
         (b'{"usage":{"prompt_tokens":-1,"completion_tokens":true}}', (None, None)),
+        # Past a billion is an engine gone wrong, not a count to charge a key's budget.
+        (b'{"usage":{"prompt_tokens":1073741824,"completion_tokens":1073741825}}', (1073741824, None)),
+        (b'{"usage":{"prompt_tokens":1e3,"completion_tokens":100000000000000000000000000000}}', (None, None)),
         (b'{"usage":{"prompt_tokens":1,', (None, None)),
         (b"<html>502 Bad Gateway</html>", (None, None)),
         (b"", (None, None)),

@@ -418,3 +418,32 @@ def test_every_response_object_in_a_stream_echoes_the_request():
             assert (response.instructions, response.tool_choice, response.top_p) == ("Be brief.", "required", 0.5)
             assert response.parallel_tool_calls is False and response.tools[0].name == "get_weather"
             assert response.text.format.type == "json_object"
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -5, "completion_tokens": 1},
+        {"prompt_tokens": 3, "completion_tokens": 10**30},
+        {"prompt_tokens": 3, "completion_tokens": 2.5},
+        {"prompt_tokens": "3", "completion_tokens": 2},
+    ],
+)
+def test_usage_out_of_range_is_not_reported(usage):
+    assert from_chat(dict(completion(), usage=usage), {"model": "gemma"}, RID, CREATED)["usage"] is None
+    stream = ResponsesStream({"model": "gemma"}, RID, CREATED, "gemma")
+    stream.start()
+    stream.feed(chunk(usage=usage))
+    assert _completed(stream.finish())["response"]["usage"] is None
+
+
+def test_usage_details_are_parts_of_their_counts():
+    usage = {"prompt_tokens": 4, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 10**12},
+             "completion_tokens_details": {"reasoning_tokens": 9}}
+    answer = from_chat(dict(completion(), usage=usage), {"model": "gemma"}, RID, CREATED)["usage"]
+    Response.model_validate(from_chat(dict(completion(), usage=usage), {"model": "gemma"}, RID, CREATED))
+    assert answer["input_tokens_details"]["cached_tokens"] == 0 and answer["output_tokens_details"]["reasoning_tokens"] == 2
+
+
+def _completed(events: bytes) -> dict:
+    return json.loads(events.rstrip(b"\n").rsplit(b"\ndata: ", 1)[1])

@@ -111,11 +111,17 @@ def read_usage(tail: bytes) -> tuple[int | None, int | None]:
                         usage, _ = _decoder.raw_decode(text)
                     except ValueError:
                         return None, None
-                    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+                    return token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))
             return None, None
         i = tail.rfind(b'"usage"', 0, i)
     return None, None
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+# The most tokens one answer may report: no engine's context holds a billion, and a
+# larger count is an engine gone wrong that would drain a key's budget at once.
+MAX_TOKENS = 1 << 30
+
+
+def token_count(value: Any) -> int | None:
+    """An engine's token count when it is a whole number from 0 to MAX_TOKENS, else None (not reported)."""
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS else None

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from llmgw.router.bodies import token_count
+
 # Characters of text and arguments one stream holds: 4 Mi, some 1 M tokens,
 # more than any engine's context gives out in one answer.
 MAX_CHARS = 4 * 1024 * 1024
@@ -414,18 +416,19 @@ def _usage(chat: Any) -> dict | None:
     usage = chat.get("usage") if isinstance(chat, dict) else None
     if not isinstance(usage, dict):
         return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if type(prompt) is not int or type(completion) is not int:
+    prompt, completion = token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))
+    if prompt is None or completion is None:
         return None
     prompt_details = usage.get("prompt_tokens_details")
-    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    cached = token_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else None
     completion_details = usage.get("completion_tokens_details")
-    reasoning = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
+    reasoning = token_count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else None
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached if type(cached) is int else 0, "cache_write_tokens": 0},
+        # Parts of the counts above, so never more than them.
+        "input_tokens_details": {"cached_tokens": min(cached or 0, prompt), "cache_write_tokens": 0},
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": reasoning if type(reasoning) is int else 0},
+        "output_tokens_details": {"reasoning_tokens": min(reasoning or 0, completion)},
         "total_tokens": prompt + completion,
     }
 
