@@ -57,3 +57,56 @@ def test_a_malformed_form_is_refused_saying_what_is_wrong(body, said):
 def test_no_boundary_in_the_content_type_is_refused():
     with pytest.raises(MalformedMultipart, match="names no boundary"):
         form_fields(part("model", b"m") + b"--XyZ--", "multipart/form-data", WANTED)
+
+
+# What one parser reads one way and an engine's (starlette's, cpp-httplib's) another is refused: the router
+# routes, and checks a key's allowlist, by the model it reads, and the engine answers the model it reads.
+@pytest.mark.parametrize("content_type", [
+    "multipart/form-data; xboundary=XyZ; boundary=AbC",  # substring search finds XyZ, a parameter parser AbC
+    "multipart/form-data; boundary=XyZ; boundary=AbC",  # first or last
+    "multipart/form-data; charset=\"a; boundary=XyZ\"; boundary=AbC",  # inside a quoted value
+    "multipart/form-data; boundary=XyZ junk",
+    "multipart/form-dataX; boundary=XyZ",
+])
+def test_a_content_type_read_two_ways_is_refused(content_type):
+    with pytest.raises(MalformedMultipart):
+        form_fields(part("model", b"m") + b"--XyZ--", content_type, WANTED)
+
+
+@pytest.mark.parametrize("disposition, read", [
+    # The router read the first name, starlette the last: one form, a model for each.
+    (b'form-data; name="model"; name="other"', "two name parameters"),
+    # A quoted value is one value, whatever it holds.
+    (b'form-data; filename="a;name="; name="x"', {}),
+    (b'form-data; filename="name=\\"model\\""; name="x"', {}),
+    (b'form-data; name=model', {"model": "m"}),
+    (b'form-data; name="model"; filename="a \\"quoted\\" name.wav"', {"model": "m"}),
+    (b'form-data; name="mod"el"', "cannot be read"),
+])
+def test_a_content_disposition_is_read_as_parameters(disposition, read):
+    body = b"--XyZ\r\nContent-Disposition: %s\r\n\r\nm\r\n--XyZ--" % disposition
+    if isinstance(read, dict):
+        assert form_fields(body, CT, WANTED) == read
+        return
+    with pytest.raises(MalformedMultipart, match=read):
+        form_fields(body, CT, WANTED)
+
+
+@pytest.mark.parametrize("head, said", [
+    # A folded line continues the one before it for some parsers and is a field of its own for others.
+    (b'Content-Disposition: form-data; name="file"\r\n Content-Disposition: form-data; name="model"', "folded"),
+    (b'Content-Disposition : form-data; name="model"', "is not a field"),
+    (b'Content-Disposition: form-data; name="file"\r\nContent-Disposition: form-data; name="model"',
+     "two Content-Disposition"),
+])
+def test_a_part_head_read_two_ways_is_refused(head, said):
+    with pytest.raises(MalformedMultipart, match=said):
+        form_fields(b"--XyZ\r\n%s\r\n\r\nm\r\n--XyZ--" % head, CT, WANTED)
+
+
+def test_a_form_of_more_parts_than_any_upload_has_is_refused():
+    from llmgw.router.multipart import MAX_PARTS
+    body = part("model", b"m") + part("x", b"") * MAX_PARTS + b"--XyZ--"
+    with pytest.raises(MalformedMultipart, match="more than %d parts" % MAX_PARTS):
+        form_fields(body, CT, WANTED)
+    assert form_fields(part("model", b"m") + part("x", b"") * (MAX_PARTS - 1) + b"--XyZ--", CT, WANTED) == {"model": "m"}
