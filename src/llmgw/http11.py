@@ -344,6 +344,10 @@ _CODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
 # Decompressed in pieces this large, so a bomb is caught at the limit, not after it.
 _INFLATE_STEP = 256 * 1024
 MAX_CODINGS = 2
+# gzip members one after another (RFC 1952 §2.2): a client sends one; each
+# further one copies the rest of the body (zlib's unused_data), so thousands of
+# empty ones would hold the reactor for minutes.
+MAX_GZIP_MEMBERS = 16
 
 
 def decoded_body(coding: str, body: bytes, limit: int) -> bytes | BadRequest:
@@ -377,7 +381,12 @@ def decoded_body(coding: str, body: bytes, limit: int) -> bytes | BadRequest:
 def _inflate(data: bytes, wbits: int, limit: int) -> bytes | BadRequest:
     parts: list[bytes] = []
     size = 0
+    members = 0
     while True:
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            return BadRequest(400, "the body's gzip data is more than %d members one after another: compress it as "
+                                   "one" % MAX_GZIP_MEMBERS)
         inflater = zlib.decompressobj(wbits)
         try:
             piece = inflater.decompress(data, _INFLATE_STEP)

@@ -159,6 +159,9 @@ async def test_a_form_that_cannot_be_read_is_400_saying_what_is_wrong(engine, ma
 
 @pytest.mark.parametrize("coding, encode", [
     ("gzip", gzip.compress), ("deflate", zlib.compress), ("x-gzip", gzip.compress), ("gzip, identity", gzip.compress),
+    # Members one after another, as RFC 1952 allows (pigz writes them).
+    ("gzip", lambda b: b"".join(gzip.compress(b[i:i + 9]) for i in range(0, len(b), 9))),
+    ("GZIP , Deflate", lambda b: zlib.compress(gzip.compress(b))),
 ])
 @pytest_twisted.ensureDeferred
 async def test_a_compressed_body_is_decompressed_before_it_is_read_and_sent(engine, make_router, coding, encode):
@@ -190,7 +193,16 @@ async def test_a_gzip_body_reaches_the_sim_and_is_answered(sim, make_router):
     ("br", lambda: b"\x0b\x02\x80{}\x03", 415, "Content-Encoding 'br' is not one the router decodes"),
     ("gzip", lambda: b"not gzip at all", 400, "does not decode as its Content-Encoding says"),
     ("gzip", lambda: gzip.compress(b'{"model": "x"}', mtime=0)[:-4], 400, "ends before its compressed data does"),
-], ids=["bomb", "br", "not-gzip", "cut-short"])
+    # Each member copied the rest of the body: 16 MB of empty ones was minutes of the reactor.
+    ("gzip", lambda: gzip.compress(b"", mtime=0) * 20_000, 400, "more than 16 members"),
+    ("gzip", lambda: gzip.compress(b'{"model": "x"}', mtime=0) + b"trailing", 400, "does not decode"),
+    ("deflate", lambda: zlib.compress(b'{"model": "x"}') + b"trailing", 400, "bytes follow its end"),
+    ("gzip, gzip, gzip", lambda: gzip.compress(gzip.compress(gzip.compress(b"{}", mtime=0), mtime=0), mtime=0),
+     400, "at most 2"),
+    # Stacked, each within the limit: the limit holds at every layer.
+    ("gzip, gzip", lambda: gzip.compress(gzip.compress(b" " * (2 << 20), mtime=0), mtime=0), 413, "once decompressed"),
+], ids=["bomb", "br", "not-gzip", "cut-short", "many-members", "gzip-trailing", "deflate-trailing", "three-codings",
+        "stacked-bomb"])
 @pytest_twisted.ensureDeferred
 async def test_a_body_that_does_not_decompress_within_the_limit_is_refused(engine, make_router, coding, body, status,
                                                                           said):
