@@ -145,3 +145,24 @@ def test_a_reloaded_router_section_brings_its_cors_with_the_door():
     before = Door.for_config(RouterSettings(), clock=None)
     after = Door.for_config(RouterSettings(cors=CorsSettings(allow_origins=(APP,))), clock=None)
     assert not before.cors.allows(APP) and after.cors.allows(APP)
+
+
+@pytest.mark.parametrize("method, wanted, said", [
+    ("DELETE", None, "GET or POST, not DELETE"),
+    ("POST", "x-ok, bad header", "Access-Control-Request-Headers must list"),
+    ("POST", "a," * 2000, "at most 2048 characters"),
+])
+def test_a_preflight_from_a_listed_origin_is_refused_for_what_it_asked_not_for_its_origin(method, wanted, said):
+    cors = Cors.for_config(CorsSettings(allow_origins=(APP,)))
+    headers = {"origin": APP, "access_control_request_method": method}
+    if wanted is not None:
+        headers["access_control_request_headers"] = wanted
+    refused = cors.answer_preflight(request("OPTIONS", **headers))
+    assert said in refused.message and "lets no page" not in refused.message
+
+
+def test_an_origin_not_listed_is_named_in_the_refusal_at_most_100_characters_of_it():
+    cors = Cors.for_config(CorsSettings(allow_origins=(APP,)))
+    refused = cors.answer_preflight(request("OPTIONS", origin="https://e.example/" + "x" * 60000 + "\xff",
+                                            access_control_request_method="POST"))
+    assert len(refused.message) < 400 and "xxx'..." in refused.message

@@ -98,11 +98,18 @@ class Cors:
         if allowed is not None:
             return allowed
         origin = request.headers.get("origin")
-        if origin is None:
+        if origin is None or not is_preflight(request):
             return CorsRefused("OPTIONS answers only a browser's CORS preflight (Origin and "
                                "Access-Control-Request-Method)")
+        if self.allows(origin):
+            # The origin is listed: what else the preflight asked for is what is refused.
+            method = request.headers["access-control-request-method"]
+            if method not in ("GET", "POST", "HEAD"):
+                return CorsRefused("the API is called with GET or POST, not %s" % _shown(method))
+            return CorsRefused("Access-Control-Request-Headers must list at most %d characters of field names "
+                               "separated by commas" % MAX_REQUEST_HEADERS)
         return CorsRefused("this router's API lets no page of %s call it from a browser: name the origin in "
-                           "router.cors.allow_origins (now %s)" % (origin, self.described()))
+                           "router.cors.allow_origins (now %s)" % (_shown(origin), self.described()))
 
     def preflight(self, request: ParsedRequest) -> bytes | None:
         """The header lines of a 204 answering a preflight from an allowed origin, or None to refuse it."""
@@ -124,6 +131,13 @@ class Cors:
             lines[0] = lines[0].replace(b"Vary: Origin\r\n", b"")
         lines.append(_PREFLIGHT_VARY)
         return b"".join(lines)
+
+
+def _shown(value: str) -> str:
+    """A client's field value for a message: as it is when short and plain, else quoted and cut at 100 characters."""
+    if len(value) <= 100 and value.isascii() and value.isprintable():
+        return value
+    return repr(value[:100]) + ("..." if len(value) > 100 else "")
 
 
 def is_preflight(request: ParsedRequest) -> bool:
