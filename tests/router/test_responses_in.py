@@ -300,3 +300,33 @@ def test_nesting_is_taken_to_max_depth_and_refused_past_it_naming_the_field():
     error = refused({"model": "m", "input": "hi", "metadata": nested(MAX_DEPTH)})
     assert error.param == "metadata" and f"more than {MAX_DEPTH}" in error.message
     assert refused({"model": "m", "input": [[[[[[]]]]]] * 3 + [nested(MAX_DEPTH)]}).param == "input"
+
+
+@pytest.mark.parametrize("name", ["", "a b", "get\nweather", 'x"y', "wetter_für_heute", "f" * 65, "天気"])
+def test_a_function_name_is_what_openai_takes_or_refused_naming_where(name):
+    tool = {"type": "function", "name": name, "parameters": {"type": "object"}}
+    assert refused({"model": "m", "input": "hi", "tools": [tool]}).param == "tools[0].name"
+    ok = {"type": "function", "name": "get_weather-2"}
+    choice = {"type": "function", "name": name}
+    assert refused({"model": "m", "input": "hi", "tools": [ok], "tool_choice": choice}).param == "tool_choice.name"
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": name}]}
+    assert refused({"model": "m", "input": "hi", "tools": [ok], "tool_choice": allowed}).param == "tool_choice.tools[0].name"
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "m", "input": [{"type": "x" * 1_000_000}]},
+    {"model": "m", "input": [{"role": "y" * 1_000_000, "content": "hi"}]},
+    {"model": "m", "input": "hi", "max_output_tokens": "9" * 1_000_000},
+    {"model": "m", "input": "hi", "temperature": 10**4000},
+    {"model": "m", "input": "hi", "tool_choice": "z" * 1_000_000},
+    {"model": "m", "input": "hi", "tools": [{"type": "function", "name": f"f{i}"} for i in range(10_000)],
+     "tool_choice": {"type": "function", "name": "nope"}},
+])
+def test_a_refusal_shows_at_most_a_little_of_the_clients_value(body):
+    assert len(refused(body).message) < 400
+
+
+@pytest.mark.parametrize("tokens", [0, -1, 2**30 + 1, 10**20, 1.5, True])
+def test_max_output_tokens_is_a_count_an_engine_can_hold(tokens):
+    assert refused({"model": "m", "input": "hi", "max_output_tokens": tokens}).param == "max_output_tokens"
+    assert to_chat({"model": "m", "input": "hi", "max_output_tokens": 2**30})["max_tokens"] == 2**30

@@ -15,8 +15,10 @@ docs/router.rst, "The Responses API", lists what is translated and what not.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from llmgw.router.bodies import MAX_TOKENS
 from llmgw.router.errors import InvalidRequest
 
 # OpenAI's built-in tools: they run on OpenAI's servers, so no engine has them.
@@ -52,6 +54,11 @@ _SKIPPED_ITEMS = ("reasoning",)
 # stack it is called from, and a request is encoded again for the engine and
 # echoed in every Response.
 MAX_DEPTH = 64
+# A function's name as OpenAI takes it: engines write it into a prompt and
+# into a grammar, where a quote or a newline is not a name.
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# A value of the client's shown in a message: enough to recognise it.
+_SHOWN_CHARS = 80
 
 
 def to_chat(body: dict) -> dict:
@@ -81,9 +88,9 @@ def to_chat(body: dict) -> dict:
     if max_output_tokens is not None:
         if type(max_output_tokens) is float and max_output_tokens.is_integer():
             max_output_tokens = int(max_output_tokens)  # 64.0 is JSON's 64 too
-        if type(max_output_tokens) is not int or max_output_tokens < 1:
+        if type(max_output_tokens) is not int or not 1 <= max_output_tokens <= MAX_TOKENS:
             raise InvalidRequest(
-                f"max_output_tokens must be a whole number of at least 1, got {max_output_tokens!r}",
+                f"max_output_tokens must be a whole number from 1 to {MAX_TOKENS}, got {_shown(max_output_tokens)}",
                 param="max_output_tokens",
             )
         chat["max_tokens"] = max_output_tokens
@@ -181,7 +188,7 @@ def _messages(body: dict) -> list[dict]:
             )
         else:
             raise InvalidRequest(
-                f"{where}.type {kind!r} is not supported: llmgw translates message, function_call "
+                f"{where}.type {_shown(kind)} is not supported: llmgw translates message, function_call "
                 "and function_call_output items",
                 param=f"{where}.type",
             )
@@ -207,7 +214,7 @@ def _message(item: dict, where: str) -> dict:
     role = item.get("role")
     if role not in _MESSAGE_ROLES:
         raise InvalidRequest(
-            f"{where}.role must be one of {', '.join(_MESSAGE_ROLES)}, got {role!r}", param=f"{where}.role"
+            f"{where}.role must be one of {', '.join(_MESSAGE_ROLES)}, got {_shown(role)}", param=f"{where}.role"
         )
     content = item.get("content")
     # Engines' chat templates know "system"; few know OpenAI's "developer".
@@ -250,7 +257,7 @@ def _part(part: Any, role: str, where: str) -> dict:
             f"{where} is an input_file: llmgw translates text and images only", param=f"{where}.type"
         )
     raise InvalidRequest(
-        f"{where}.type {kind!r} is not a part a {role} message may hold here: "
+        f"{where}.type {_shown(kind)} is not a part a {role} message may hold here: "
         + ("output_text or refusal" if role == "assistant" else "input_text or input_image"),
         param=f"{where}.type",
     )
@@ -312,16 +319,16 @@ def _tools(given: Any) -> list[dict]:
         kind = tool.get("type")
         if kind in HOSTED_TOOLS:
             raise InvalidRequest(
-                f"{where} is OpenAI's hosted tool {kind!r}, which no engine here runs: "
+                f"{where} is OpenAI's hosted tool {_shown(kind)}, which no engine here runs: "
                 "llmgw passes function tools only; define it as a function your code runs",
                 param=f"{where}.type",
             )
         if kind != "function":
             raise InvalidRequest(
-                f"{where}.type {kind!r} is not supported: llmgw passes function tools only",
+                f"{where}.type {_shown(kind)} is not supported: llmgw passes function tools only",
                 param=f"{where}.type",
             )
-        function: dict[str, Any] = {"name": _string(tool.get("name"), f"{where}.name")}
+        function: dict[str, Any] = {"name": _function_name(tool.get("name"), f"{where}.name")}
         description = tool.get("description")
         if description is not None:
             function["description"] = _string(description, f"{where}.description")
@@ -344,7 +351,7 @@ def _tool_choice(given: Any, tools: list[dict]) -> tuple[list[dict], Any]:
     if isinstance(given, str):
         if given not in _TOOL_CHOICES:
             raise InvalidRequest(
-                f"tool_choice must be one of {', '.join(_TOOL_CHOICES)} or an object, got {given!r}",
+                f"tool_choice must be one of {', '.join(_TOOL_CHOICES)} or an object, got {_shown(given)}",
                 param="tool_choice",
             )
         return tools, given
@@ -353,10 +360,11 @@ def _tool_choice(given: Any, tools: list[dict]) -> tuple[list[dict], Any]:
     kind = given.get("type")
     names = {tool["function"]["name"] for tool in tools}
     if kind == "function":
-        name = _string(given.get("name"), "tool_choice.name")
+        name = _function_name(given.get("name"), "tool_choice.name")
         if name not in names:
+            named = ", ".join(sorted(names)[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
             raise InvalidRequest(
-                f"tool_choice.name {name!r} is not among tools, which name {', '.join(sorted(names)) or 'none'}",
+                f"tool_choice.name {_shown(name)} is not among tools, which name {named or 'none'}",
                 param="tool_choice.name",
             )
         return tools, {"type": "function", "function": {"name": name}}
@@ -374,15 +382,15 @@ def _tool_choice(given: Any, tools: list[dict]) -> tuple[list[dict], Any]:
                     f"tool_choice.tools[{i}] must be a function tool: llmgw passes function tools only",
                     param=f"tool_choice.tools[{i}]",
                 )
-            keep.add(_string(tool.get("name"), f"tool_choice.tools[{i}].name"))
+            keep.add(_function_name(tool.get("name"), f"tool_choice.tools[{i}].name"))
         # Chat engines know no allowed-tools list: the ones not allowed are not sent.
         return [tool for tool in tools if tool["function"]["name"] in keep], mode
     if kind in HOSTED_TOOLS:
         raise InvalidRequest(
-            f"tool_choice.type {kind!r} is OpenAI's hosted tool, which no engine here runs", param="tool_choice.type"
+            f"tool_choice.type {_shown(kind)} is OpenAI's hosted tool, which no engine here runs", param="tool_choice.type"
         )
     raise InvalidRequest(
-        f"tool_choice.type {kind!r} is not supported: use function or allowed_tools", param="tool_choice.type"
+        f"tool_choice.type {_shown(kind)} is not supported: use function or allowed_tools", param="tool_choice.type"
     )
 
 
@@ -414,7 +422,7 @@ def _response_format(text: Any) -> dict | None:
             json_schema["strict"] = _bool(given.get("strict"), "text.format.strict")
         return {"type": "json_schema", "json_schema": json_schema}
     raise InvalidRequest(
-        f"text.format.type must be text, json_object or json_schema, got {kind!r}", param="text.format.type"
+        f"text.format.type must be text, json_object or json_schema, got {_shown(kind)}", param="text.format.type"
     )
 
 
@@ -427,6 +435,24 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
+def _function_name(value: Any, where: str) -> str:
+    name = _string(value, where)
+    if _FUNCTION_NAME.fullmatch(name) is None:
+        raise InvalidRequest(
+            f"{where} {_shown(name)} is not a function name: 1 to 64 letters, digits, _ and - (as OpenAI takes it)",
+            param=where,
+        )
+    return name
+
+
+def _shown(value: Any) -> str:
+    """A client's value in a message: a string or number quoted and cut short, anything else named by its kind."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = repr(value[: _SHOWN_CHARS + 1] if isinstance(value, str) else value)
+        return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+    return "null" if value is None else _kind(value)
+
+
 def _bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{where} must be true or false, got {_kind(value)}", param=where)
@@ -435,7 +461,7 @@ def _bool(value: Any, where: str) -> bool:
 
 def _number(value: Any, where: str, top: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
-        raise InvalidRequest(f"{where} must be a number from 0 to {top:g}, got {value!r}", param=where)
+        raise InvalidRequest(f"{where} must be a number from 0 to {top:g}, got {_shown(value)}", param=where)
     return value
 
 
@@ -446,7 +472,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
+        return f"a number ({_shown(value)})"
     if isinstance(value, str):
         return "a string"
     if isinstance(value, list):
