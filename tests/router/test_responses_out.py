@@ -447,3 +447,11 @@ def test_usage_details_are_parts_of_their_counts():
 
 def _completed(events: bytes) -> dict:
     return json.loads(events.rstrip(b"\n").rsplit(b"\ndata: ", 1)[1])
+
+
+def test_a_whole_answer_of_more_tool_calls_than_a_stream_holds_is_refused_not_cut():
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(MAX_TOOL_CALLS + 1)]
+    with pytest.raises(ValueError, match=f"{MAX_TOOL_CALLS + 1} tool calls, more than"):
+        from_chat(completion(content=None, tool_calls=calls), {"model": "gemma"}, RID, CREATED)
+    answer = from_chat(completion(content=None, tool_calls=calls[:MAX_TOOL_CALLS]), {"model": "gemma"}, RID, CREATED)
+    assert len(answer["output"]) == MAX_TOOL_CALLS

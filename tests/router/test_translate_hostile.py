@@ -15,10 +15,11 @@ from twisted.internet import threads
 
 from tests.support.net import post
 from tests.support.sim import MODEL
+from tests.support.wait import until
 
-from .routerharness import StaticDispatcher, exchange
+from .routerharness import GatedEngine, StaticDispatcher, exchange
 from .test_proxy_heads import StandInEngine, json_answer
-from .test_translate import events_of
+from .test_translate import SSE_HEAD, events_of
 
 
 def sse_answer(events: list[bytes]) -> bytes:
@@ -97,3 +98,66 @@ async def test_an_event_in_one_byte_chunks_is_read_in_linear_time(make_router):
     assert "".join(data["delta"] for kind, data in events if kind == "response.output_text.delta") == "x" * 300_000
     # Joined once a piece, the line cost minutes.
     assert time.monotonic() - started < 8
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_whole_answer_of_thousands_of_tool_calls_is_a_502_saying_so(make_router):
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(5000)]
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    answer = json_answer(200, completion(choices=[{"index": 0, "message": message, "finish_reason": "tool_calls"}]))
+    (status, _, body), _, dispatcher = await ask(make_router, answer, {})
+    assert status == 502 and "5000 tool calls, more than" in json.loads(body)["error"]["message"]
+    assert [lease.outcome for lease in dispatcher.leases] == ["error"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_an_engine_streams_after_done_is_not_relayed(make_router):
+    after = [chunk_event(content="late"), b"data: {not json\n\n", b"data: " + b"x" * 100_000 + b"\n\n"]
+    (status, _, body), _, dispatcher = await ask(
+        make_router, sse_answer([chunk_event(content="hi"), b"data: [DONE]\n\n"] + after), {"stream": True})
+    events = events_of(body)
+    assert status == 200 and events[-1][0] == "response.completed"
+    assert [data["delta"] for kind, data in events if kind == "response.output_text.delta"] == ["hi"]
+    # The client's answer ended at [DONE]; the engine's body is read to its end before the lease goes back.
+    await until(lambda: dispatcher.inflight == 0, "the lease to be released")
+    assert [lease.outcome for lease in dispatcher.leases] == ["ok"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stream_of_thousands_of_tool_calls_or_huge_arguments_ends_in_response_failed(make_router):
+    many = [chunk_event(tool_calls=[{"index": i, "id": f"c{i}", "function": {"name": "f", "arguments": "{}"}}])
+            for i in range(3000)]
+    huge = [chunk_event(tool_calls=[{"index": 0, "id": "c", "function": {"name": "f", "arguments": "a" * 900_000}}])
+            for _ in range(6)]
+    odd = [chunk_event(content="x"), b'data: {"choices":[{"index":1000000000,"delta":{"content":"y"}}],'
+           b'"usage":{"prompt_tokens":-3,"completion_tokens":99999999999999}}\n\n']
+    for pieces, failed in ((many, True), (huge, True), (odd, False)):
+        (status, _, body), _, _ = await ask(make_router, sse_answer(pieces + [b"data: [DONE]\n\n"]), {"stream": True})
+        events = events_of(body)
+        assert status == 200 and events[-1][0] == ("response.failed" if failed else "response.completed")
+        if failed:
+            assert "longer than llmgw's Responses translation holds" in events[-1][1]["response"]["error"]["message"]
+        else:
+            assert events[-1][1]["response"]["usage"] is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_engine_that_goes_on_after_done_is_dropped_and_the_answer_counted_done(make_router):
+    engine = GatedEngine()
+    dispatcher = StaticDispatcher([engine.endpoint])
+    router = make_router(dispatcher)
+    try:
+        call = threads.deferToThread(exchange, router.address, post("/v1/responses", {"model": MODEL, "input": "hi",
+                                                                                     "stream": True}))
+        connection = await engine.request()
+        done = chunk_event(content="hi") + b"data: [DONE]\n\n"
+        connection.transport.write(SSE_HEAD + b"%x\r\n%b\r\n" % (len(done), done))
+        status, _, body = await call
+        assert status == 200 and events_of(body)[-1][0] == "response.completed"
+        garbage = b": still here\n" * 10_000
+        for _ in range(10):
+            connection.transport.write(b"%x\r\n%b\r\n" % (len(garbage), garbage))
+        await until(lambda: dispatcher.inflight == 0, "the lease to be released")
+    finally:
+        await engine.stop()
+    assert [lease.outcome for lease in dispatcher.leases] == ["ok"]

@@ -82,7 +82,11 @@ def from_chat(chat: dict, request: dict, response_id: str, created: int) -> dict
         output.append(_message_item(base, "refusal", refusal, status))
     elif (isinstance(content, str) and content) or not calls:
         output.append(_message_item(base, "output_text", content if isinstance(content, str) else "", status))
-    for n, call in enumerate(calls[:MAX_TOOL_CALLS]):
+    if len(calls) > MAX_TOOL_CALLS:
+        # The stream ends with response.failed past the limit; a whole answer does not lose calls silently either.
+        raise ValueError(f"the answer makes {len(calls)} tool calls, more than llmgw's Responses translation "
+                         f"holds ({MAX_TOOL_CALLS})")
+    for n, call in enumerate(calls):
         if not isinstance(call, dict):
             continue
         function = call.get("function") if isinstance(call.get("function"), dict) else {}

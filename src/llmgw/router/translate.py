@@ -62,7 +62,7 @@ class TranslatingExchange(Exchange):
     """An ``Exchange`` for ``/v1/responses``: a chat completion on the engine, a Response for the client."""
 
     __slots__ = ("response_id", "created", "translating", "collected", "collected_len", "events", "line", "line_len",
-                 "data", "data_len", "stream_done")
+                 "data", "data_len", "stream_done", "after_done")
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
         super().__init__(router, request, info, started)
@@ -80,6 +80,8 @@ class TranslatingExchange(Exchange):
         self.data: list[bytes] = []
         self.data_len = 0
         self.stream_done = False
+        # Bytes of the engine's body read since the stream's end ([DONE]), in the pieces that held it.
+        self.after_done = 0
 
     def start(self) -> None:
         try:
@@ -143,6 +145,12 @@ class TranslatingExchange(Exchange):
             if broken is not None:
                 self._broken("malformed", "%s broke its stream: %s" % (self.endpoint.id, broken))
                 return
+            if self.stream_done and end == NEED_MORE:
+                self.after_done += sum(map(len, out))
+                if self.after_done > MAX_EVENT_BYTES:
+                    # The client has its whole answer; what an engine sends after it is not waited for without end.
+                    self._complete(reusable=False)
+                    return
         elif self._collect(out):
             return
         if end == NEED_MORE:
@@ -157,6 +165,15 @@ class TranslatingExchange(Exchange):
             self._complete(reusable=False)
             return
         super().upstream_lost(conn, reason)
+
+    def client_gone(self) -> None:
+        if self.translating and self.stream_done and self.upstream is not None and not (self.finished or self.client_left):
+            # It had the whole translated stream: the engine's answer is not cut short; read its end, count it done.
+            self.client_left = True
+            self.registered = False
+            self.upstream.resumeProducing()
+            return
+        super().client_gone()
 
     def _engine_failed(self, kind: str, message: str) -> None:
         if self.committed:
@@ -186,7 +203,7 @@ class TranslatingExchange(Exchange):
                           % self.endpoint.id)
             return False
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            self._give_up("%s answered 200 with a body that is not a chat completion (%s)" % (self.endpoint.id, e))
+            self._give_up("%s answered 200 with a body llmgw cannot answer as a Response: %s" % (self.endpoint.id, e))
             return False
         close = b"Connection: close\r\n" if self.close_after else b""
         write_now(self.router.transport, response_bytes(200, answer, self.factory.date(), connection=close, extra=self.fields))
