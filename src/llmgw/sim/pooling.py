@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections import Counter
 from typing import Any
 
 from llmgw.sim.api import ApiError, _prompt_words, _text_of
@@ -46,11 +47,22 @@ class Vocabulary:
 
 def relevance(query: str, document: str) -> float:
     """The share of the query's words (ignoring case) found in the document, 0.0 to 1.0."""
-    asked = query.lower().split()
-    if not asked:
-        return 0.0
-    present = set(document.lower().split())
-    return round(sum(1 for w in asked if w in present) / len(asked), 6)
+    return _Query(query).relevance(document)
+
+
+class _Query:
+    """A query's words counted once, so scoring it against many documents costs each document's words only."""
+
+    def __init__(self, query: str):
+        self.words = words = query.lower().split()
+        self.total = len(words)
+        self.counts = Counter(words)
+
+    def relevance(self, document: str) -> float:
+        if not self.total:
+            return 0.0
+        counts = self.counts
+        return round(sum(counts[w] for w in set(document.lower().split()) if w in counts) / self.total, 6)
 
 
 def _string(value: Any, param: str) -> str:
@@ -85,7 +97,8 @@ def rerank(payload: dict[str, Any], model: str, rid: str) -> bytes:
         top_n = len(documents)
     elif not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
         raise ApiError(400, "top_n must be a positive integer", param="top_n")
-    scored = sorted(((relevance(query, d), i, d) for i, d in enumerate(documents)), key=lambda t: (-t[0], t[1]))
+    asked = _Query(query)
+    scored = sorted(((asked.relevance(d), i, d) for i, d in enumerate(documents)), key=lambda t: (-t[0], t[1]))
     tokens = len(query.split()) * len(documents) + sum(len(d.split()) for d in documents)
     results = [{"index": i, "document": {"text": d}, "relevance_score": s} for s, i, d in scored[:top_n]]
     return json.dumps({"id": rid, "model": model, "usage": {"total_tokens": tokens}, "results": results}).encode()
@@ -100,8 +113,13 @@ def score(payload: dict[str, Any], model: str, rid: str, created: int) -> bytes:
     elif len(first) != len(second):
         raise ApiError(400, f"text_1 has {len(first)} texts and text_2 {len(second)}: give one text_1, or as many "
                             "as text_2", param="text_2")
-    data = [{"index": i, "object": "score", "score": relevance(a, b)} for i, (a, b) in enumerate(zip(first, second))]
-    tokens = sum(len(a.split()) + len(b.split()) for a, b in zip(first, second))
+    queries: dict[str, _Query] = {}
+    for a in first:
+        if a not in queries:
+            queries[a] = _Query(a)
+    data = [{"index": i, "object": "score", "score": queries[a].relevance(b)} for i, (a, b) in enumerate(zip(first, second))]
+    # One text_1 for many: its words are counted once, not once a document.
+    tokens = sum(len(queries[a].words) + len(b.split()) for a, b in zip(first, second))
     usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0, "prompt_tokens_details": None}
     return json.dumps({"id": rid, "object": "list", "created": created, "model": model, "data": data,
                        "usage": usage}).encode()
