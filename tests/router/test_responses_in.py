@@ -330,3 +330,16 @@ def test_a_refusal_shows_at_most_a_little_of_the_clients_value(body):
 def test_max_output_tokens_is_a_count_an_engine_can_hold(tokens):
     assert refused({"model": "m", "input": "hi", "max_output_tokens": tokens}).param == "max_output_tokens"
     assert to_chat({"model": "m", "input": "hi", "max_output_tokens": 2**30})["max_tokens"] == 2**30
+
+
+def test_many_system_messages_are_joined_in_linear_time():
+    import time
+
+    started = time.monotonic()
+    chat = to_chat({"model": "m", "instructions": "i", "input": [{"role": "developer", "content": "x" * 20}] * 80_000
+                    + [{"role": "user", "content": "hi"}, {"role": "system", "content": "a"}, {"role": "system", "content": "b"}]})
+    # Joined once a message it was a minute: each join copied the text so far.
+    assert time.monotonic() - started < 5
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "system"]
+    assert chat["messages"][0]["content"] == "\n\n".join(["i"] + ["x" * 20] * 80_000)
+    assert chat["messages"][2]["content"] == "a\n\nb"
