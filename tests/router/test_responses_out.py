@@ -455,3 +455,16 @@ def test_a_whole_answer_of_more_tool_calls_than_a_stream_holds_is_refused_not_cu
         from_chat(completion(content=None, tool_calls=calls), {"model": "gemma"}, RID, CREATED)
     answer = from_chat(completion(content=None, tool_calls=calls[:MAX_TOOL_CALLS]), {"model": "gemma"}, RID, CREATED)
     assert len(answer["output"]) == MAX_TOOL_CALLS
+
+
+def test_a_call_streamed_in_many_pieces_is_held_in_linear_time():
+    import time
+
+    stream = ResponsesStream({"model": "gemma"}, RID, CREATED, "gemma")
+    out = [stream.start(), stream.feed(chunk(tool_calls=[call_delta(0, "", call_id="c0", name="write")]))]
+    started = time.monotonic()
+    out += [stream.feed(chunk(tool_calls=[call_delta(0, "a" * 80)])) for _ in range(50_000)]
+    # Joined once a piece, the 4 MB of arguments were copied 50,000 times: minutes.
+    assert time.monotonic() - started < 10
+    completed = _completed(stream.finish())
+    assert completed["type"] == "response.completed" and completed["response"]["output"][0]["arguments"] == "a" * 4_000_000

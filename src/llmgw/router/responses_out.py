@@ -159,7 +159,9 @@ class ResponsesStream:
         self._held = 0
         self._sequence = 0
         self._items: list[dict] = []  # the output items, in output order
-        self._texts: dict[str, list[str]] = {}  # a message's or reasoning item's id -> its text so far
+        # An item's id -> its text (a message's, a reasoning item's) or a call's arguments so far, joined at
+        # the end: joined once a delta, a long call's arguments were copied again with every piece.
+        self._texts: dict[str, list[str]] = {}
         self._message: dict | None = None
         self._reasoning: dict | None = None
         self._calls: dict[int, dict] = {}  # the engine's tool call index -> its item
@@ -231,6 +233,7 @@ class ResponsesStream:
                 out.append(self._close_text(index, item, status))
             else:
                 item["status"] = "completed"
+                item["arguments"] = "".join(self._texts[item["id"]])
                 out.append(
                     self._event(
                         "response.function_call_arguments.done",
@@ -256,8 +259,10 @@ class ResponsesStream:
         error = {"code": code if code in _ERROR_CODES else "server_error", "message": message}
         output = [dict(item, status="incomplete") for item in self._items]
         for index, item in enumerate(self._items):
-            if item["id"] in self._texts:
-                # The text relayed so far, as the client's accumulator holds it.
+            # The text and arguments relayed so far, as the client's accumulator holds them.
+            if item["type"] == "function_call":
+                output[index]["arguments"] = "".join(self._texts[item["id"]])
+            else:
                 output[index]["content"] = [_part(item["content"][0]["type"], "".join(self._texts[item["id"]]))]
         response = self._response("failed", output, error=error)
         return self._event("response.failed", response=response)
@@ -340,6 +345,7 @@ class ResponsesStream:
         n = len(self._calls)
         item = _call_item(self._base, n, pending["call_id"] or _call_id(self._base, n), name, "", "in_progress")
         self._calls[index] = item
+        self._texts[item["id"]] = []
         self._items.append(item)
         added = self._event("response.output_item.added", output_index=len(self._items) - 1, item=dict(item))
         return added + self._arguments(index, item, "".join(pending["arguments"]))
@@ -347,7 +353,7 @@ class ResponsesStream:
     def _arguments(self, index: int, item: dict, delta: str) -> bytes:
         if not delta:
             return b""
-        item["arguments"] += delta
+        self._texts[item["id"]].append(delta)
         return self._event(
             "response.function_call_arguments.delta",
             item_id=item["id"],
