@@ -191,3 +191,15 @@ def test_valid_responses_end_exactly_where_they_end(parts, use_chunked, cuts, af
     assert error is None
     assert taken == raw and rest == after
     assert b"".join(got) == content
+
+
+def test_interim_responses_are_skipped_a_few_and_no_more():
+    from llmgw.router.response import MAX_INTERIM
+    interim = b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+    final = b"HTTP/1.1 204 No Content\r\n\r\n"
+    assert ResponseParser().head(interim * MAX_INTERIM + final).status == 204
+    # A flood, in one read or one a read: each one skipped copied the rest of what was read.
+    assert isinstance(ResponseParser().head(interim * 2000 + final), ParseError)
+    p = ResponseParser()
+    assert [p.head(interim) for _ in range(MAX_INTERIM)] == [None] * MAX_INTERIM
+    assert isinstance(p.head(interim), ParseError)

@@ -46,6 +46,8 @@ NOT_RELAYED = HOP_BY_HOP | frozenset((
     "access-control-max-age"))
 
 _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
+# Interim responses skipped before a final one.
+MAX_INTERIM = 8
 _PLAIN_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,16})\r\n")
 
 
@@ -92,7 +94,8 @@ class ParseError:
 class ResponseParser:
     """The boundaries of one response after another on one connection."""
 
-    __slots__ = ("_buf", "_framing", "_remaining", "_state", "_line", "_trailer_bytes", "raw", "body_start", "error")
+    __slots__ = ("_buf", "_framing", "_remaining", "_state", "_line", "_trailer_bytes", "_interim", "raw", "body_start",
+                 "error")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -101,6 +104,8 @@ class ResponseParser:
         self._state = _SIZE
         self._line = b""
         self._trailer_bytes = 0
+        # Interim (1xx) responses before the one being read.
+        self._interim = 0
         # After head() returned a head: the bytes it was read from (the data
         # given, or what was buffered with it) and where the body starts in them.
         self.raw = b""
@@ -111,6 +116,7 @@ class ResponseParser:
         """Expect the head of a new response."""
         self._buf = b""
         self.raw = b""
+        self._interim = 0
 
     @property
     def buffered(self) -> int:
@@ -133,9 +139,14 @@ class ResponseParser:
             if result.__class__ is ResponseHead and 100 <= result.status < 200:
                 if result.status == 101:
                     return self._refuse("the engine switched protocols")
+                # The router sends no Expect, so an engine has no reason for one; each skipped copies the rest.
+                self._interim += 1
+                if self._interim > MAX_INTERIM:
+                    return self._refuse("the engine sent more than %d interim (1xx) responses" % MAX_INTERIM)
                 buf = buf[end + 4 :]
                 continue
             self._buf = b""
+            self._interim = 0
             if result.__class__ is ResponseHead:
                 self.raw = buf
                 self.body_start = end + 4
