@@ -27,7 +27,7 @@ def test_the_same_file_on_every_node_needs_only_hub_and_tls(confdir: Path) -> No
     assert config.weights_dirs == ("/var/lib/llmgw-weights",)
     assert config.state_dir == "/var/lib/llmgw"
     assert config.heartbeat_interval_s == 5.0
-    assert config.engine_port_range == range(12000, 20000)
+    assert config.engine_port_range == range(20000, 30000)
     assert config.engines == {}
     assert config.engine_path("llama.cpp") is None
 

@@ -508,3 +508,17 @@ def test_path_is_never_searched(script, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.fspath(tmp_path))
     assert VLLM.probe(None) is None
     assert VLLM.probe_detail(None).reason == "no vllm path given to probe"
+
+
+#: Ray's default worker ports (``ray start --min-worker-port/--max-worker-port``),
+#: read in the Ray this project installs: ray/scripts/scripts.py, ``ray start``'s defaults.
+RAY_WORKER_PORTS = range(10002, 20000)
+
+
+def test_the_default_engine_ports_are_none_of_rays_worker_ports():
+    """A Ray worker rank is started with its engine port as --node-manager-port; Ray refuses one among its
+    worker ports ("ValueError: Ray component worker_ports is trying to use a port number 15443 that is used by
+    other components"), which the first default, 12000-19999, made every multi-node Ray replica do."""
+    from llmgw.config.agent import DEFAULT_ENGINE_PORTS
+    first, last = (int(p) for p in DEFAULT_ENGINE_PORTS.split("-"))
+    assert not set(range(first, last + 1)) & set(RAY_WORKER_PORTS)

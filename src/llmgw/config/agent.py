@@ -27,7 +27,10 @@ DEFAULT_STATE_DIR = "/var/lib/llmgw"
 # Below Linux's default ephemeral ports (32768-60999), so an outgoing
 # connection never takes one between the agent choosing it and its engine
 # binding it; and below the ports tests/support/net.py hands out.
-DEFAULT_ENGINE_PORTS = "12000-19999"
+# Below Linux's ephemeral range (32768-60999), where an outgoing connection can
+# take a port before its engine binds it, and above Ray's default worker ports
+# (10002-19999): a Ray worker node refuses a --node-manager-port among them.
+DEFAULT_ENGINE_PORTS = "20000-29999"
 
 # As /sys/class/infiniband names adapters: mlx5_0, hfi1_0, irdma0, efa_0.
 _ADAPTER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -47,7 +50,7 @@ def parse_port_range(text: str) -> range:
     """``FIRST-LAST`` (both included) as a range; ValueError saying what is wrong."""
     first, dash, last = text.partition("-")
     if not dash or not first.strip().isdigit() or not last.strip().isdigit():
-        raise ValueError("expected FIRST-LAST, such as 12000-19999")
+        raise ValueError("expected FIRST-LAST, such as 20000-29999")
     low, high = int(first), int(last)
     if not 1024 <= low <= high <= 65535:
         raise ValueError("the first port must be at least 1024, the last at most 65535 and not below the first")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-# An agent gives each engine a port from agent.yaml's engine_ports (12000-19999
+# An agent gives each engine a port from agent.yaml's engine_ports (20000-29999
 # by default, far above this); the ports below are system services, never an
 # engine llmgw started.
 MIN_ENGINE_PORT = 1024
