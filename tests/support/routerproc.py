@@ -44,7 +44,12 @@ router:
             except OSError:
                 return False
 
-        wait_for(answers, START_TIMEOUT_S, "llmgw-router to answer GET /v1/models", detail=self.output)
+        try:
+            wait_for(answers, START_TIMEOUT_S, "llmgw-router to answer GET /v1/models", detail=self.output)
+        except BaseException:
+            # __exit__ is not called when __enter__ raises: a router that never answered is stopped here.
+            self.stop()
+            raise
         return self
 
     def _models_status(self) -> int:
