@@ -206,12 +206,8 @@ class Exchange:
         parser = conn.parser
         head = self.head
         if head is None:
-            head = parser.head(data)
+            head = self._engine_head(conn, data)
             if head is None:
-                return
-            if head.__class__ is ParseError:
-                conn.abort()
-                self._failed("malformed", "%s answered something that is not HTTP/1.1: %s" % (self.endpoint.id, head.message))
                 return
             self.head = head
             self.status = head.status
@@ -267,6 +263,15 @@ class Exchange:
                 conn.deadline = self.factory.clock.seconds() + self.factory.between_bytes_timeout_s
             return
         self._complete(reusable=end == len(data) and self.head.keep_alive)
+
+    def _engine_head(self, conn: UpstreamConnection, data: bytes):
+        """The engine's response head once all of it is here; None until then, or after failing a malformed one."""
+        head = conn.parser.head(data)
+        if head.__class__ is ParseError:
+            conn.abort()
+            self._failed("malformed", "%s answered something that is not HTTP/1.1: %s" % (self.endpoint.id, head.message))
+            return None
+        return head
 
     def _keep_tail(self, data: bytes) -> None:
         tail = self.tail

@@ -36,7 +36,7 @@ from llmgw.http11 import EVENT_STREAM, LAST_CHUNK, chunk, response_bytes, status
 from llmgw.router import errors
 from llmgw.router.deadlines import BETWEEN_BYTES
 from llmgw.router.proxy import Exchange
-from llmgw.router.response import CHUNKED, ERROR, NEED_MORE, ParseError
+from llmgw.router.response import CHUNKED, ERROR, NEED_MORE
 from llmgw.router.responses_in import to_chat
 from llmgw.router.responses_out import ResponsesStream, from_chat
 from llmgw.router.upstream import engine_head, write_now
@@ -108,12 +108,8 @@ class TranslatingExchange(Exchange):
         parser = conn.parser
         start = 0
         if self.head is None:
-            head = parser.head(data)
+            head = self._engine_head(conn, data)
             if head is None:
-                return
-            if head.__class__ is ParseError:
-                conn.abort()
-                self._failed("malformed", "%s answered something that is not HTTP/1.1: %s" % (self.endpoint.id, head.message))
                 return
             if head.status != 200:
                 # The byte relay answers it (the error relayed, or a retry elsewhere): it reads the head again.
