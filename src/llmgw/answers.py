@@ -139,3 +139,18 @@ class RevokedNode:
     serial: str = field(chars=NAME)
     already: bool
     hub: str | None = field(None, chars=PROSE, text=Text.PROSE)
+
+
+@attrs.frozen
+class ScaleAnswer:
+    """``llmgw.cp.scale``: a model's count as it stands after the command."""
+
+    model: str
+    min: int
+    max: int
+    # The count the control plane wants now, and whether an operator pinned it (``ctl scale MODEL N``).
+    target: int
+    pinned: bool
+    ready: int
+    # What happens next, in words ("starting qwen/1", "draining qwen/2", "pinned until the next reload").
+    words: str = ""

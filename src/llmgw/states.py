@@ -53,6 +53,8 @@ class ReplicaState(enum.StrEnum):
     DRAINING = "draining"
     # A shard failed, or a node refused to start one; retried after a backoff.
     FAILED = "failed"
+    # Scaled to zero (or below the slot) while idle: started again on demand.
+    SLEEPING = "sleeping"
 
 
 class EngineState(enum.StrEnum):

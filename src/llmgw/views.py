@@ -283,11 +283,26 @@ class EndpointEntry:
 
 
 @attrs.frozen
+class ColdStart:
+    """A model that starts on demand (``replicas: {min: 0, ...}``): how a router holds a request while it wakes."""
+
+    # How long a request is held before it is answered 503 (scale.cold_start_timeout_s).
+    timeout_s: float = field(least=0, most=86_400)
+    # How many requests one router holds for the model at once (scale.max_held); the next is 503 at once.
+    max_held: int = field(least=0, most=1_000_000)
+
+
+@attrs.frozen
 class EndpointTable:
-    """What the routers route on, and why each model without an endpoint has none."""
+    """What the routers route on, and why each model without an endpoint has none.
+
+    ``elastic`` names the models that may have no replica and start on
+    demand: a request for one with no endpoint is held, not refused.
+    """
 
     endpoints: list[EndpointEntry] = attrs.Factory(list)
     unavailable: dict[str, str] = attrs.Factory(dict)
+    elastic: dict[str, ColdStart] = attrs.Factory(dict)
 
 
 class EventKind(enum.StrEnum):
@@ -296,6 +311,8 @@ class EventKind(enum.StrEnum):
     NODE = "node"
     SHARD = "shard"
     PROGRESS = "progress"
+    # A new entry of the control plane's journal (llmgw.history.JournalEntry).
+    JOURNAL = "journal"
 
 
 class NodeChange(enum.StrEnum):

@@ -83,6 +83,11 @@ class ControlSession(ApplicationSession):
         self._expiry: dict[int, float] = {}
         # Onboarding's signing and revoking (llmgw.control.identity), when the server sets one.
         self.identity = None
+        # What else registers procedures on this session once it joins (the journal, the figures):
+        # each has ``async register(session)``, as ``identity`` does.
+        self.extensions: list = []
+        # In-process consumers of every router's traffic report: (RouterLoad, router key, now).
+        self.load_listeners: list = []
         self._configure_fleet()
         self._clock = clock if clock is not None else self.fleet._clock
         # The nodes heard since the last llmgw.event.heard, and the call that publishes the next.
@@ -136,6 +141,8 @@ class ControlSession(ApplicationSession):
         await self.register(self.logs, uris.CP_LOGS)
         if self.identity is not None:
             await self.identity.register(self)
+        for extension in self.extensions:
+            await extension.register(self)
         await self.subscribe(self._session_joined, hubmod.META_ON_JOIN, SubscribeOptions())
         await self.subscribe(self._session_left, hubmod.META_ON_LEAVE, SubscribeOptions())
         if self._heard_next is None:

@@ -29,6 +29,11 @@ CP_UNCORDON = CP + "uncordon"
 CP_RELOAD = CP + "reload"
 CP_LOGS = CP + "logs"
 CP_WEIGHTS = CP + "weights"
+# Elastic replicas: pin a model's replica count, or give it back to its policy (llmgw.answers.ScaleAnswer).
+CP_SCALE = CP + "scale"
+# The journal (llmgw.history.JournalPage) and the rolling figures (llmgw.history.Figures).
+CP_EVENTS = CP + "events"
+CP_FIGURES = CP + "figures"
 # Onboarding (llmgw.control.identity): what a node is to install, and its certificate.
 CP_ONBOARDING = CP + "onboarding"
 CP_SIGN_NODE = CP + "sign_node"
@@ -37,6 +42,8 @@ CP_REVOKE_NODE = CP + "revoke_node"
 # router workers -> control plane
 CP_ROUTER = CP + "router."
 ROUTER_ENDPOINTS = CP_ROUTER + "endpoints"
+# A router's traffic (llmgw.traffic.RouterLoad), every second.
+ROUTER_LOAD = CP_ROUTER + "load"
 
 # control plane -> agent: llmgw.node.<id>.<verb>
 NODE_PREFIX = "llmgw.node."
@@ -62,6 +69,7 @@ EVENT_PREFIX = "llmgw.event."
 EVENT_NODE = EVENT_PREFIX + "node"
 EVENT_SHARD = EVENT_PREFIX + "shard"
 EVENT_PROGRESS = EVENT_PREFIX + "progress"
+EVENT_JOURNAL = EVENT_PREFIX + "journal"
 # Every few seconds, the nodes heard from since the last (llmgw.control.heard).
 EVENT_HEARD = EVENT_PREFIX + "heard"
 # The whole endpoint table, published whenever it changes.
