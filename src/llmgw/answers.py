@@ -145,12 +145,12 @@ class RevokedNode:
 class ScaleAnswer:
     """``llmgw.cp.scale``: a model's count as it stands after the command."""
 
-    model: str
-    min: int
-    max: int
+    model: str = field(chars=IDENT)
+    min: int = field(least=0, most=1_000_000)
+    max: int = field(least=0, most=1_000_000)
     # The count the control plane wants now, and whether an operator pinned it (``ctl scale MODEL N``).
-    target: int
-    pinned: bool
-    ready: int
+    target: int = field(least=0, most=1_000_000)
+    pinned: bool = False
+    ready: int = field(0, least=0, most=1_000_000)
     # What happens next, in words ("starting qwen/1", "draining qwen/2", "pinned until the next reload").
-    words: str = ""
+    words: str = field("", chars=PROSE, text=Text.PROSE)
