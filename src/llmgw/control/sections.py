@@ -27,6 +27,7 @@ AT_START = (
     "fleet.unreachable_after_s", "fleet.lost_after_s", "fleet.settle_s", "fleet.settle_quiet_s",
     "fleet.settle_max_s",
     "admin.on_api",
+    "history",
 )
 
 # Keys the control plane itself applies on every reload (beside its listeners').

@@ -28,6 +28,8 @@ from llmgw.control.catalog import Catalog
 from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCollector
 from llmgw.control.fleet import Fleet
 from llmgw.control.identity import Identity
+from llmgw.control.journal import Journal
+from llmgw.control.journalfeed import attach as attach_journal
 from llmgw.control.plane import ControlSession
 from llmgw.control.reload import Listener, revocation_listener
 from llmgw.link import uris
@@ -83,6 +85,7 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     registry.register(CertificateCollector({"server": config.tls.cert, "ca": config.tls.ca}))
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.handshaking = lambda: len(link_budget.pending)
+    control.journal = Journal(reactor, config.history, config.history.where(config.path))
     control.identity = Identity(
         lambda: catalog.config.pki.ca_dir,
         lambda: revocation_listener(hub_tls).prepare(catalog.config)(),
@@ -196,6 +199,8 @@ class ControlPlane(service.Service):
         self.reload_listeners = reload_listeners
         self.session: ControlSession | None = None
         self.identity: Identity | None = None
+        # What happened (llmgw.control.journal): build sets it; ``session.journal`` is the same.
+        self.journal: Journal | None = None
         # The link's connections mid-handshake (its ConnectionBudget's pending), for the fleet's settling.
         self.handshaking = lambda: 0
 
@@ -225,6 +230,8 @@ class ControlPlane(service.Service):
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
         self.session.reload_listeners.extend(self.reload_listeners)
+        if self.journal is not None:
+            attach_journal(self.session, self.journal)
 
     def tick(self):
         """Once a second: notice silent nodes, then converge the fleet to the catalog."""
