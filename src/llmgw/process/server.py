@@ -32,6 +32,8 @@ from llmgw.control.journal import Journal
 from llmgw.control.journalfeed import attach as attach_journal
 from llmgw.control.plane import ControlSession
 from llmgw.control.reload import Listener, revocation_listener
+from llmgw.control.series import Rolling
+from llmgw.control.seriesfeed import SeriesFeed
 from llmgw.link import uris
 from llmgw.link.hub import Hub
 from llmgw.link.metrics import CertificateCollector, LinkCollector
@@ -86,6 +88,8 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     control = ControlPlane(reactor, hub, catalog, registry, router, reload_listeners)
     control.handshaking = lambda: len(link_budget.pending)
     control.journal = Journal(reactor, config.history, config.history.where(config.path))
+    history = config.history
+    control.series = Rolling(reactor, history.series_bucket_s, history.series_buckets, history.series_subjects)
     control.identity = Identity(
         lambda: catalog.config.pki.ca_dir,
         lambda: revocation_listener(hub_tls).prepare(catalog.config)(),
@@ -201,6 +205,8 @@ class ControlPlane(service.Service):
         self.identity: Identity | None = None
         # What happened (llmgw.control.journal): build sets it; ``session.journal`` is the same.
         self.journal: Journal | None = None
+        # The last hour's figures (llmgw.control.series): build sets it; the feed fills it once the session is made.
+        self.series: Rolling | None = None
         # The link's connections mid-handshake (its ConnectionBudget's pending), for the fleet's settling.
         self.handshaking = lambda: 0
 
@@ -232,9 +238,16 @@ class ControlPlane(service.Service):
         self.session.reload_listeners.extend(self.reload_listeners)
         if self.journal is not None:
             attach_journal(self.session, self.journal)
+        if self.series is not None:
+            feed = SeriesFeed(self.series)
+            self.session.extensions.append(feed)
+            self.session.load_listeners.append(feed.load)
+            self.session.event_listeners.append(feed.event)
 
     def tick(self):
-        """Once a second: notice silent nodes, then converge the fleet to the catalog."""
+        """Once a second: close the figures' bucket that ended, notice silent nodes, converge the fleet to the catalog."""
+        if self.series is not None:
+            self.series.advance(self._reactor.seconds())
         if self.session is None or not self.session.is_attached():
             return
         self.session.fleet.check()
