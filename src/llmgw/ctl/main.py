@@ -123,6 +123,10 @@ def add_parser(subparsers) -> None:
 
     onboard.add_parsers(sub, _run)
 
+    from llmgw.ctl import top
+
+    top.add_parser(sub, _run)
+
 
 def _run(command):
     """Wrap an async command so it runs once on the reactor with a session to the hub."""
