@@ -78,3 +78,56 @@ def test_a_router_that_knows_the_catalog_is_503_for_its_models_and_404_for_the_r
 def test_a_router_with_only_static_endpoints_says_404_for_any_other_model_from_the_start():
     r = router(endpoints=(StaticEndpoint(model="llama", url="http://10.0.0.9:8080"),))
     assert isinstance(refusal(r, "echo"), errors.UnknownModel)
+
+
+class _Calls:
+    """A session's ``call`` that answers when the test says."""
+
+    def __init__(self):
+        from twisted.internet import defer
+
+        self.defer = defer
+        self.made: list[tuple[str, dict]] = []
+        self.pending: list = []
+
+    def __call__(self, uri, payload):
+        self.made.append((uri, payload))
+        d = self.defer.Deferred()
+        self.pending.append(d)
+        return d
+
+
+def test_a_worker_reports_its_load_over_the_hub_one_call_at_a_time_the_newest_waiting():
+    from llmgw.traffic import ModelLoad, RouterLoad
+
+    r = router(follows_table=True)
+    session = TableSession(ComponentConfig(realm=uris.REALM), r)
+    session.call = calls = _Calls()
+    session.send_load(RouterLoad("node01:7"))
+    session.send_load(RouterLoad("node01:7", urgent=True))  # one is in flight: this waits
+    session.send_load(RouterLoad("node01:7", [ModelLoad("qwen", held=2)]))  # replaces it, urgent mark and all
+    assert [(uri, p["urgent"]) for uri, p in calls.made] == [(uris.ROUTER_LOAD, False)]
+    calls.pending.pop(0).callback(None)
+    assert [(p["urgent"], len(p["models"])) for _, p in calls.made] == [(False, 0), (True, 1)]
+    calls.pending.pop(0).callback(None)
+    assert len(calls.made) == 2
+
+
+def test_a_worker_whose_reports_fail_logs_it_once_and_keeps_sending():
+    from twisted.logger import globalLogPublisher
+
+    from llmgw.traffic import RouterLoad
+
+    r = router(follows_table=True)
+    session = TableSession(ComponentConfig(realm=uris.REALM), r)
+    session.call = calls = _Calls()
+    logged = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        for _ in range(3):
+            session.send_load(RouterLoad("node01:7"))
+            calls.pending.pop(0).errback(RuntimeError("no such procedure"))
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert len(calls.made) == 3
+    assert len([e for e in logged if "load report" in e.get("log_format", "")]) == 1

@@ -10,7 +10,9 @@ status:
 2. the model: 404 if nothing by that name is served or known;
 3. its endpoints: 503 with Retry-After when none is ready, with the control
    plane's reason (``set_unavailable``), the endpoints' failures, or, for any
-   model before a router has its first table, ``set_pending``'s;
+   model before a router has its first table, ``set_pending``'s; a model the
+   table names elastic and gives no endpoint is held instead (``coldstart.py``)
+   until one comes;
 4. admission (``admission.py``): a free slot, or a place in the queue, or 429;
 5. scoring (``scoring.py``) picks the endpoint among those with a free slot.
 
@@ -42,6 +44,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from llmgw.config.routing import APIKey, RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import ModelQueue, capacity, free
+from llmgw.router.coldstart import ColdStarts
 from llmgw.router.keys import KeyRing
 from llmgw.router.scoring import (
     DEFAULT_LOAD_FACTOR,
@@ -50,7 +53,7 @@ from llmgw.router.scoring import (
     Endpoint,
     make_policy,
 )
-from llmgw.views import EndpointEntry
+from llmgw.views import ColdStart, EndpointEntry
 
 __all__ = [
     "COOLDOWN_S",
@@ -203,6 +206,13 @@ class Dispatcher:
         self._keys = KeyRing((), clock)
         self._config = config
         self._policy = make_policy(config.scoring, **self._policy_options)
+        # Held requests of models that start on demand; its first_held is the router's urgent report.
+        self.cold: ColdStarts[_Attempt] = ColdStarts(clock, getattr(metrics, "elastic", None))
+        self.cold.why = lambda model: self._unavailable.get(model) or "no replica is running"
+        # When the last request for each model arrived, and endpoints gone from the table with
+        # requests still on them: what the load report reads (loadreport.py).
+        self.arrived: dict[str, float] = {}
+        self.departed: set[Endpoint] = set()
         self.reconfigure(config)
 
     # -- configuration and the endpoint table ---------------------------------
@@ -229,13 +239,16 @@ class Dispatcher:
         """No keys are configured: anyone who reaches the listener may call it."""
         return not self._config.keys
 
-    def set_endpoints(self, entries: Iterable[EndpointEntry], unavailable: Mapping[str, str] | None = None) -> None:
-        """Replace the endpoint table; *unavailable*, if given, replaces every model's 503 reason.
+    def set_endpoints(self, entries: Iterable[EndpointEntry], unavailable: Mapping[str, str] | None = None,
+                      elastic: Mapping[str, ColdStart] | None = None) -> None:
+        """Replace the endpoint table; *unavailable*, if given, replaces every model's 503 reason, *elastic* the
+        models that start on demand.
 
         An endpoint whose id, model and address are unchanged keeps its state
         (requests in flight, failures, cool-down).  Waiters of a model left with
         no endpoint at all fail with ``NoReadyEndpoint`` now rather than at
-        their timeout.
+        their timeout.  Requests held for a model that now has endpoints go
+        through in arrival order; those of a model no longer elastic fail now.
         """
         table: dict[str, Endpoint] = {}
         kept: list[tuple[Endpoint, str | None]] = []
@@ -259,14 +272,30 @@ class Dispatcher:
         by_model: dict[str, list[Endpoint]] = {}
         for endpoint in sorted(table.values(), key=lambda e: e.id):
             by_model.setdefault(endpoint.model, []).append(endpoint)
+        self.departed.update(e for i, e in self._table.items() if e.inflight and table.get(i) is not e)
         self._table = table
         self._by_model = by_model
         if unavailable is not None:
             self._unavailable = dict(unavailable)
+        cold = self.cold
+        if elastic is not None:
+            cold.set_policies(elastic)
+        self.arrived = {m: t for m, t in self.arrived.items()
+                        if m in by_model or m in cold.policies or m in self._unavailable}
         for model, queue in self._queues.items():
             if model not in by_model and len(queue):
                 queue.fail_all(lambda: self._not_ready(model))
+        for model in cold.models():
+            if model in by_model:
+                cold.release(model, lambda a: self._grant(a, frozenset()), self._enqueue_held)
+            elif model not in cold.policies:
+                cold.fail(model, lambda: self._not_ready(model))
         self._pump_all()
+
+    def _enqueue_held(self, attempt: _Attempt) -> defer.Deferred[Lease]:
+        # As a retry: ahead of every request that came after it, and not refused by a full queue.
+        attempt.queued_at = self._clock.seconds()
+        return self._queue(attempt.model).wait(attempt, retry=True)
 
     def set_unavailable(self, model: str, reason: str | None) -> None:
         """Why *model* has no ready replica (placement's words), shown in its 503; ``None`` forgets it."""
@@ -284,8 +313,9 @@ class Dispatcher:
         self._pending = reason
 
     def models(self) -> list[str]:
-        """Models with at least one healthy endpoint, sorted: what ``GET /v1/models`` lists."""
-        return sorted(m for m, eps in self._by_model.items() if any(e.healthy for e in eps))
+        """Models with at least one healthy endpoint, or asleep until asked for, sorted: what ``GET /v1/models`` lists."""
+        awake = {m for m, eps in self._by_model.items() if any(e.healthy for e in eps)}
+        return sorted(awake.union(self.cold.policies))
 
     def endpoints(self, model: str | None = None) -> list[Endpoint]:
         """The table (or one model's part of it), sorted by id; read these, do not change them."""
@@ -311,7 +341,11 @@ class Dispatcher:
                     self._key_request(key.name, model)
                 keys.check_model(key, model)
                 keys.charge_request(key)
+            if model not in self._by_model and model in self.cold.policies:
+                self.arrived[model] = self._clock.seconds()
+                return self.cold.hold(model, _Attempt(model, request, key))
             self._serving(model)
+            self.arrived[model] = self._clock.seconds()
             attempt = _Attempt(model, request, key)
             queue = self._queue(model)
             if not queue.depth:
@@ -414,6 +448,8 @@ class Dispatcher:
     def _released(self, lease: Lease, outcome: str) -> None:
         endpoint = lease.endpoint
         endpoint.inflight -= 1
+        if self.departed and not endpoint.inflight:
+            self.departed.discard(endpoint)
         now = self._clock.seconds()
         if outcome == "upstream_failed":
             self._failed(endpoint, now)

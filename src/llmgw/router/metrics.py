@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from llmgw import __version__
 from llmgw.router import errors
+from llmgw.router.elasticmetrics import Counted, ElasticMetrics
 from llmgw.router.routes import PATHS
 
 PREFIX = "llmgw_router_"
@@ -248,6 +249,10 @@ class RouterMetrics:
                                    ["key", "kind"])
         self._tallies = (_Tally(self._bytes), _Tally(self._key_requests), _Tally(self._key_tokens))
         self._bytes_tally, self._key_requests_tally, self._key_tokens_tally = self._tallies
+        # Held requests (elasticmetrics.py), and the families the load report sums (loadreport.py).
+        self.elastic = ElasticMetrics(registry, self._model)
+        self.counted = Counted(self._flush, self._requests.metric, self._tokens.metric, self._ttft.metric,
+                               self._upstream_errors.metric, self._key_requests.metric, self._key_tokens.metric)
 
     def _flush(self) -> None:
         for tally in self._tallies:

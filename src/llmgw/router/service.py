@@ -7,8 +7,10 @@ hub, or from ``router.endpoints`` with no control plane at all).
 
 from __future__ import annotations
 
+import os
 import resource
-from typing import Iterable
+import socket
+from typing import Callable, Iterable
 
 from twisted.application import internet, service
 from twisted.internet import defer, endpoints, threads
@@ -21,7 +23,9 @@ from llmgw.hostnames import HostNames
 from llmgw.router.dispatch import Dispatcher
 from llmgw.router.door import Door
 from llmgw.router.enginemetrics import EnginePoller, fetch_metrics, parse_engine_metrics
+from llmgw.router.loadreport import LoadReporter
 from llmgw.router.scoring import ENGINE_LOAD_POLICY
+from llmgw.traffic import RouterLoad
 from llmgw.views import EndpointEntry, EndpointTable
 
 log = Logger()
@@ -82,10 +86,13 @@ class Router(service.MultiService):
     retry a 503.  One that knows the catalog's model names
     (``expect_models``, the server's own) says that for those names only, and
     404 for a model the catalog does not name.
+
+    Its traffic goes to ``load_sink`` every second (``loadreport.py``) as
+    *router_id*'s: "server" for the server's own, host and pid for a worker.
     """
 
     def __init__(self, reactor, config: RouterSettings, listen_api: str, metrics=None, *, follows_table: bool = False,
-                 config_file: str = "server.yaml", then: str = "reload"):
+                 config_file: str = "server.yaml", then: str = "reload", router_id: str | None = None):
         super().__init__()
         # Where router.hosts is, and what makes a change to it count: for the words of a 421.
         self._hosts_in = (config_file, then)
@@ -93,6 +100,9 @@ class Router(service.MultiService):
         self.config = config
         self.metrics = metrics
         self.dispatcher = Dispatcher(reactor, config, metrics=metrics)
+        self.router_id = router_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.reporter = LoadReporter(reactor, self.dispatcher, getattr(metrics, "counted", None), self.router_id)
+        self.dispatcher.cold.first_held = self.reporter.urgent
         self._table: EndpointTable | None = None if follows_table else EndpointTable()
         self._catalog: frozenset[str] | None = None
         self._agent = None
@@ -115,9 +125,19 @@ class Router(service.MultiService):
         ).setServiceParent(self)
         self._apply()
 
+    @property
+    def load_sink(self) -> Callable[[RouterLoad], None] | None:
+        """Who takes this router's load reports (``llmgw.traffic.RouterLoad``); None: none are made."""
+        return self.reporter.sink
+
+    @load_sink.setter
+    def load_sink(self, sink: Callable[[RouterLoad], None] | None) -> None:
+        self.reporter.sink = sink
+
     def startService(self):
         super().startService()
         self._poll_if_needed()
+        self.reporter.start()
 
     def _poll_if_needed(self) -> None:
         """Engines' /metrics are read only while the scoring policy uses them."""
@@ -129,6 +149,7 @@ class Router(service.MultiService):
             self._poller.stop()
 
     def stopService(self):
+        self.reporter.stop()
         self._poller.stop()
         self._factory.close()  # the idle engine connections
         return super().stopService()
@@ -168,10 +189,11 @@ class Router(service.MultiService):
             unavailable = {m: why for m, why in unavailable.items() if m in self._catalog}
             waiting = NO_TABLE_YET if self._table is None else NEW_IN_CATALOG
             unavailable.update({m: waiting for m in sorted(self._catalog - served - unavailable.keys())})
+        elastic = {m: c for m, c in table.elastic.items() if self._catalog is None or m in self._catalog}
         if self.metrics is not None:
-            self.metrics.set_models(served | unavailable.keys() | (self._catalog or frozenset()))
+            self.metrics.set_models(served | unavailable.keys() | elastic.keys() | (self._catalog or frozenset()))
         try:
-            self.dispatcher.set_endpoints(entries, unavailable)
+            self.dispatcher.set_endpoints(entries, unavailable, elastic)
         except ValueError as e:
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
         self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
