@@ -31,7 +31,7 @@ from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminKey, AdminSettings
 from llmgw.control.fleet import Fleet
 from llmgw.records import ShardSpec, ShardStatus
-from tests.support import reportedfleet
+from tests.support import histories, reportedfleet
 from tests.support.reportedfleet import gpu_node, quiet_node
 from tests.support import cluster as processes
 
@@ -46,6 +46,13 @@ class FakeSource:
     lines: list[str] = attrs.Factory(lambda: ["agent started", f"engine said {HOSTILE}"])
     acted: list[tuple[str, str]] = attrs.Factory(list)
     asked: list[tuple[str, str | None, int]] = attrs.Factory(list)
+    journal: object = attrs.Factory(histories.journal)
+    figured: object = attrs.Factory(histories.figures)
+    #: What events()/figures() say instead of answering, as the control plane would refuse.
+    events_error: str | None = None
+    figures_error: str | None = None
+    asked_events: list[dict] = attrs.Factory(list)
+    asked_figures: list[tuple] = attrs.Factory(list)
 
     def nodes(self):
         return self.fleet.views()
@@ -61,6 +68,18 @@ class FakeSource:
         if node_id == "cpu07":
             raise SourceError("cpu07: agent too old or not answering (wamp.error.timeout)")
         return LogsAnswer(node_id, source or "agent", ["agent", "qwen/0/0"], self.lines[-n:])
+
+    async def events(self, node=None, model=None):
+        self.asked_events.append({"node": node, "model": model})
+        if self.events_error:
+            raise SourceError(self.events_error)
+        return self.journal
+
+    async def figures(self, scope=None, subject=None):
+        self.asked_figures.append((scope, subject))
+        if self.figures_error:
+            raise SourceError(self.figures_error)
+        return self.figured
 
     async def act(self, verb, node_id):
         self.acted.append((verb, node_id))

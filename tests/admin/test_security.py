@@ -128,8 +128,10 @@ async def test_a_hostile_log_line_and_node_label_are_shown_as_text(admin):
         body = (await client.get(path)).body
         assert "<script>alert" not in body, path
     node = (await client.get("/node?id=gpu01")).body
-    assert node.count("&lt;script&gt;alert('pwned')&lt;/script&gt;") == 2  # the label and the log line
+    # The label, the log line, and the journal's reason for gpu01's replica exiting (its terminal escapes too).
+    assert node.count("&lt;script&gt;alert('pwned')&lt;/script&gt;") == 3
     assert HOSTILE not in node
+    assert "\\x1b[2J\\u202e" in node and "\x1b" not in node and "\u202e" not in node
 
 
 @pytest_twisted.ensureDeferred

@@ -43,7 +43,8 @@ DONE = {
     "uncordon": "uncordon: done; the control plane may place replicas here again",
 }
 STATE_CLASS = {NodeState.READY: "ok", ReplicaState.READY: "ok", ShardState.READY: "ok",
-               ReplicaState.FAILED: "bad", ShardState.FAILED: "bad", NodeState.LOST: "bad"}
+               ReplicaState.FAILED: "bad", ShardState.FAILED: "bad", NodeState.LOST: "bad",
+               ReplicaState.SLEEPING: "sleeping"}
 
 
 def link(base: str, page: str, text, **query) -> Tag:
@@ -222,7 +223,8 @@ def clipped(items: list, limit: int, noun: str) -> tuple[list, Tag | str]:
 
 
 def cluster(base: str, operator, nodes: list[NodeView], replicas: list[ReplicaView], max_rows: int,
-            now: float | None = None) -> Tag:
+            now: float | None = None, history: list = ()) -> Tag:
+    """The fleet; *history* (``llmgw.admin.history``'s events and ``llmgw.admin.charts``' figures) under it."""
     now = time.time() if now is None else now
     warnings = node_warnings(base, nodes, now) + replica_warnings(base, replicas)
     warnings, more_warnings = clipped(warnings, max_rows, "warnings")
@@ -241,6 +243,7 @@ def cluster(base: str, operator, nodes: list[NodeView], replicas: list[ReplicaVi
                      table(("replica", "model", "state", "nodes", "endpoint", "age", "stale", "reason"),
                            [replica_row(base, r) for r in shown_replicas], "the catalog asks for no replicas"),
                      more_replicas),
+        *history,
     ]
     return page(base, "Cluster", operator, body, scripts=True)
 
@@ -260,7 +263,7 @@ def when(seconds: float | None) -> str:
 
 
 def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], logs, notice: str | None,
-              max_rows: int, now: float | None = None) -> Tag:
+              max_rows: int, now: float | None = None, history: list = ()) -> Tag:
     now = time.time() if now is None else now
     c = node.cpu
     rows = [
@@ -321,6 +324,7 @@ def node_page(base: str, operator, node: NodeView, replicas: list[ReplicaView], 
         tags.section(tags.h2("Replicas"), table(
             ("replica", "model", "state", "nodes", "endpoint", "age", "stale", "reason"),
             [replica_row(base, r) for r in mine[:max_rows]], "none here")),
+        *history,
         logs,
     ]
     return page(base, f"Node {node.id}", operator, body, scripts=True)
@@ -353,7 +357,7 @@ def logs_section(base: str, node_id: str, source: str | None, answer: LogsAnswer
 # -- a replica --
 
 
-def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int) -> Tag:
+def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int, history: list = ()) -> Tag:
     r = replica
     rows = [
         ("model", r.model), ("state", tags.span(text(r.state), class_="state " + STATE_CLASS.get(r.state, ""))),
@@ -380,7 +384,7 @@ def replica_page(base: str, operator, replica: ReplicaView, logs, max_rows: int)
     if waiting is not None:
         # Its node has no log for it yet; the download is above.
         logs = tags.section(tags.h2(f"Log: {text(leader.shard)}"), tags.p(waiting, class_="waiting"))
-    body = [tags.section(tags.h2("Replica"), facts(rows)), tags.section(tags.h2("Ranks"), shards), tails, logs]
+    body = [tags.section(tags.h2("Replica"), facts(rows)), tags.section(tags.h2("Ranks"), shards), tails, *history, logs]
     return page(base, f"Replica {r.replica}", operator, body, scripts=True)
 
 

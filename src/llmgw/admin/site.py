@@ -19,6 +19,10 @@ Every answer carries the same strict headers (``SECURITY_HEADERS``): no
 inline script, no framing, no sniffing, no caching.  A request asks for at
 most ``admin.log_lines`` lines and is shown at most ``admin.log_bytes`` of
 them; tables stop at ``admin.max_rows`` and say how many they left out.
+The cluster page ends with the journal's newest events and the last hour's
+charts (``llmgw.admin.history``, ``llmgw.admin.charts``); a node's and a
+replica's page show their own.  A journal or figures the control plane
+cannot give is said in its section; the rest of the page still shows.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from twisted.web.resource import Resource
 from twisted.web.template import flattenString
 
 from llmgw import hostnames as hosts
-from llmgw.admin import pages
+from llmgw.admin import charts, history, pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminSettings
+from llmgw.history import Figures, JournalPage, Scope
 from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import to_wire
 
@@ -58,6 +63,8 @@ SECURITY_HEADERS = {
 }
 #: A form the page sends is a few hundred bytes; nothing larger is read.
 MAX_FORM_BYTES = 8 * 1024
+#: The newest events the cluster page shows (a node's or a replica's page: admin.max_rows).
+CLUSTER_EVENTS = 25
 #: A node id, a replica id or a log source longer than this is nobody's.
 MAX_NAME_CHARS = 256
 STATIC = {b"admin.js": "application/javascript; charset=utf-8", b"admin.css": "text/css; charset=utf-8",
@@ -74,6 +81,10 @@ class FleetSource(Protocol):
     async def logs(self, node_id: str, source: str | None, n: int) -> LogsAnswer: ...
 
     async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer: ...
+
+    async def events(self, node: str | None = None, model: str | None = None) -> JournalPage: ...
+
+    async def figures(self, scope: Scope | None = None, subject: str | None = None) -> Figures: ...
 
 
 class SourceError(Exception):
@@ -136,20 +147,38 @@ class AdminPage(Resource):
     async def _get(self, request, name: str, operator: Operator):
         base, rows = self.base, self.settings.max_rows
         if name in ("", "login"):
-            return pages.cluster(base, operator, self.source.nodes(), self.source.replicas(), rows)
+            journal, figures = await self._asked(self.source.events()), await self._asked(self.source.figures())
+            page_, error = journal
+            return pages.cluster(base, operator, self.source.nodes(), self.source.replicas(), rows, history=[
+                history.events_section(base, page_, error, page_.entries if page_ else [],
+                                       min(CLUSTER_EVENTS, rows), pages.link),
+                charts.figures_section(*figures, rows, self._chart_heading)])
         if name == "node":
             node = self._node(request)
             source, n, follow = _arg(request, b"source"), self._lines(request), _arg(request, b"follow") == "1"
             logs = await self._logs(node.id, source, n, follow)
             notice = pages.DONE.get(_arg(request, b"done") or "")  # never the query's own words
-            return pages.node_page(base, operator, node, self.source.replicas(), logs, notice, rows)
+            (page_, error), (figures, figures_error) = (await self._asked(self.source.events(node=node.id)),
+                                                        await self._asked(self.source.figures(Scope.NODE, node.id)))
+            own = history.mine(page_, node=node.id) if page_ else []
+            return pages.node_page(base, operator, node, self.source.replicas(), logs, notice, rows, history=[
+                history.events_section(base, page_, error, own, rows, pages.link, empty="nothing recorded of this node"),
+                charts.subject_section(figures, figures_error, Scope.NODE, node.id, "Last hour")])
         if name == "replica":
             replica = self._replica(request)
             leader = next((s for s in sorted(replica.shards, key=lambda s: s.rank or 0) if s.node), None)
             n, follow = self._lines(request), _arg(request, b"follow") == "1"
             source = _arg(request, b"source") or (leader.shard if leader else None)
             logs = "" if leader is None else await self._logs(leader.node, source, n, follow, "replica", replica.replica)
-            return pages.replica_page(base, operator, replica, logs, rows)
+            (page_, error), (figures, figures_error) = (
+                await self._asked(self.source.events(model=replica.model)),
+                await self._asked(self.source.figures(Scope.MODEL, replica.model)))
+            own = history.mine(page_, replica=replica.replica) if page_ else []
+            return pages.replica_page(base, operator, replica, logs, rows, history=[
+                history.events_section(base, page_, error, own, rows, pages.link,
+                                       empty="nothing recorded of this replica"),
+                charts.subject_section(figures, figures_error, Scope.MODEL, replica.model,
+                                       f"Last hour of model {replica.model}")])
         if name == "confirm":
             node, verb = self._node(request, b"node"), _arg(request, b"action")
             if verb not in pages.VERBS:
@@ -212,6 +241,17 @@ class AdminPage(Resource):
                      shards=", ".join(map(str, stopped))[:500])
         # The page it lands on says a fixed message for this verb; the URL carries no words of ours or anyone's.
         return self._redirect(request, pages.url(self.base, "node", id=node.id, done=verb))
+
+    @staticmethod
+    async def _asked(coroutine) -> tuple:
+        """(the answer, None), or (None, the control plane's words): a section says so, the page still shows."""
+        try:
+            return await coroutine, None
+        except SourceError as e:
+            return None, str(e)
+
+    def _chart_heading(self, scope: Scope, subject: str):
+        return pages.link(self.base, "node", subject, id=subject) if scope == Scope.NODE else subject
 
     def _why_sign_in(self) -> str:
         if self.trust_local:

@@ -7,6 +7,9 @@ not answer in 10 s says so); the verbs are ``llmgw.cp.drain``/``cordon``/
 back as its record (``llmgw.answers``: ``LogsAnswer``, ``CordonAnswer``, ``DrainAnswer``), as
 ctl and the dashboard read it.  A log's lines come out escaped
 (``render.log_lines``), so the page and ``logs.json`` show the same.
+The journal and the figures are ``llmgw.cp.events`` and ``llmgw.cp.figures``
+called through the hub, as ctl calls them (``llmgw.history.JournalPage``,
+``Figures``): the page never reads the control plane's stores itself.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from autobahn.wamp.exception import ApplicationError
 
 from llmgw.admin.site import SourceError
 from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
+from llmgw.history import Figures, JournalPage, Scope
+from llmgw.link import uris
 from llmgw.render import log_lines
 from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import WireError, from_wire
@@ -46,15 +51,25 @@ class ControlSource:
         answer = _decode(LogsAnswer, await self._call(self._session().logs, node_id, source, n))
         return attrs.evolve(answer, lines=log_lines(answer.lines))
 
+    async def events(self, node: str | None = None, model: str | None = None) -> JournalPage:
+        """The journal, only *node*'s or *model*'s entries when named (the page picks a replica's from its model's)."""
+        which = {k: v for k, v in (("node", node), ("model", model)) if v is not None}
+        return _decode(JournalPage, await self._call(self._session().call, uris.CP_EVENTS, **which))
+
+    async def figures(self, scope: Scope | None = None, subject: str | None = None) -> Figures:
+        """The last hour's series: every one, or *scope*'s, or one *subject*'s."""
+        which = {k: v for k, v in (("scope", scope and str(scope)), ("subject", subject)) if v is not None}
+        return _decode(Figures, await self._call(self._session().call, uris.CP_FIGURES, **which))
+
     async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer:
         session = self._session()
         method = {"drain": session.drain, "cordon": session.cordon, "uncordon": session.uncordon}[verb]
         return _decode(VERB_ANSWERS[verb], await self._call(method, node_id))
 
     @staticmethod
-    async def _call(method, *args):
+    async def _call(method, *args, **kwargs):
         try:
-            return await method(*args)
+            return await method(*args, **kwargs)
         except ApplicationError as e:
             raise SourceError(e.args[0] if e.args else e.error) from None
         except Exception as e:  # the link went while asking: say so on the page, not a 500
