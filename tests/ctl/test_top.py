@@ -64,9 +64,9 @@ def test_a_hostile_name_reaches_the_terminal_escaped():
 
 
 def test_json_is_per_scope_per_name_with_null_for_unreported():
-    out = top.top_json(figures(*model("qwen", requests_per_s=5.0), *node("node01", 75.0)))
+    out = top.top_json(figures(*model("qwen", requests_per_s=4.900000095367432), *node("node01", 75.0)))
     assert out["bucket_s"] == 10.0 and out["end"] == END
-    assert out["model"]["qwen"]["requests_per_s"] == 5.0
+    assert out["model"]["qwen"]["requests_per_s"] == 4.9  # the server's float32, to the digits it holds
     assert out["model"]["qwen"]["queue"] is None
     assert out["node"]["node01"] == {"memory_used_pct": 75.0, "gpu_util_pct": None, "gpu_memory_used_pct": None}
     assert out["key"] == {}

@@ -264,16 +264,16 @@ class Rolling:
         return self.figures(scope, subject, buckets=1)
 
     def _points(self, s: _Subject, ring: array | None, first: int, newest: int) -> list[float | None]:
-        if ring is None:
-            return [None] * (newest - first + 1)
+        count = newest - first + 1
+        low, high = max(first, s.newest - self.buckets + 1), min(newest, s.newest)
+        if ring is None or high < low:
+            return [None] * count
         n = self.buckets
-        oldest = s.newest - n + 1
-        points: list[float | None] = []
-        for b in range(first, newest + 1):
-            value = ring[b % n] if oldest <= b <= s.newest else _NAN
-            # A float32 read back as the six digits it holds: 0.9, not 0.8999999761581421.
-            points.append(None if value != value else float("%.6g" % value))
-        return points
+        a, b = low % n, high % n
+        values = ring[a:b + 1] if a <= b else ring[a:] + ring[:b + 1]
+        # NaN is unknown: None.  A float32 reads back with its rounding (0.9 as 0.8999999761581421);
+        # whoever shows it rounds, as ctl top does, rather than every point of every read here.
+        return [None] * (low - first) + [None if v != v else v for v in values.tolist()] + [None] * (newest - high)
 
     def held(self) -> int:
         """How many series are held now (each ``buckets`` floats)."""

@@ -74,9 +74,14 @@ def top_text(figures: Figures, now: float | None = None) -> str:
 
 
 def top_json(figures: Figures) -> dict:
-    """``--json``: {"bucket_s", "end", "model": {name: {series: value}}, "key": ..., "node": ...}."""
+    """``--json``: {"bucket_s", "end", "model": {name: {series: value}}, "key": ..., "node": ...}.
+
+    Each figure to the six digits the server keeps (a float32: 4.9, not 4.900000095367432).
+    """
     by = latest(figures)
-    return {"bucket_s": figures.bucket_s, "end": figures.end, **{scope.value: by[scope] for scope in Scope}}
+    rounded = {scope.value: {name: {series: None if v is None else float(f"{v:.6g}") for series, v in values.items()}
+                             for name, values in by[scope].items()} for scope in Scope}
+    return {"bucket_s": figures.bucket_s, "end": figures.end, **rounded}
 
 
 async def cmd_top(session, args) -> int:
