@@ -34,7 +34,7 @@ SERVER_CASES = [
         "unknown-top-level-key",
         SERVER + "routr: {}\n",
         "server.yaml:4: routr: unknown key; did you mean 'router'? allowed here: listen, "
-        "tls, fleet, link, engines, profiles, models, router, admin, pki",
+        "tls, fleet, link, engines, profiles, models, router, admin, pki, history",
     ),
     (
         "unknown-nested-key",
@@ -366,7 +366,7 @@ SERVER_CASES = [
         "document-is-a-list",
         "- listen\n- tls\n",
         "server.yaml:1: (document): expected a mapping with keys listen, tls, fleet, link, engines, "
-        "profiles, models, router, admin, pki, got a list",
+        "profiles, models, router, admin, pki, history, got a list",
     ),
     (
         "tab-indentation",
