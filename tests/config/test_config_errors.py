@@ -76,7 +76,7 @@ SERVER_CASES = [
         "wrong-type-list-for-mapping",
         SERVER + "models: [a, b]\n",
         "server.yaml:4: models: expected a mapping of names to a mapping with keys source, "
-        "profile, replicas, sha256, disk_gb, files, got a list",
+        "profile, replicas, sha256, disk_gb, files, scale, got a list",
     ),
     (
         "wrong-type-yaml11-exponent",

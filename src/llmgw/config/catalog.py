@@ -14,6 +14,7 @@ import attrs
 from yaml.nodes import MappingNode
 
 from llmgw.config.common import KNOWN_ENGINES, SHA256
+from llmgw.config.scale import FIXED_KEYS, REPLICAS, SCALE_SECTION, Replicas, Scale, check_fixed, over, written
 from llmgw.config.schema import AbsPath, Bool, Enum, ListOf, Loader, MapOf, Nullable, Str, Type, section
 from llmgw.config.yamlpos import is_null
 from llmgw.setting import setting
@@ -159,6 +160,8 @@ class Profile:
     launcher: str | None = setting(None, kind=Nullable(Enum(LAUNCHERS, noun="launcher")))
     # Free memory each GPU given to a rank must have, in GB; None: not checked.
     min_gpu_free_gb: float | None = setting(None, least=0)
+    # Defaults for its models' scale: (each model's own keys win); its min and max are not used.
+    scale: Scale = setting(factory=Scale, kind=SCALE_SECTION)
 
 
 def _check_files_pattern(text: str) -> None:
@@ -170,19 +173,70 @@ def _check_files_pattern(text: str) -> None:
 
 @attrs.frozen
 class Model:
-    """A model served under ``name``; ``source`` is a path on the nodes or a URL."""
+    """A model served under ``name``; ``source`` is a path on the nodes or a URL.
+
+    ``replicas`` is the number of slots the reconciler keeps: the count, or
+    the ``max`` of a range.  ``scale`` is the model's scaling policy resolved,
+    its ``min`` and ``max`` always agreeing with ``replicas``.  In code, give
+    ``replicas=N`` (a fixed count: ``scale``'s min and max follow it),
+    ``replicas=Replicas(M, X)`` as server.yaml's ``{min: M, max: X}``, or
+    ``replicas=X`` with a ``scale`` whose max is X; ``attrs.evolve`` keeps
+    the range.
+    """
 
     name: str
     source: str | None = setting(None, kind=Nullable(Str(what="a string (a path on the nodes or a URL)")))
     # Keyword-only so that it may follow source, whose default lets a sim model leave it out.
     profile: str = setting(kind=Str(what="the name of one of profiles:"), kw_only=True)
-    replicas: int = setting(1, least=0)
+    replicas: int = setting(1, kind=REPLICAS)
     sha256: str | None = setting(None, kind=Nullable(SHA256))
     # Room the weights need on a node that fetches them, in GB; None: not stated.
     disk_gb: float | None = setting(None, least=0)
     # Glob patterns of the files of a repository source (hf://ORG/REPO) to fetch; (): every file.
     files: tuple[str, ...] = setting((), kind=ListOf(
         Str(what="a glob pattern of a repository's files (*.safetensors)", check=_check_files_pattern)))
+    # Not in the fingerprint (llmgw.control.catalog): a change of policy restarts no engine.
+    scale: Scale = setting(factory=Scale, kind=SCALE_SECTION, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        count, scale = self.replicas, self.scale
+        if isinstance(count, Replicas):
+            low, high = count.min, count.max
+        elif scale.max == count:
+            low, high = scale.min, count
+        elif not scale.elastic:
+            low = high = count
+        else:
+            raise ValueError(f"model {self.name}: scale's max ({scale.max}) is not replicas ({count}); "
+                             f"give replicas=Replicas({scale.min}, {count}) or a scale with max={count}")
+        if low > high:
+            raise ValueError(f"model {self.name}: min {low} is more than max {high}")
+        # Frozen: the two fields are settled here, once, as attrs allows.
+        object.__setattr__(self, "replicas", high)
+        if (scale.min, scale.max) != (low, high):
+            object.__setattr__(self, "scale", attrs.evolve(scale, min=low, max=high))
+
+
+def resolve_scales(loader: Loader, models: dict[str, Model], profiles: dict[str, Profile]) -> dict[str, Model]:
+    """Each model with its profile's ``scale:`` keys under its own; refuse own keys a fixed count cannot use.
+
+    A model whose count is fixed takes only the keys that apply to it
+    (``priority``) from its profile: the rest stay the defaults, so what it
+    shows is what it runs by.
+
+    Run once every model's profile is known to exist.
+    """
+    out = {}
+    for name, model in models.items():
+        path = ("models", name, "scale")
+        own = written(loader, path)
+        inherited = written(loader, ("profiles", model.profile, "scale"))
+        if not model.scale.elastic:
+            check_fixed(loader, path, model.replicas, own)
+            inherited = tuple(key for key in inherited if key in FIXED_KEYS)
+        scale = over(model.scale, own, profiles[model.profile].scale, inherited)
+        out[name] = model if scale == model.scale else attrs.evolve(model, scale=scale)
+    return out
 
 
 # Which keys of engines.NAME each engine takes.

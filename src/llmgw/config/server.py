@@ -14,7 +14,7 @@ import os
 
 import attrs
 
-from llmgw.config.catalog import Engines, EnginesType, Model, Profile, check_engines
+from llmgw.config.catalog import Engines, EnginesType, Model, Profile, check_engines, resolve_scales
 from llmgw.config.common import HOST_NAMES, SHA256, TLS
 from llmgw.config.endpoints import ServerEndpoint, check_link_listener, check_listener, parse_server_endpoint
 from llmgw.config.history import HistorySettings
@@ -170,7 +170,7 @@ def load_server_config(path: str | os.PathLike[str]) -> ServerConfig:
         )
     config = SCHEMA.build(loader, document.root, (), path=os.path.abspath(os.fspath(path)))
     _check_references(loader, config)
-    return config
+    return attrs.evolve(config, models=resolve_scales(loader, config.models, config.profiles))
 
 
 def _check_references(loader: Loader, config: ServerConfig) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection
 import attrs
 
 from llmgw.config.catalog import Model, Profile
+from llmgw.config.scale import number
 from llmgw.config.server import ServerConfig
 from llmgw.control.sections import section_changes
 from llmgw.errors import ConfigError
@@ -67,6 +68,22 @@ def _build_words(build) -> str:
     how = f"pip {build.pip}" if build.pip else f"python {build.python}" if build.python else None
     words = " ".join(w for w in (build.name, build.version) if w)
     return f"{words} ({how})" if how else words
+
+
+def _model_change(name: str, old: Entry, new: Entry) -> str:
+    """"model qwen changed", or when only its policy (and min) moved, what moved: no replica restarts for that."""
+    a, b = old.model.scale, new.model.scale
+    if a.max != b.max or attrs.evolve(old, model=attrs.evolve(old.model, scale=b),
+                                      profile=attrs.evolve(old.profile, scale=new.profile.scale)) != new:
+        return f"model {name} changed"
+    moved = ", ".join(f"{f.name} {number(getattr(a, f.name))} to {number(getattr(b, f.name))}"
+                      for f in attrs.fields(type(a)) if getattr(a, f.name) != getattr(b, f.name))
+    if not moved and b.elastic:
+        return f"model {name} unchanged: its own scale keys stand over those of profile {new.profile.name} that changed"
+    if not moved:
+        return (f"model {name} unchanged: its count is fixed, and the keys of profile {new.profile.name}'s "
+                "scale that changed apply only to one that can move")
+    return f"model {name}'s scale changed: {moved}"
 
 
 def check_profiles(config: ServerConfig) -> None:
@@ -125,7 +142,7 @@ class Catalog:
             elif name not in old:
                 changes.append(f"model {name} added")
             elif old[name] != fresh[name]:
-                changes.append(f"model {name} changed")
+                changes.append(_model_change(name, old[name], fresh[name]))
         return changes
 
     def prepare(self, new: ServerConfig) -> Callable[[], None]:
