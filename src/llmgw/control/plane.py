@@ -27,6 +27,7 @@ from llmgw.control.nodelisting import NodeQuery
 from llmgw.control.reconciler import Reconciler
 from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.control.routing import endpoint_table
+from llmgw.control.scaling import Scaling
 from llmgw.engines.releases import engine_plan
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
@@ -101,6 +102,8 @@ class ControlSession(ApplicationSession):
             settle_quiet_s=catalog.config.fleet.settle_quiet_s if catalog is not None else 0.0,
             settle_max_s=catalog.config.fleet.settle_max_s if catalog is not None else None,
         )
+        self.scaling = Scaling(self)  # llmgw.cp.router.load and llmgw.cp.scale
+        self.extensions.append(self.scaling)
 
     def onConnect(self):
         self.join(self.config.realm)
@@ -368,6 +371,7 @@ class ControlSession(ApplicationSession):
         outcome = reload_all(self.catalog, self.reload_listeners)
         if outcome.refused is None:
             self._configure_fleet()
+            self.reconciler.elastic.scaler.unpin_all()  # `ctl scale` pins last until the next reload
             plan = self.engine_plan()
             if plan != before:
                 self.pushing = defer.ensureDeferred(self.push_engines(plan))
@@ -428,8 +432,9 @@ class ControlSession(ApplicationSession):
     def endpoint_table(self) -> EndpointTable:
         """Ready replicas the routers may send to, and why the other models have none."""
         catalog = self.catalog.entries if self.catalog is not None else {}
+        reconciler = self.reconciler
         return endpoint_table(self.fleet, {name: entry.model.replicas for name, entry in catalog.items()},
-                              self.reconciler.views)
+                              reconciler.views, reconciler.withdrawn(), reconciler.elastic.cold_starts(catalog))
 
     def publish_endpoints(self) -> None:
         """Tell routers the table when it changes (each tick calls this)."""

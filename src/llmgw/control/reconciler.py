@@ -22,11 +22,11 @@ Each ``tick``:
   (an ``unreachable`` node's engines are left alone: its agent may be
   restarting while they keep serving);
 - an empty slot is placed once the fleet has settled (``llmgw.control.settle``);
-- a slot whose fresh start the reconciler itself stops again (within
-  ``FLAP_WINDOW_S`` of starting it, a second time and more) is held back
-  before its next start (10 s, doubling to 5 min; reset once it has been
-  ready ``FLAP_WINDOW_S``): two agents on one state_dir, or a node that
-  keeps reporting a second copy, otherwise make it start and stop every tick.
+- an elastic model (``replicas: {min, max}``) runs the count
+  ``llmgw.control.elastic`` wants: the slots above it are drained (out of
+  the routers' table until no request is left on them), stopped, and sleep;
+- a slot whose fresh start the reconciler itself stops again is held back
+  before its next start (``llmgw.control.undone``).
 """
 
 from __future__ import annotations
@@ -37,12 +37,15 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control import placement, replicaview, weights
+from llmgw.control import occupancy, placement, replicaview, undone, weights
 from llmgw.control.catalog import Entry
+from llmgw.control.elastic import WITHDRAWN, Elastic
 from llmgw.control.fleet import Fleet, ReportedShard
 from llmgw.control.settle import Settle
 from llmgw.control.slot import Slot, SlotDesire, SlotInput, SlotState, split_slot_id
 from llmgw.control.startup import Startup, not_whole
+from llmgw.control.undone import BACKOFF_MAX_S, FLAP_WINDOW_S  # noqa: F401  (tests read FLAP_WINDOW_S here)
+from llmgw.history import JournalKind
 from llmgw.records import ShardSpec
 from llmgw.states import SHARD_ALIVE, ShardState
 from llmgw.views import ModelStatus, ReplicaView
@@ -50,10 +53,7 @@ from llmgw.views import ModelStatus, ReplicaView
 log = Logger()
 
 BACKOFF_START_S = 1.0
-BACKOFF_MAX_S = 300.0
 RESTOP_AFTER_S = 30.0
-FLAP_WINDOW_S = 60.0
-FLAP_BACKOFF_START_S = 10.0
 
 
 class Reconciler:
@@ -67,14 +67,17 @@ class Reconciler:
         settle_s: float = 0.0,
         settle_quiet_s: float = 0.0,
         settle_max_s: float | None = None,
+        elastic: Elastic | None = None,
     ):
         self._clock = clock
+        self.elastic = elastic if elastic is not None else Elastic()
         self._settle = Settle(fleet, clock.seconds(), settle_s, settle_quiet_s, settle_max_s)
         self.fleet = fleet
         self._catalog = catalog
         self._start = start_shard
         self._stop = stop_shard
         self.slots: dict[str, Slot] = {}
+        self.wants: dict[str, int] = {}  # each model's count at the last pass (an elastic one's moves)
         self._stopping: dict[tuple[str, str], float] = {}  # (node, shard id) -> when stop was asked
         # Placements whose starts are in flight: not yet in the fleet, but
         # their GPUs and their spread must count for the next placement.
@@ -86,6 +89,7 @@ class Reconciler:
     def tick(self) -> None:
         self._snapshots = None
         now = self._clock.seconds()
+        self.elastic.demand.expire(now)
         # A stop asked of a shard that has since gone is done; a new shard with
         # the same id must be stoppable at once.
         present = {(s.node_id, s.id) for s in self.fleet.shards.values()}
@@ -99,24 +103,33 @@ class Reconciler:
                 self._stop_all(shards, now, "its model left the catalog", undoing=False)
             elif slot is None or slot >= entry.model.replicas:
                 self._stop_all(shards, now, "the model was scaled down", undoing=False)
+        settled = self._settle.waiting(now) is None
+        self.wants = wants = {}
         for name, entry in catalog.items():
+            wants[name] = want = self.elastic.wanted(name, entry, observed, self.slots, self.fleet, settled, now)
             for index in range(entry.model.replicas):
                 shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
-                self._converge_slot(f"{name}/{index}", entry, shards, now)
+                if index < want:
+                    self._converge_slot(f"{name}/{index}", entry, shards, now)
+                else:
+                    self._wind_down(f"{name}/{index}", entry, shards, now)
         for slot_id, slot in self.slots.items():
             model, index = split_slot_id(slot_id)
-            wanted = model in catalog and index is not None and index < catalog[model].model.replicas
+            wanted = model in catalog and index is not None and index < wants[model]
             slot.desired = SlotDesire.RUN if wanted else SlotDesire.RELEASE
             if slot.desired is SlotDesire.RELEASE and slot.state is not SlotState.LAUNCHING:
                 # Scaled down or gone: the ranks it was holding room for are not started.
                 self._drop_startup(slot_id, slot)
         for slot_id in [s for s in self.slots if split_slot_id(s)[0] not in catalog]:
             del self.slots[slot_id]
+        self.elastic.forget(set(catalog))
 
     def _converge_slot(self, replica_id: str, entry: Entry, shards: list[ReportedShard], now: float) -> None:
         slot = self.slots.setdefault(replica_id, Slot())
         if slot.state is SlotState.LAUNCHING:
             return
+        if slot.fire(SlotInput.WAKE) is SlotState.RUNNING:
+            slot.drain_at = slot.drain_for = None  # wanted again while draining: back in the table
         live = [s for s in shards if s.status.state in SHARD_ALIVE and self.fleet.usable(s.node_id)]
         failed = [s for s in shards if s.status.state == ShardState.FAILED]
         for shard in failed:
@@ -159,13 +172,50 @@ class Reconciler:
             return
         self._launch(replica_id, entry, slot, now)
 
+    def _wind_down(self, replica_id: str, entry: Entry, shards: list[ReportedShard], now: float) -> None:
+        """A slot above the elastic count: drain what runs in it, stop it once drained, then let it sleep."""
+        slot = self.slots.setdefault(replica_id, Slot())
+        if slot.state is SlotState.LAUNCHING:
+            return  # its start answers first; the next pass drains it
+        live = [s for s in shards if s.status.state in SHARD_ALIVE and self.fleet.usable(s.node_id)]
+        for shard in shards:
+            if shard.status.state == ShardState.FAILED:
+                self.fleet.forget_shard(shard.node_id, shard.id)  # not wanted: nothing to retry
+        if not live:
+            self._drop_startup(replica_id, slot)
+            slot.fire(SlotInput.GONE)
+            slot.fire(SlotInput.SLEEP)
+            if slot.state is SlotState.SLEEPING:
+                slot.drain_at = slot.drain_for = None
+                slot.failures, slot.retry_at = 0, None
+                slot.explain(self.elastic.scaler.asleep(entry.model.name, now))
+            return
+        if slot.state is SlotState.BROKEN:
+            self._stop_all(live, now, "its replica failed", undoing=False)
+            return
+        slot.fire(SlotInput.SEEN)
+        self._drop_startup(replica_id, slot)
+        if slot.fire(SlotInput.DRAIN) is not None:
+            slot.drain_at = now
+            slot.explain(f"draining: {self.elastic.scaler.asleep(entry.model.name, now)}")
+            log.info("replica {id}: draining, then stopping: {why}", id=replica_id, why=slot.reason)
+        if slot.state is SlotState.DRAINING and self.elastic.drained(replica_id, slot, entry, now):
+            slot.fire(SlotInput.DRAINED)
+        if slot.state is SlotState.STOPPING:
+            self._stop_all(live, now, "scaled down: " + (slot.reason or "drained"), undoing=False)
+
+    def withdrawn(self) -> set[str]:
+        """Replicas being drained: out of the routers' table though their shards are ready."""
+        return {slot_id for slot_id, slot in self.slots.items() if slot.state in WITHDRAWN}
+
     def _ready(self, replica_id: str, slot: Slot, now: float) -> None:
         """Every rank is ready: the failures are over, and a slot ready long enough is no longer held back."""
         slot.failures, slot.retry_at = 0, None
         slot.explain(None)
         slot.startup = None
-        slot.fire(SlotInput.ALL_READY)
-        self._steady(replica_id, slot, now)
+        if slot.fire(SlotInput.ALL_READY) is not None and slot.started_at is not None:
+            self._note(JournalKind.READY, replica_id, f"ready {now - slot.started_at:.0f} s after it was placed")
+        undone.steady(replica_id, slot, now)
 
     def _converge_ranks(self, replica_id: str, slot: Slot, shards: list[ReportedShard],
                         live: list[ReportedShard], now: float) -> None:
@@ -254,37 +304,11 @@ class Reconciler:
         slot.retry_at = now + delay
         slot.explain(f"failed: {why} (attempt {slot.failures})", failed=True)
         log.warn("replica {id} {reason}; next try in {delay:.0f} s", id=replica_id, reason=slot.reason, delay=delay)
+        self._note(JournalKind.FAILED, replica_id, f"{slot.reason}; next try in {delay:.0f} s")
 
-    def _steady(self, replica_id: str, slot: Slot, now: float) -> None:
-        """A ready slot whose last start outlived FLAP_WINDOW_S is no longer being undone."""
-        if slot.undone_at is None:
-            return
-        last = max(slot.undone_at, slot.started_at or slot.undone_at)
-        if now - last < FLAP_WINDOW_S:
-            return
-        if slot.held_until is not None:
-            log.info("replica {id} is ready and was left alone {s:.0f} s: its starts are no longer held back",
-                     id=replica_id, s=now - last)
-        slot.undone, slot.undone_at, slot.held_until, slot.held_reason = 0, None, None, None
-
-    def _undone(self, shard: ReportedShard, now: float, why: str) -> None:
-        """A stop in a slot this reconciler started moments ago: count it, and hold the slot back when it repeats."""
-        replica_id = shard.status.spec.replica_id
-        slot = self.slots.get(replica_id)
-        if slot is None or slot.started_at is None or now - slot.started_at >= FLAP_WINDOW_S:
-            return
-        age = now - slot.started_at
-        # One count per start, however many of its shards (or copies) are stopped.
-        slot.started_at, slot.undone, slot.undone_at = None, slot.undone + 1, now
-        if slot.undone < 2:
-            return  # once is what a lost node coming back with its copy looks like: nothing to hold back
-        delay = min(BACKOFF_MAX_S, FLAP_BACKOFF_START_S * 2 ** (slot.undone - 2))
-        slot.held_until = now + delay
-        slot.held_reason = f"held back: {slot.undone} starts in a row stopped again within {FLAP_WINDOW_S:.0f} s ({why})"
-        log.warn("replica {id}: stopping {shard} on {node} {age:.0f} s after starting the slot ({why}), "
-                 "{n} starts in a row undone; holding it back {delay:.0f} s before the next start "
-                 "(two agents on one state_dir do this: see docs/operations.rst 'Several agents on one host')",
-                 id=replica_id, shard=shard.id, node=shard.node_id, age=age, why=why, n=slot.undone, delay=delay)
+    def _note(self, kind: JournalKind, replica_id: str, words: str, node: str | None = None) -> None:
+        """Tell the journal (``Elastic.note``) of a decision, in words."""
+        self.elastic.note(kind, replica_id, words, model=split_slot_id(replica_id)[0], replica=replica_id, node=node)
 
     def _stop_all(self, shards: list[ReportedShard], now: float, why: str, *, undoing: bool = True) -> None:
         for shard in shards:
@@ -296,8 +320,10 @@ class Reconciler:
                 continue
             self._stopping[(shard.node_id, shard.id)] = now
             if undoing:
-                self._undone(shard, now, why)
+                undone.undone(self.slots.get(shard.status.spec.replica_id), shard, now, why)
             log.info("stopping {id} on {node}: {why}", id=shard.id, node=shard.node_id, why=why)
+            self._note(JournalKind.STOPPED, shard.status.spec.replica_id, f"{shard.id} on {shard.node_id}: {why}",
+                       shard.node_id)
             d = defer.ensureDeferred(self._stop(shard.node_id, shard.id))
             d.addErrback(lambda f, s=shard: log.warn("stopping {id} on {node} failed: {e}",
                                                      id=s.id, node=s.node_id, e=f.getErrorMessage()))
@@ -310,31 +336,12 @@ class Reconciler:
         A node may report a shard before its start is answered; that rank is
         then counted from the fleet, and not again as in flight.
         """
-        nodes = placement.Snapshots(self._fleet_snapshots())
+        nodes = placement.Snapshots(occupancy.fleet_snapshots(self.fleet, self._catalog()))
         reported = {(node.id, r.replica) for node in nodes for r in node.reserved}
         for replica_id, (model, chosen) in self._inflight.items():
             unreported = [r for r in chosen.ranks if (r.node_id, replica_id) not in reported]
             nodes = attrs.evolve(chosen, ranks=unreported).apply_to(nodes, model, replica_id)
         return nodes
-
-    def _fleet_snapshots(self, source: str | None = None) -> list[placement.NodeSnapshot]:
-        catalog = self._catalog()
-        reserved: dict[str, list[placement.Reservation]] = {}
-        replicas: dict[str, dict[str, int]] = {}
-        for shard in self.fleet.shards.values():
-            if shard.status.state in SHARD_ALIVE:
-                spec = shard.status.spec
-                reserved.setdefault(shard.node_id, []).append(_reservation(spec, catalog.get(spec.model)))
-                per_node = replicas.setdefault(shard.node_id, {})
-                per_node[spec.model] = per_node.get(spec.model, 0) + 1
-        return [
-            placement.NodeSnapshot.from_inventory(
-                node.id, node.state, node.cordoned, node.inventory,
-                reserved=reserved.get(node.id, ()), replicas=replicas.get(node.id, {}),
-                weights_free_bytes=weights.free_for_weights(node.inventory),
-            )
-            for node in self.fleet.nodes.values()
-        ]
 
     def _launch(self, replica_id: str, entry: Entry, slot: Slot, now: float) -> None:
         request = attrs.evolve(
@@ -349,9 +356,12 @@ class Reconciler:
         self._snapshots = nodes = self._snapshots.holding_weights(holds)
         chosen = self._place(request, nodes, holds, slot)
         if isinstance(chosen, placement.Unplaceable):
-            reason = chosen.summary()
+            room = self.elastic.make_room(replica_id, entry, request, nodes, holds, self.slots, self.fleet,
+                                          self._catalog(), now)
+            reason = chosen.summary() if room is None else f"{room} ({chosen.summary()})"
             if slot.reason != reason and not slot.failed:
                 log.info("replica {id} cannot be placed: {reason}", id=replica_id, reason=reason)
+                self._note(JournalKind.UNPLACEABLE, replica_id, reason)
             slot.explain(reason)
             return
         ranks = len(chosen.ranks)
@@ -408,6 +418,8 @@ class Reconciler:
         self._inflight[replica_id] = (entry.model.name, chosen)
         self._snapshots = chosen.apply_to(nodes, entry.model.name, replica_id)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
+        self._note(JournalKind.PLACED, replica_id, "on " + ", ".join(r.node_id for r in chosen.ranks),
+                   node=specs[0][0])
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
@@ -466,21 +478,12 @@ class Reconciler:
 
     def views(self, models: Collection[str] | None = None) -> list[ReplicaView]:
         """Every replica's view, as ``ctl replicas`` lists them; with *models*, only those models' replicas."""
-        return replicaview.views(self.slots, self.fleet, self._catalog(), self._clock.seconds(), models)
+        return replicaview.views(self.slots, self.fleet, self._catalog(), self._clock.seconds(), models,
+                                 self.elastic.scaler)
 
     def status(self) -> list[ModelStatus]:
         """Per model: desired against ready."""
-        return replicaview.status(self.views(), self.fleet, self._catalog())
-
-
-def _reservation(spec: ShardSpec, entry: Entry | None) -> placement.Reservation:
-    """What a running shard holds on its node: its GPUs, or, holding none, the memory its model's profile reserves.
-
-    The need is read from the catalog as it is now; a shard whose model left
-    it is being stopped, and reserves no memory while that happens.
-    """
-    memory = None if entry is None else placement.memory_reservation(len(spec.gpus), entry.profile.min_memory_gb)
-    return placement.Reservation(spec.replica_id, memory, spec.gpus)
+        return replicaview.status(self.views(), self.fleet, self._catalog(), self.wants)
 
 
 def _words(failure) -> str:

@@ -14,6 +14,7 @@ import attrs
 from llmgw.control import weights
 from llmgw.control.catalog import Entry
 from llmgw.control.fleet import Fleet, ReportedShard
+from llmgw.control.scaler import Scaler
 from llmgw.control.slot import Slot, replica_state, split_slot_id
 from llmgw.control.startup import not_started_words, waiting_for
 from llmgw.sizes import MB, downloaded, figure
@@ -22,16 +23,28 @@ from llmgw.views import ModelStatus, ReplicaView, ShardView
 
 
 def views(slots: dict[str, Slot], fleet: Fleet, catalog: dict[str, Entry], now: float,
-          models: Collection[str] | None = None) -> list[ReplicaView]:
-    """Every replica's view, the catalog's slots first, then copies nobody wants; with *models*, only theirs."""
+          models: Collection[str] | None = None, scaler: Scaler | None = None) -> list[ReplicaView]:
+    """Every replica's view, the catalog's slots first, then copies nobody wants; with *models*, only theirs.
+
+    An elastic model's sleeping slots are not listed one by one: only its
+    first, when all of it sleeps (a model scaled to zero is one line).
+    """
     observed = fleet.replicas()
     out = []
     for name, entry in sorted(catalog.items()):
         if models is not None and name not in models:
             continue
+        mine = []
         for index in range(entry.model.replicas):
             replica_id = f"{name}/{index}"
-            out.append(_view(slots, fleet, replica_id, name, entry, observed.pop(replica_id, []), now))
+            view = _view(slots, fleet, replica_id, name, entry, observed.pop(replica_id, []), now)
+            if view.state == ReplicaState.SLEEPING and scaler is not None:
+                view = attrs.evolve(view, reason=scaler.asleep(name, now))
+            elif scaler is not None and view.state in _WAKING and (words := scaler.waking(name, now)):
+                view = attrs.evolve(view, reason=f"{words}; {view.reason}" if view.reason else words)
+            mine.append(view)
+        awake = [v for v in mine if v.state != ReplicaState.SLEEPING]
+        out.extend(awake if awake else mine[:1])
     for replica_id, shards in sorted(observed.items()):
         model, _ = split_slot_id(replica_id)
         if models is not None and model not in models:
@@ -41,6 +54,10 @@ def views(slots: dict[str, Slot], fleet: Fleet, catalog: dict[str, Entry], now: 
             "its model left the catalog" if model not in catalog else "the model was scaled down"
         )))
     return out
+
+
+#: States a replica woken on demand is shown in with how long it has been waking and who waits.
+_WAKING = frozenset({ReplicaState.PENDING, ReplicaState.FETCHING, ReplicaState.STARTING})
 
 
 def _view(slots: dict[str, Slot], fleet: Fleet, replica_id: str, model: str, entry: Entry | None,
@@ -57,8 +74,8 @@ def _view(slots: dict[str, Slot], fleet: Fleet, replica_id: str, model: str, ent
                       slot.reason)
         if waiting:
             reason = f"{reason} (next try in {slot.retry_at - now:.0f} s)"
-    elif state == ReplicaState.PENDING:
-        reason = slot.reason or "waiting for the reconciler"
+    elif state in (ReplicaState.PENDING, ReplicaState.SLEEPING, ReplicaState.DRAINING):
+        reason = slot.reason or ("waiting for the reconciler" if state == ReplicaState.PENDING else None)
         if slot.held_until is not None and slot.held_until > now:
             reason = f"{reason} (next start in {slot.held_until - now:.0f} s)"
     progress = None
@@ -115,8 +132,9 @@ def _shard_views(slot: Slot, shards: list[ReportedShard], usable: list[ReportedS
     return out
 
 
-def status(replicas: list[ReplicaView], fleet: Fleet, catalog: dict[str, Entry]) -> list[ModelStatus]:
-    """Per model: desired against ready, the states its replicas are in, and where its weights are."""
+def status(replicas: list[ReplicaView], fleet: Fleet, catalog: dict[str, Entry],
+           wanted: dict[str, int] | None = None) -> list[ModelStatus]:
+    """Per model: desired (*wanted*: an elastic model's count now) against ready, its replicas' states, its weights."""
     out = []
     for name, entry in sorted(catalog.items()):
         mine = [v for v in replicas if v.model == name]
@@ -125,7 +143,7 @@ def status(replicas: list[ReplicaView], fleet: Fleet, catalog: dict[str, Entry])
             model=name,
             profile=entry.profile.name,
             engine=entry.profile.engine,
-            desired=entry.model.replicas,
+            desired=(wanted or {}).get(name, entry.model.replicas),
             ready=sum(1 for v in mine if v.state == ReplicaState.READY),
             states={state: sum(1 for v in mine if v.state == state) for state in states},
             stale=sum(1 for v in mine if v.stale),

@@ -14,11 +14,12 @@ from typing import Callable, Collection, Iterable, Mapping
 
 from llmgw.control.fleet import Fleet
 from llmgw.states import ShardState
-from llmgw.views import EndpointEntry, EndpointTable, ReplicaView
+from llmgw.views import ColdStart, EndpointEntry, EndpointTable, ReplicaView
 
 
 def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
-                   views: Callable[[Collection[str]], Iterable[ReplicaView]]) -> EndpointTable:
+                   views: Callable[[Collection[str]], Iterable[ReplicaView]],
+                   withdrawn: Collection[str] = (), elastic: Mapping[str, ColdStart] | None = None) -> EndpointTable:
     """The ready replicas of the models in *catalog* (each with its replica count), and why each other model has none.
 
     Entries come in the order ``ctl replicas`` lists their replicas (by
@@ -29,13 +30,15 @@ def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
     it holds: the control plane makes this table every second, and making
     every replica's view each time was most of that second's pass at 200
     replicas (a 30 ms turn of the reactor, the tail of every heartbeat
-    behind it).
+    behind it).  *withdrawn* replicas are being drained (scaled down): ready,
+    and sent nothing new.  *elastic* is what routers hold requests by for
+    the models that may have no replica (``EndpointTable.elastic``).
     """
     endpoints = []
     for replica_id, shards in sorted(fleet.replicas().items()):
         usable = [s for s in shards if fleet.usable(s.node_id)]
         model = replica_id.rpartition("/")[0]
-        if not usable or model not in catalog:
+        if not usable or model not in catalog or replica_id in withdrawn:
             continue
         if any(s.status.state != ShardState.READY for s in usable):
             continue
@@ -56,7 +59,7 @@ def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
     for name in unserved:
         if name not in unavailable:
             unavailable[name] = "the catalog asks for no replicas of it"
-    return EndpointTable(endpoints, unavailable)
+    return EndpointTable(endpoints, unavailable, dict(elastic or {}))
 
 
 def _listed(replica_id: str, catalog: Mapping[str, int]) -> tuple:

@@ -17,6 +17,12 @@ the reconciler's own starts the second.
 - *backing off*: it failed; nothing is placed before ``retry_at``.
 - *held*: its starts keep being undone (two agents on one state_dir);
   nothing is placed before ``held_until``.
+- *sleeping*: an elastic model wants fewer replicas than this slot
+  (``llmgw.control.scaler``) and nothing of it runs; *wake* empties it.
+- *draining*: it was ready and is wanted no longer (scaled down, idle, or
+  evicted to make room): out of the routers' table, its requests in flight
+  finishing; *drained* once the routers report none left on it.
+- *stopping*: drained, its shards asked to stop; asleep once they are gone.
 
 Shards a slot did not start — a restarted control plane hearing its agents,
 a lost node coming back — are *seen*: the slot is running from then on,
@@ -54,6 +60,9 @@ class SlotState(enum.Enum):
     BROKEN = "broken"
     BACKING_OFF = "backing off"
     HELD = "held"
+    SLEEPING = "sleeping"
+    DRAINING = "draining"
+    STOPPING = "stopping"
 
 
 class SlotInput(enum.Enum):
@@ -70,6 +79,10 @@ class SlotInput(enum.Enum):
     RETRY_DUE = "retry due"
     HOLD = "hold"  # an empty slot whose starts keep being undone
     HOLD_OVER = "hold over"
+    SLEEP = "sleep"  # the scaler wants fewer replicas than this slot, and nothing of it runs
+    WAKE = "wake"  # the scaler wants this slot again
+    DRAIN = "drain"  # the scaler wants fewer, and this slot's replica runs
+    DRAINED = "drained"  # no router has a request left on it (or drain_timeout_s passed)
 
 
 @attrs.define
@@ -97,6 +110,9 @@ class Slot:
     # the nodes of its last placement (rank order).
     startup: Startup | None = None
     nodes: tuple[str, ...] = ()
+    # When it began draining, and (an eviction) the replica it makes room for.
+    drain_at: float | None = None
+    drain_for: str | None = None
 
     def fire(self, event: SlotInput) -> SlotState | None:
         """The state *event* leads to, now current; None when this state ignores it."""
@@ -118,6 +134,10 @@ def replica_state(slot: Slot, shard_states: list[ShardState], whole: bool, now: 
     """What ctl calls the replica: from its slot, and its shards on usable nodes (*whole*: one per rank)."""
     if shard_states and slot.state is SlotState.BROKEN:
         return ReplicaState.FAILED  # its other ranks are being stopped
+    if shard_states and slot.state in (SlotState.DRAINING, SlotState.STOPPING):
+        return ReplicaState.DRAINING  # out of the routers' table, being scaled down
+    if not shard_states and slot.state is SlotState.SLEEPING:
+        return ReplicaState.SLEEPING
     if shard_states:
         for shard_state, summed in _SUMMED:
             if shard_state in shard_states:
@@ -173,4 +193,22 @@ TABLE: dict[tuple[SlotState, SlotInput], SlotState] = {
     (_S.HELD, _I.HOLD_OVER): _S.EMPTY,
     (_S.HELD, _I.SEEN): _S.RUNNING,
     (_S.HELD, _I.FAILED): _S.BROKEN,
+    # Elastic replicas: a slot above the scaler's count sleeps once nothing
+    # of it runs; one that runs is drained first, so no request fails.
+    (_S.EMPTY, _I.SLEEP): _S.SLEEPING,
+    (_S.BACKING_OFF, _I.SLEEP): _S.SLEEPING,
+    (_S.HELD, _I.SLEEP): _S.SLEEPING,
+    (_S.SLEEPING, _I.WAKE): _S.EMPTY,
+    # A copy still running (heard after a restart) is a replica like any other: drained if unwanted.
+    (_S.SLEEPING, _I.SEEN): _S.RUNNING,
+    (_S.READY, _I.DRAIN): _S.DRAINING,
+    # Still loading: not in any table, so nothing is in flight on it.
+    (_S.RUNNING, _I.DRAIN): _S.DRAINING,
+    # Wanted again before it was stopped: back in the table as it is.
+    (_S.DRAINING, _I.WAKE): _S.RUNNING,
+    (_S.DRAINING, _I.DRAINED): _S.STOPPING,
+    (_S.DRAINING, _I.FAILED): _S.BROKEN,
+    (_S.DRAINING, _I.GONE): _S.SLEEPING,
+    (_S.STOPPING, _I.GONE): _S.SLEEPING,
+    (_S.STOPPING, _I.FAILED): _S.BROKEN,
 }

@@ -77,7 +77,8 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
     reload_listeners = [revocation_listener(hub_tls)]
     if config.listen.api:
         check_open_api(config.router, config.listen.api, config.path)
-        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True)
+        router = Router(reactor, config.router, config.listen.api, metrics=RouterMetrics(registry), follows_table=True,
+                        router_id="server")
         router.expect_models(config.models)
         router.setServiceParent(top)
         listeners["api"] = ConnectionBudget(budgets.api, "listen.api (what the open-files limit leaves after link.max_connections)")
@@ -235,9 +236,12 @@ class ControlPlane(service.Service):
             name: (model.source, model.files) for name, model in self.catalog.config.models.items()}))
         if self.router is not None:
             self.session.table_listeners.append(self.router.apply_table)
+            # The server's own router reports its traffic in-process, as workers do over the hub.
+            self.router.load_sink = lambda report: self.session.scaling.deliver(report, "server")
         self.session.reload_listeners.extend(self.reload_listeners)
         if self.journal is not None:
             attach_journal(self.session, self.journal)
+            self.session.reconciler.elastic.set_note(self.journal.record)
         if self.series is not None:
             feed = SeriesFeed(self.series)
             self.session.extensions.append(feed)

@@ -1,0 +1,124 @@
+"""What the routers say of their traffic, summed: the demand elastic replicas are scaled on.
+
+Each router reports a ``llmgw.traffic.RouterLoad`` every second; ``Demand``
+keeps the latest of each (by the key the control plane gives the router:
+its certificate's name and its session, never a name the report chose) for
+``REPORT_LIFETIME_S``, and sums them per model and per endpoint.  A router
+that stops reporting — it exited, or its link dropped — is forgotten then,
+and with it what it had in flight: its clients are gone with it.
+
+A replica being drained is stopped once every router has reported, after
+the drain began, that it has nothing left on it (``drained``): a report
+received before the routers had the table without it may still show a
+request about to be sent there.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from llmgw.traffic import REPORT_INTERVAL_S, REPORT_LIFETIME_S, RouterLoad
+
+#: Routers whose reports are kept at once; one past this is refused until one lapses.
+MAX_ROUTERS = 1024
+
+
+@attrs.define
+class ModelDemand:
+    """One model's traffic across every router, now."""
+
+    inflight: int = 0
+    queued: int = 0
+    held: int = 0
+    # The engines' own waiting queues, where any router's engines say; None: no engine says.
+    engine_waiting: int | None = None
+    # When the last request for it arrived at any router (control plane's clock); None: none heard of.
+    last_request_at: float | None = None
+
+    @property
+    def busy(self) -> int:
+        """Requests the model is serving or that wait for it, everywhere."""
+        return self.inflight + self.queued + self.held + (self.engine_waiting or 0)
+
+    @property
+    def waiting(self) -> int:
+        """Requests that wait for a replica: held for a cold start, or queued for a slot."""
+        return self.queued + self.held
+
+
+class TooManyRouters(Exception):
+    """More routers report than ``MAX_ROUTERS``."""
+
+
+class Demand:
+    def __init__(self):
+        self._reports: dict[str, tuple[RouterLoad, float]] = {}
+        # The newest request each model has seen, kept past its router's report.
+        self._last_request: dict[str, float] = {}
+        self.models: dict[str, ModelDemand] = {}
+        self._endpoints: dict[str, int] = {}
+
+    def report(self, load: RouterLoad, router: str, now: float) -> None:
+        """Take *router*'s newest report, received at *now*."""
+        if router not in self._reports and len(self._reports) >= MAX_ROUTERS:
+            self.expire(now)
+            if len(self._reports) >= MAX_ROUTERS:
+                raise TooManyRouters(f"{MAX_ROUTERS} routers already report; this one's report is not kept")
+        self._reports[router] = (load, now)
+        for model in load.models:
+            if model.idle_s is not None:
+                at = now - model.idle_s
+                if at > self._last_request.get(model.model, float("-inf")):
+                    self._last_request[model.model] = at
+        self._sum()
+
+    def expire(self, now: float) -> None:
+        """Forget the routers that have not reported for ``REPORT_LIFETIME_S``."""
+        old = [r for r, (_, at) in self._reports.items() if now - at > REPORT_LIFETIME_S]
+        for router in old:
+            del self._reports[router]
+        if old:
+            self._sum()
+
+    def forget(self, models: set[str]) -> None:
+        """Drop what is kept of models no longer in the catalog."""
+        gone = [m for m in self._last_request if m not in models]
+        for name in gone:
+            del self._last_request[name]
+        if gone:
+            self._sum()
+
+    def _sum(self) -> None:
+        models: dict[str, ModelDemand] = {}
+        endpoints: dict[str, int] = {}
+        for load, _ in self._reports.values():
+            for m in load.models:
+                d = models.setdefault(m.model, ModelDemand())
+                d.inflight += m.inflight
+                d.queued += m.queued
+                d.held += m.held
+                if m.engine_waiting is not None:
+                    d.engine_waiting = (d.engine_waiting or 0) + m.engine_waiting
+            for e in load.endpoints:
+                endpoints[e.id] = endpoints.get(e.id, 0) + e.inflight
+        for name, at in self._last_request.items():
+            models.setdefault(name, ModelDemand()).last_request_at = at
+        self.models = models
+        self._endpoints = endpoints
+
+    def model(self, name: str) -> ModelDemand:
+        return self.models.get(name) or ModelDemand(last_request_at=self._last_request.get(name))
+
+    def inflight(self, replica_id: str) -> int:
+        """Requests on the replica's endpoint, in every router that reports."""
+        return self._endpoints.get(replica_id, 0)
+
+    def drained(self, replica_id: str, since: float) -> bool:
+        """Whether every router reporting has said, in a report received a full interval after *since*, that none is left on it."""
+        for load, at in self._reports.values():
+            if at < since + REPORT_INTERVAL_S:
+                return False
+        return self.inflight(replica_id) == 0
+
+    def __len__(self) -> int:
+        return len(self._reports)
