@@ -9,7 +9,7 @@ import pytest
 from twisted.internet import defer
 
 from llmgw.ctl import top
-from llmgw.history import Figures, Scope, Series
+from llmgw.history import PAGE_MOST, Figures, Scope, Series
 from llmgw.link import uris
 from llmgw.wire import to_wire
 
@@ -114,3 +114,9 @@ def self_result(d: defer.Deferred):
     if hasattr(results[0], "raiseException"):
         results[0].raiseException()
     return results[0]
+
+
+def test_an_answer_at_its_most_series_says_it_is_cut():
+    many = [Series(Scope.NODE, f"node{n:05d}", "memory_used_pct", "%", [1.0]) for n in range(PAGE_MOST)]
+    assert "the first 10000 series only" in top.top_text(figures(*many), now=END)
+    assert "series only" not in top.top_text(figures(*many[:10]), now=END)

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from llmgw.history import Figures, Scope
+from llmgw.history import PAGE_MOST, Figures, Scope
 from llmgw.link import uris
 from llmgw.render import DASH, said
 from llmgw.text import printable
@@ -60,6 +60,8 @@ def top_text(figures: Figures, now: float | None = None) -> str:
     ago = max(0.0, now - figures.end)
     lines = [f"the {figures.bucket_s:g} s to {time.strftime('%H:%M:%S', time.localtime(figures.end))} "
              f"({ago:.0f} s ago); - is not reported"]
+    if len(figures.series) >= PAGE_MOST:
+        lines.append(f"(the first {PAGE_MOST} series only, models first: the most one answer holds)")
     figures_by = latest(figures)
     for scope, title, columns in _TABLES:
         subjects = figures_by[scope]
