@@ -20,7 +20,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from twisted.internet.task import Clock
 
 from llmgw.link.settings import LinkSettings
+from llmgw.config.scale import Scale
 from llmgw.control.collector import DownloadFailures, FleetCollector, WeightsCollector
+from llmgw.control.demand import Demand
+from llmgw.control.scalemetrics import ScaleCollector
+from llmgw.control.scaler import Scaler
 from llmgw.control.fleet import Fleet
 from llmgw.link.hub import Hub
 from llmgw.link.metrics import CertificateCollector, LinkCollector
@@ -60,6 +64,9 @@ def exported(pki) -> dict[str, str]:
     registry.register(FleetCollector(fleet, clock, replicas=lambda: [ReplicaView("qwen", "qwen/0", ReplicaState.READY)]))
     registry.register(WeightsCollector(fleet, lambda: {"qwen": ("/srv/models/qwen", ())}))
     registry.register(DownloadFailures(fleet))
+    scaler = Scaler(Demand())
+    scaler.wanted("qwen", Scale(min=0, max=2), 0, 0, True, 1.0)
+    registry.register(ScaleCollector(scaler))
     types = {}
     for line in generate_latest(registry).decode().splitlines():
         if line.startswith("# TYPE "):

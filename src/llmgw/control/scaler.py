@@ -181,11 +181,11 @@ class Scaler:
         when = f"last request {age(now - last)} ago" if last is not None else "no request since the server started"
         if state is not None and state.pinned is not None:
             return f"pinned at {state.pinned} replica(s) (ctl scale); {when}"
-        if state is not None and state.target == 0:
-            if state.down_words and not state.down_words.startswith("idle"):
+        if state is None or not state.target:
+            if state is not None and state.down_words and not state.down_words.startswith("idle"):
                 return f"scaled to zero: {state.down_words}; {when}"
             return f"idle: scaled to zero, {when}"
-        words = state.down_words if state is not None and state.down_words else "not needed now"
+        words = state.down_words or "not needed now"
         return f"scaled down: {words}; {when}"
 
     def pinned(self, name: str) -> int | None:

@@ -119,9 +119,10 @@ def add_parser(subparsers) -> None:
     reload.add_argument("--json", action="store_true", help="print the result as JSON")
     reload.set_defaults(func=_run(cmd_reload))
 
-    from llmgw.ctl import events, onboard
+    from llmgw.ctl import events, onboard, scale
 
     events.add_parser(sub, _run)
+    scale.add_parser(sub, _run)
     onboard.add_parsers(sub, _run)
 
     from llmgw.ctl import top

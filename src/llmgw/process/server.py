@@ -31,6 +31,7 @@ from llmgw.control.identity import Identity
 from llmgw.control.journal import Journal
 from llmgw.control.journalfeed import attach as attach_journal
 from llmgw.control.plane import ControlSession
+from llmgw.control.scalemetrics import ScaleCollector
 from llmgw.control.reload import Listener, revocation_listener
 from llmgw.control.series import Rolling
 from llmgw.control.seriesfeed import SeriesFeed
@@ -229,6 +230,7 @@ class ControlPlane(service.Service):
         fleet.handshaking = lambda: self.handshaking()
         self._hub.duplicate_listeners.append(lambda record: fleet.duplicate_refused(record.node_id, record.sentence))
         self.registry.register(FleetCollector(self.session.fleet, self._reactor, replicas=self.session.reconciler.views))
+        self.registry.register(ScaleCollector(self.session.reconciler.elastic.scaler))
         failures = DownloadFailures(fleet)
         self.session.event_listeners.append(failures.observe)
         self.registry.register(failures)
