@@ -376,6 +376,8 @@ class ControlSession(ApplicationSession):
             if plan != before:
                 self.pushing = defer.ensureDeferred(self.push_engines(plan))
             self.reconciler.tick()
+            # At once, not at the next tick: a model the reload adds asleep is held by the routers, not 503.
+            self.publish_endpoints()
         return outcome
 
     # -- engine builds --
