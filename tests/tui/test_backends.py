@@ -8,6 +8,7 @@ import pytest
 import pytest_asyncio
 
 from llmgw.answers import CordonAnswer, DrainAnswer
+from llmgw.history import Figures, JournalEntry, JournalKind, JournalPage, Scope
 from llmgw.huburl import parse_hub_url
 from llmgw.states import NodeState, ReplicaState
 from llmgw.tlsfiles import TLSFiles
@@ -41,6 +42,9 @@ class Recorder:
 
     def shard_changed(self, shard_id):
         self.events.append(("shard", shard_id))
+
+    def journal_entry(self, entry):
+        self.events.append(("journal", entry))
 
     async def until(self, predicate, what: str, timeout: float = 20.0):
         """The latest event that satisfies *predicate*, once there is one."""
@@ -100,6 +104,28 @@ async def test_cordon_and_uncordon_answer_and_send_the_nodes_new_view(backend):
         assert isinstance(drained.stopped, list)
         with pytest.raises(ActionFailed, match="nope"):
             await backend.cordon("nope")
+    finally:
+        await backend.stop()
+
+
+async def test_the_journal_and_figures_are_records_and_a_cordon_is_recorded_and_published(backend):
+    listener = Recorder()
+    backend.subscribe(listener)
+    await backend.start()
+    try:
+        await listener.until(lambda e: e[0] == "up", "link_up")
+        page = await backend.events()
+        assert isinstance(page, JournalPage) and all(isinstance(e, JournalEntry) for e in page.entries)
+        assert JournalKind.SERVER_STARTED in [e.kind for e in page.entries]
+        assert await backend.cordon("node01") == CordonAnswer("node01", True)
+        _, entry = await listener.until(lambda e: e[0] == "journal" and e[1].kind == JournalKind.NODE_CORDONED,
+                                        "the cordon on llmgw.event.journal")
+        assert entry.subject == "node01" and entry.seq > max(e.seq for e in page.entries)
+        mine = await backend.events(node="node01")
+        assert entry.seq in [e.seq for e in mine.entries] and all("node01" in (e.node, e.subject) for e in mine.entries)
+        figures = await backend.figures(Scope.NODE, "node01")
+        assert isinstance(figures, Figures) and figures.bucket_s > 0
+        assert all(s.scope == Scope.NODE and s.subject == "node01" for s in figures.series)
     finally:
         await backend.stop()
 

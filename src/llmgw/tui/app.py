@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from llmgw import render
+from llmgw.history import JournalEntry
 from llmgw.render import said
 from llmgw.states import ReplicaState
 from llmgw.tui.backend import ActionFailed, Backend, NotConnected
@@ -56,6 +57,13 @@ class DashboardApp(App):
 
     class LinkUp(Message):
         """The backend has a session: take a snapshot."""
+
+    class Recorded(Message):
+        """The control plane recorded an entry (``llmgw.event.journal``)."""
+
+        def __init__(self, entry: JournalEntry) -> None:
+            super().__init__()
+            self.entry = entry
 
     class LinkDown(Message):
         """The backend lost its session and is reconnecting."""
@@ -118,6 +126,14 @@ class DashboardApp(App):
     def nodes_heard(self, seen_ago_s: dict[str, float]) -> None:
         self.store.heard(seen_ago_s)
 
+    def journal_entry(self, entry: JournalEntry) -> None:
+        self.post_message(self.Recorded(entry))
+
+    @on(Recorded)
+    def _recorded(self, message: Recorded) -> None:
+        for view in self.fleet_views():
+            view.journal_entry(message.entry)
+
     @on(LinkUp)
     def _link_up(self) -> None:
         self.store.syncing = True
@@ -152,6 +168,7 @@ class DashboardApp(App):
         self._show_link(None)
         for view in self.fleet_views():
             view.fleet_loaded(self.store)
+            view.link_back()
         self.flush(figures=True)
 
     def flush(self, figures: bool = False) -> None:

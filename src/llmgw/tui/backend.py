@@ -23,6 +23,7 @@ from twisted.internet import defer
 
 from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.errors import LlmgwError
+from llmgw.history import Figures, JournalEntry, JournalPage, Scope
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
 from llmgw.views import NODES_PAGE, HeardEvent, NodeChange, NodeEvent, NodeView, ReplicaView, node_pages
@@ -78,6 +79,9 @@ class FleetListener(Protocol):
     def nodes_heard(self, seen_ago_s: dict[str, float]) -> None:
         """Nodes heard from lately, each with the seconds since it last was (``llmgw.event.heard``)."""
 
+    def journal_entry(self, entry: JournalEntry) -> None:
+        """The control plane recorded this (``llmgw.event.journal``)."""
+
 
 class Backend(abc.ABC):
     """The dashboard's one source of facts and one way to act on the fleet."""
@@ -119,6 +123,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def log_sources(self, node_id: str) -> list[str]:
         """The log sources a node offers, as it names them."""
+
+    @abc.abstractmethod
+    async def events(self, node: str | None = None, model: str | None = None) -> JournalPage:
+        """The journal's newest entries (``llmgw.cp.events``), only *node*'s or *model*'s when named."""
+
+    @abc.abstractmethod
+    async def figures(self, scope: Scope | None = None, subject: str | None = None) -> Figures:
+        """The last hour's series (``llmgw.cp.figures``): every one, *scope*'s, or one *subject*'s."""
 
     # The node verbs answer as llmgw.cp.<verb> does, a drain with the shards it stopped;
     # a refusal raises ActionFailed with the control plane's words.
@@ -249,6 +261,15 @@ class WampBackend(Backend):
         if self.listener is not None:
             self.listener.shard_changed(shard_id)
 
+    def _journal_event(self, event) -> None:
+        if self.listener is None:
+            return
+        try:
+            entry = from_wire(JournalEntry, event)
+        except WireError:
+            return  # an entry this dashboard cannot read; the events pane's next fetch has it as the server words it
+        self.listener.journal_entry(entry)
+
     def _heard_event(self, event) -> None:
         # While a snapshot is taken its own views say when each node was heard; the next batch is seconds away.
         if self.listener is None or self._snapshotting:
@@ -334,6 +355,14 @@ class WampBackend(Backend):
     async def log_sources(self, node_id):
         return (await self._logs(node_id, None, 0)).sources
 
+    async def events(self, node=None, model=None):
+        which = {k: v for k, v in (("node", node), ("model", model)) if v is not None}
+        return _decode(JournalPage, await self._call(uris.CP_EVENTS, **which), uris.CP_EVENTS)
+
+    async def figures(self, scope=None, subject=None):
+        which = {k: v for k, v in (("scope", scope and str(scope)), ("subject", subject)) if v is not None}
+        return _decode(Figures, await self._call(uris.CP_FIGURES, **which), uris.CP_FIGURES)
+
     async def drain(self, node_id):
         return await self._verb(uris.CP_DRAIN, DrainAnswer, node_id)
 
@@ -363,6 +392,7 @@ class DashboardSession(ApplicationSession):
         # A download's progress shows on its replica, which is refetched like a shard change.
         await self.subscribe(lambda node_id, event: self._backend._shard_event(None), uris.EVENT_PROGRESS)
         await self.subscribe(self._backend._heard_event, uris.EVENT_HEARD)
+        await self.subscribe(self._backend._journal_event, uris.EVENT_JOURNAL)
         self._backend._joined(self)
 
     def onLeave(self, details):

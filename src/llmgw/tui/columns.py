@@ -50,6 +50,8 @@ REPLICA_STATE_STYLES = {
     # On its way: its weights coming, then its engine.
     ReplicaState.FETCHING: "cyan",
     ReplicaState.STARTING: "cyan",
+    # Scaled to zero while idle: not a fault; the first request wakes it.
+    ReplicaState.SLEEPING: "blue",
 }
 # A shard reads as the replica it belongs to would in the same state.
 SHARD_STATE_STYLES = {

@@ -35,3 +35,9 @@ class FleetView:
 
     def show_link(self, problem: str | None) -> None:
         """The link's state changed: None is up and loaded."""
+
+    def link_back(self) -> None:
+        """The link came up and the fleet was loaded again: what a view fetched itself may be stale."""
+
+    def journal_entry(self, entry) -> None:
+        """The control plane recorded *entry* (``llmgw.history.JournalEntry``)."""

@@ -1,4 +1,8 @@
-"""Everything about one node or replica, with its log under it; Escape goes back.
+"""Everything about one node or replica, with its last hour and its log under it; Escape goes back.
+
+The last hour (``llmgw.tui.sparks.HistoryPanel``) is a node's own figures
+and events, or a replica's model's figures and the replica's own events;
+it shows nothing for a subject the control plane has neither of.
 
 What a node or an engine said is placed through ``render.said`` (a value)
 or ``_value``: escaped, one line each, and never markup (the facts are a
@@ -22,8 +26,10 @@ from llmgw.render import DASH, said
 from llmgw.states import EngineState, ReplicaState
 from llmgw.text import printable
 from llmgw.tui import columns
+from llmgw.history import Scope
 from llmgw.tui.common import FleetView, LinkBanner
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
+from llmgw.tui.sparks import HistoryPanel
 from llmgw.tui.store import FleetStore
 from llmgw.views import NodeView, ReplicaView
 
@@ -169,8 +175,16 @@ class DetailsScreen(FleetView, Screen):
         yield LinkBanner(id="banner")
         with VerticalScroll(id="facts-scroll"):
             yield Static(id="facts")
+            yield self._history()
         yield LogPane(id="details-log")
         yield Footer(compact=True, show_command_palette=False)
+
+    def _history(self) -> HistoryPanel:
+        if self.kind == "node":
+            return HistoryPanel(Scope.NODE, self.key, id="history")
+        view = self.app.store.replicas.get(self.key)
+        model = view.model if view is not None else self.key.rpartition("/")[0]
+        return HistoryPanel(Scope.MODEL, model, replica=self.key, id="history")
 
     def on_mount(self) -> None:
         self.query_one(LinkBanner).show_link(self.app.link_problem)
@@ -231,3 +245,9 @@ class DetailsScreen(FleetView, Screen):
 
     def show_link(self, problem: str | None) -> None:
         self.query_one(LinkBanner).show_link(problem)
+
+    def link_back(self) -> None:
+        self.query_one(HistoryPanel).fetch()
+
+    def journal_entry(self, entry) -> None:
+        self.query_one(HistoryPanel).add(entry)

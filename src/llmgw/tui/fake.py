@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 from typing import Any, Iterable
 
 import attrs
 
 from llmgw.answers import CordonAnswer, DrainAnswer
+from llmgw.history import Figures, JournalEntry, JournalKind, JournalPage
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
 from llmgw.views import NodeView, ReplicaView
@@ -46,6 +48,11 @@ class FakeBackend(Backend):
         self.calls: list[tuple] = []
         #: Set to make snapshot() wait until it is set (a slow hub).
         self.hold_snapshot: asyncio.Event | None = None
+        #: What llmgw.cp.events and llmgw.cp.figures answer; an ActionFailed's words instead when set.
+        self.journal = JournalPage(entries=[JournalEntry(1, time.time(), JournalKind.SERVER_STARTED, "server")],
+                                   newest_seq=1)
+        self.figured = Figures()
+        self.history_error: str | None = None
 
     async def start(self) -> None:
         if self.connected:
@@ -76,6 +83,12 @@ class FakeBackend(Backend):
         """Say these nodes were heard from, so many seconds ago each (``llmgw.event.heard``)."""
         if self.listener is not None and self.connected:
             self.listener.nodes_heard(seen_ago_s)
+
+    def emit_journal(self, entry: JournalEntry) -> None:
+        """Record *entry* and publish it, as the control plane does (``llmgw.event.journal``)."""
+        self.journal = attrs.evolve(self.journal, entries=[*self.journal.entries, entry], newest_seq=entry.seq)
+        if self.listener is not None and self.connected:
+            self.listener.journal_entry(entry)
 
     def set_replicas(self, views: Iterable[ReplicaView], shard_id: str = "any/0/0") -> None:
         """Replace the replica views and send the shard event that says they changed."""
@@ -112,6 +125,23 @@ class FakeBackend(Backend):
         self._check_logs(node_id)
         return sorted({source or "agent" for node, source in self.log_lines if node == node_id})
 
+    async def events(self, node=None, model=None):
+        self.calls.append(("events", node, model))
+        self._need_link()
+        if self.history_error:
+            raise ActionFailed(self.history_error)
+        entries = [e for e in self.journal.entries if (node is None or node in (e.node, e.subject))
+                   and (model is None or model in (e.model, e.subject))]
+        return attrs.evolve(self.journal, entries=entries)
+
+    async def figures(self, scope=None, subject=None):
+        self.calls.append(("figures", scope, subject))
+        self._need_link()
+        if self.history_error:
+            raise ActionFailed(self.history_error)
+        return attrs.evolve(self.figured, series=[s for s in self.figured.series if (scope is None or s.scope == scope)
+                                                  and (subject is None or s.subject == subject)])
+
     def _check_logs(self, node_id: str) -> None:
         if not self.connected:
             raise LogsUnavailable("not connected to the hub; reconnecting")
@@ -123,7 +153,11 @@ class FakeBackend(Backend):
         self._need_link()
         if node_id not in self.nodes:
             raise ActionFailed(f"no node {node_id!r}", error="llmgw.error.no_such_node")
+        was = self.nodes[node_id].cordoned
         self.emit_node(attrs.evolve(self.nodes[node_id], cordoned=cordoned))
+        if was != cordoned:  # the control plane's journal records the change, as llmgw.control.journalfeed does
+            kind = JournalKind.NODE_CORDONED if cordoned else JournalKind.NODE_UNCORDONED
+            self.emit_journal(JournalEntry(self.journal.newest_seq + 1, time.time(), kind, node_id, node=node_id))
         if verb == "drain":
             stopped = [s.shard for r in self.replica_views for s in r.shards if s.node == node_id]
             return DrainAnswer(node_id, cordoned, stopped)

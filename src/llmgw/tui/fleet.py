@@ -1,9 +1,10 @@
-"""The main screen: the nodes and replicas tables one above the other, the logs pane instead of them.
+"""The main screen: the nodes and replicas tables one above the other, the logs or events pane instead of them.
 
 Each table is as tall as its rows, so a small fleet shows both at 80x24; when
 they do not fit, the one with fewer rows keeps what it needs up to half and
-the other scrolls in the rest.  Tab moves between nodes, replicas and logs;
-the tab line keeps the counts in view.
+the other scrolls in the rest.  Tab moves between nodes, replicas, logs and
+events (``e``, or 4: the control plane's journal, ``llmgw.tui.events``); the
+tab line keeps the counts in view.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from textual.containers import Vertical
 from textual.widgets import Footer, Input, Static
 
 from llmgw.tui.common import FleetView, LinkBanner
+from llmgw.tui.events import EventsPane
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
 from llmgw.tui.nodes import NodesPane
 from llmgw.tui.replicas import ReplicasPane
 from llmgw.tui.store import FleetStore
 from llmgw.tui.table import FleetTable, TablePane
 
-PANES = ("nodes", "replicas", "logs")
+PANES = ("nodes", "replicas", "logs", "events")
+#: The panes shown instead of the tables.
+INSTEAD = ("logs", "events")
 
 
 class FleetScreen(FleetView, Screen):
@@ -35,6 +39,8 @@ class FleetScreen(FleetView, Screen):
         Binding("1", "pane('nodes')", "Nodes", show=False),
         Binding("2", "pane('replicas')", "Replicas", show=False),
         Binding("3", "pane('logs')", "Logs", show=False),
+        Binding("4", "pane('events')", "Events", show=False),
+        Binding("e", "pane('events')", "Events", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("d", "node_verb('drain')", "Drain"),
         Binding("c", "node_verb('cordon')", "Cordon"),
@@ -55,6 +61,7 @@ class FleetScreen(FleetView, Screen):
                 yield NodesPane(id="nodes")
                 yield ReplicasPane(id="replicas")
             yield LogPane(id="logs")
+            yield EventsPane(id="events")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -62,6 +69,7 @@ class FleetScreen(FleetView, Screen):
         self.query_one(NodesPane).filter_input.display = False
         self.query_one(ReplicasPane).filter_input.display = False
         self.query_one(LogPane).display = False
+        self.query_one(EventsPane).display = False
         self.fleet_loaded(self.app.store)
         self.query_one(NodesPane).focus_table()
 
@@ -75,11 +83,15 @@ class FleetScreen(FleetView, Screen):
         if self.current in ("nodes", "replicas"):
             self._source_pane = self.current
         self._current = name
-        self.query_one("#tables").display = name != "logs"
+        self.query_one("#tables").display = name not in INSTEAD
         self.query_one(LogPane).display = name == "logs"
+        self.query_one(EventsPane).display = name == "events"
         if name == "logs":
             self._follow_selection()
             self.query_one(LogPane).focus_log()
+        elif name == "events":
+            self.query_one(EventsPane).shown()
+            self.query_one(EventsPane).log_widget.focus()
         else:
             self.query_one(f"#{name}", TablePane).focus_table()
         self._show_tabs()
@@ -170,6 +182,12 @@ class FleetScreen(FleetView, Screen):
     def show_link(self, problem: str | None) -> None:
         self.query_one(LinkBanner).show_link(problem)
 
+    def link_back(self) -> None:
+        self.query_one(EventsPane).link_up()
+
+    def journal_entry(self, entry) -> None:
+        self.query_one(EventsPane).add(entry)
+
     def _show_tabs(self) -> None:
         store: FleetStore = self.app.store
         nodes, ready_nodes, replicas, ready_replicas = store.counts()
@@ -177,6 +195,7 @@ class FleetScreen(FleetView, Screen):
             "nodes": f" Nodes {ready_nodes}/{nodes} ready ",
             "replicas": f" Replicas {ready_replicas}/{replicas} ready ",
             "logs": " Logs ",
+            "events": " Events ",
         }
         line = Text()
         for name in PANES:

@@ -10,8 +10,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS = (
-    ("Tab / Shift+Tab", "next / previous pane: Nodes, Replicas, Logs"),
-    ("1 2 3", "go to the Nodes, Replicas or Logs pane"),
+    ("Tab / Shift+Tab", "next / previous pane: Nodes, Replicas, Logs, Events"),
+    ("1 2 3 4, e", "go to the Nodes, Replicas, Logs or Events pane"),
     ("↑ ↓ PgUp PgDn", "move in a table; ← → scroll its columns"),
     ("Enter", "details and log of the node or replica"),
     ("/", "filter the table: every word must appear"),
