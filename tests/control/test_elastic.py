@@ -204,3 +204,21 @@ def test_a_model_without_waiting_requests_makes_no_room():
     world.tick_for(3)
     assert world.state("a/0") is SlotState.READY
     assert "making room" not in (world.view("c/0")["reason"] or "")
+
+
+def test_a_model_with_two_replicas_gives_back_its_highest_slot_the_one_its_count_drains():
+    world = Fleet()
+    world.node("node01", gpus=2)
+    world.serve(elastic("a", low=0, high=2, idle_s=10_000, up_after_s=0, target_inflight=1),
+                elastic("c", idle_s=10_000))
+    world.traffic("a", inflight=5)
+    world.tick_for(3)
+    world.ready("a/0")
+    world.ready("a/1")
+    world.traffic("a", idle_s=100)
+    world.tick_for(1)
+    world.traffic("c", held=1)
+    world.tick_for(1)
+    assert world.state("a/1") is SlotState.DRAINING and world.state("a/0") is SlotState.READY
+    world.tick_for(3)
+    assert world.state("a/0") is SlotState.READY  # not woken back by the count it lost

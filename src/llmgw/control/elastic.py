@@ -128,11 +128,17 @@ class Elastic:
             if slot.state in (SlotState.READY, SlotState.RUNNING, SlotState.LAUNCHING):
                 name = split_slot_id(slot_id)[0]
                 alive[name] = alive.get(name, 0) + 1
-        out = []
+        # A model gives back its highest ready slot: the one its count dropping by one drains.
+        top: dict[str, int] = {}
         for slot_id, slot in slots.items():
-            name = split_slot_id(slot_id)[0]
+            name, index = split_slot_id(slot_id)
+            if slot.state is SlotState.READY and index is not None and index > top.get(name, -1):
+                top[name] = index
+        out = []
+        for name, index in top.items():
+            slot_id = f"{name}/{index}"
             entry = catalog.get(name)
-            if name == model or entry is None or slot.state is not SlotState.READY:
+            if name == model or entry is None:
                 continue
             scale = scale_of(entry)
             demand = self.demand.model(name)
