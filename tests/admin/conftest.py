@@ -75,11 +75,13 @@ class FakeSource:
             raise SourceError(self.events_error)
         return self.journal
 
-    async def figures(self, scope=None, subject=None):
+    async def figures(self, scope=None, subject=None, limit=None):
         self.asked_figures.append((scope, subject))
         if self.figures_error:
             raise SourceError(self.figures_error)
-        return self.figured
+        kept = [s for s in self.figured.series if (scope is None or s.scope == scope)
+                and (subject is None or s.subject == subject)]
+        return attrs.evolve(self.figured, series=kept[:limit])
 
     async def act(self, verb, node_id):
         self.acted.append((verb, node_id))

@@ -63,3 +63,13 @@ def test_a_subjects_own_charts_are_only_its_own_and_nothing_when_it_has_none():
     hostile = Figures(10.0, 1000.0, [Series(Scope.MODEL, histories.HOSTILE, "queue", "requests", [1.0])])
     html = flat(charts.figures_section(hostile, None, 5))
     assert "<script>alert" not in html and "\x1b" not in html and "\\x1b[2J" in html
+
+
+def test_an_api_keys_traffic_is_charted_after_the_models_and_nodes_by_its_name():
+    figures = histories.figures()
+    figures = Figures(figures.bucket_s, figures.end, [*figures.series,
+                                                      Series(Scope.KEY, "search-team", "requests_per_s", "req/s", [1.0])])
+    html = flat(charts.figures_section(figures, None, 50))
+    assert html.index(">Models<") < html.index(">Nodes<") < html.index(">API keys<")
+    assert 'data-scope="key" data-subject="search-team" data-series="requests_per_s"' in html
+    assert "requests/s of key search-team" in html

@@ -133,12 +133,13 @@ def group_section(group: Group, figures: Figures, heading: Tag | str, level: str
 
 
 def figures_section(figures: Figures | None, error: str | None, max_groups: int, link_for=None) -> Tag:
-    """The cluster page's "Last hour": a group of charts per model, then per node; *link_for(scope, subject)*
+    """The cluster page's "Last hour": a group of charts per model, per node, then per API key (by its name in
+    ``router.keys``); *link_for(scope, subject)*
     makes a heading a link (to the node's page)."""
     body: list = [tags.p(f"the figures could not be read: {error}", class_="bad")] if error else []
     shown_any = False
     if figures is not None:
-        for scope, noun in ((Scope.MODEL, "Models"), (Scope.NODE, "Nodes")):
+        for scope, noun in ((Scope.MODEL, "Models"), (Scope.NODE, "Nodes"), (Scope.KEY, "API keys")):
             found = words.groups(figures, scope)
             if not found:
                 continue

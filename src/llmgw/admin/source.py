@@ -56,9 +56,11 @@ class ControlSource:
         which = {k: v for k, v in (("node", node), ("model", model)) if v is not None}
         return _decode(JournalPage, await self._call(self._session().call, uris.CP_EVENTS, **which))
 
-    async def figures(self, scope: Scope | None = None, subject: str | None = None) -> Figures:
-        """The last hour's series: every one, or *scope*'s, or one *subject*'s."""
-        which = {k: v for k, v in (("scope", scope and str(scope)), ("subject", subject)) if v is not None}
+    async def figures(self, scope: Scope | None = None, subject: str | None = None,
+                      limit: int | None = None) -> Figures:
+        """The last hour's series: every one, or *scope*'s, or one *subject*'s; at most *limit* series."""
+        which = {k: v for k, v in (("scope", scope and str(scope)), ("subject", subject), ("limit", limit))
+                 if v is not None}
         return _decode(Figures, await self._call(self._session().call, uris.CP_FIGURES, **which))
 
     async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer:
