@@ -45,7 +45,7 @@ from llmgw.admin import charts, history, pages
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminSettings
-from llmgw.history import Figures, JournalPage, Scope
+from llmgw.history import PAGE_MOST, Figures, JournalPage, Scope
 from llmgw.views import NodeView, ReplicaView
 from llmgw.wire import to_wire
 
@@ -258,7 +258,7 @@ class AdminPage(Resource):
         is not a thousand nodes' hour of figures on every load of the page."""
         series, answer = [], None
         for scope in (Scope.MODEL, Scope.NODE, Scope.KEY):
-            answer = await self.source.figures(scope, limit=rows * SERIES_PER_SUBJECT)
+            answer = await self.source.figures(scope, limit=min(rows * SERIES_PER_SUBJECT, PAGE_MOST))
             series += answer.series
         return attrs.evolve(answer, series=series)
 
