@@ -13,6 +13,8 @@ from llmgw.config.schema import NAME_STR, Enum, ListOf, Nullable, Str, section
 from llmgw.setting import setting
 
 SCORING_POLICIES = ("least-outstanding", "prefix-affinity", "engine-load")
+# router.keys[].priority, highest first (llmgw.router.fairqueue.BANDS reads them).
+KEY_PRIORITIES = ("interactive", "batch")
 MiB = 1024 * 1024
 
 
@@ -85,6 +87,10 @@ class APIKey:
     # None: no limit (not a limit of zero).
     requests_per_minute: int | None = setting(None, least=1)
     tokens_per_minute: int | None = setting(None, least=1)
+    # Whose requests get a model's free slots first: every interactive key's before any batch key's.
+    priority: str = setting("interactive", kind=Enum(KEY_PRIORITIES, noun="priority"))
+    # Slots of one model the key may hold at once; None: as many as its fair share leaves it.
+    max_inflight: int | None = setting(None, least=1)
 
 
 def _check_engine_url(text: str) -> None:
@@ -121,6 +127,9 @@ class RouterSettings:
     engines: EngineLimits = setting(factory=EngineLimits)
     cors: CorsSettings = setting(factory=CorsSettings)
     keys: tuple[APIKey, ...] = setting((), kind=ListOf(section(APIKey)))
+    # A stream unread this long while another request waits for its model's slot is cut; None: only
+    # clients.write_stall_timeout_s cuts it.
+    client_stall_s: float | None = setting(10.0, above=0)
     # Engines to serve without a control plane; the control plane's ready
     # replicas are added to these.
     endpoints: tuple[StaticEndpoint, ...] = setting((), kind=ListOf(section(StaticEndpoint)))

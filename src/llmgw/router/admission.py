@@ -2,15 +2,17 @@
 
 Each endpoint takes at most ``router.admission.max_inflight_per_endpoint``
 requests at a time.  When every endpoint of a model is at its limit, a request
-waits in that model's queue, oldest first, for at most ``queue_timeout_s``;
+waits in that model's queue for at most ``queue_timeout_s``;
 the queue holds ``queue`` requests and refuses the next with ``QueueFull``.
 Both refusals are 429 with a ``Retry-After`` in whole seconds: how long the
 queue ahead would take to drain at the pace requests have been finishing.
 
-A freed slot goes to exactly one waiter, the oldest that can use it, so a
-release never wakes the whole queue.  A retry (a request that already held a
-slot and failed before its first byte) waits ahead of every new request, and
-only for an endpoint it has not tried.  A waiter whose client went away is
+A freed slot goes to exactly one waiter, so a release never wakes the whole
+queue.  A retry (a request that already held a slot and failed before its
+first byte) waits ahead of every new request, and only for an endpoint it has
+not tried.  New requests are served fairly between the clients (API keys, or
+client addresses) that wait, by priority band, cap and the slots each holds:
+``fairqueue.py``.  A waiter whose client went away is
 cancelled (``Deferred.cancel``) and leaves the queue at once.
 
 This module keeps the queues; ``dispatch.Dispatcher`` decides when a slot is
@@ -20,7 +22,6 @@ have freed: a release, a new endpoint table, an endpoint back from cool-down.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
@@ -29,6 +30,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from llmgw.config.routing import Admission
 from llmgw.router import errors
+from llmgw.router.fairqueue import FairQueue, Flow
 from llmgw.router.scoring import Endpoint
 
 T = TypeVar("T")
@@ -59,23 +61,24 @@ def retry_after_s(ahead: int, slots: int, service_s: float | None, ceiling_s: fl
 
 
 class Waiter(Generic[T]):
-    """A request waiting for a slot: what to admit it with, and the Deferred its caller holds."""
+    """A request waiting for a slot: what to admit it with, its flow, and the Deferred its caller holds."""
 
-    __slots__ = ("item", "exclude", "deferred", "timer", "retry")
+    __slots__ = ("item", "exclude", "deferred", "timer", "retry", "flow")
 
-    def __init__(self, item: T, exclude: frozenset[str], retry: bool):
+    def __init__(self, item: T, exclude: frozenset[str], retry: bool, flow: Flow):
         self.item = item
         self.exclude = exclude
         self.retry = retry
+        self.flow = flow
         self.deferred: defer.Deferred = None  # type: ignore[assignment]
         self.timer: IDelayedCall | None = None
 
 
 class ModelQueue(Generic[T]):
-    """One model's waiters: retries first, then new requests, each oldest first.
+    """One model's waiters: retries first, oldest first; then new requests, fairly between flows (``fairqueue``).
 
-    Insertion-ordered dicts used as ordered sets: the head is ``next(iter())``
-    and a cancelled waiter leaves from the middle in constant time.
+    ``fair.flows`` also counts the slots each flow holds: the dispatcher adds
+    one when it grants a lease and takes it off when the lease is released.
     """
 
     def __init__(self, clock: IReactorTime, model: str, limits: Admission):
@@ -83,7 +86,7 @@ class ModelQueue(Generic[T]):
         self.model = model
         self.limits = limits
         self._retries: dict[Waiter[T], None] = {}
-        self._waiters: dict[Waiter[T], None] = {}
+        self.fair: FairQueue[Waiter[T]] = FairQueue()
         # Running mean of how long a request held its slot, for Retry-After.
         self.service_s: float | None = None
         # Set by the dispatcher: how many slots the model has (healthy endpoints × limit),
@@ -92,16 +95,16 @@ class ModelQueue(Generic[T]):
         self.changed: Callable[[int], None] | None = None
 
     def __len__(self) -> int:
-        return len(self._retries) + len(self._waiters)
+        return len(self._retries) + self.fair.depth
 
     @property
     def depth(self) -> int:
         """New requests waiting (retries are not counted against ``queue``)."""
-        return len(self._waiters)
+        return self.fair.depth
 
     def waiting(self) -> list[T]:
-        """Every waiter's item, in the order they will be served."""
-        return [w.item for w in self._retries] + [w.item for w in self._waiters]
+        """Every waiter's item: retries in the order they will be served, then each flow's, highest band first."""
+        return [w.item for w in self._retries] + [w.item for f in self.fair.waiting_flows() for w in f.waiters]
 
     def observe(self, held_s: float) -> None:
         """A request released its slot after *held_s* seconds."""
@@ -110,27 +113,44 @@ class ModelQueue(Generic[T]):
         else:
             self.service_s += SERVICE_EWMA_WEIGHT * (held_s - self.service_s)
 
-    def retry_after(self, ahead: int | None = None) -> int:
-        return retry_after_s(
-            len(self) if ahead is None else ahead, self.slots(), self.service_s, self.limits.queue_timeout_s
-        )
+    def retry_after(self, ahead: int | None = None, flow: Flow | None = None) -> int:
+        """Whole seconds until a new waiter (of *flow*, if given: its share and cap) would likely have a slot."""
+        slots = self.slots()
+        if ahead is None:
+            ahead = len(self) if flow is None else len(self._retries) + self.fair.ahead_of(flow)
+        seconds = retry_after_s(ahead, slots, self.service_s, self.limits.queue_timeout_s)
+        if flow is not None and flow.cap is not None:
+            # Its own waiters go through its cap's slots, however many the model has.
+            seconds = max(seconds, retry_after_s(len(flow.waiters) + 1, flow.cap, self.service_s,
+                                                 self.limits.queue_timeout_s))
+        return seconds
 
-    def wait(self, item: T, exclude: frozenset[str] = frozenset(), retry: bool = False) -> defer.Deferred:
+    def wait(self, item: T, flow: Flow, exclude: frozenset[str] = frozenset(), retry: bool = False) -> defer.Deferred:
         """A Deferred that fires with what ``serve`` gives *item*; ``QueueFull`` if there is no room.
 
+        A full queue makes room by dropping the newest waiter of the flow with
+        the most (``QueueFull`` for it) when that flow has at least two more
+        than *flow*: one client filling the queue cannot lock the others out.
         It fails with ``QueueTimeout`` after ``queue_timeout_s``; cancelling it
         takes the waiter out of the queue.
         """
-        if not retry and len(self._waiters) >= self.limits.queue:
-            after = self.retry_after()
-            raise errors.QueueFull(
-                f"model {self.model!r} is at capacity and its queue is full "
-                f"({self.limits.queue} waiting); retry in {after} s",
-                retry_after_s=after,
-            )
-        waiter: Waiter[T] = Waiter(item, exclude, retry)
-        queue = self._retries if retry else self._waiters
-        queue[waiter] = None
+        fair = self.fair
+        if not retry and fair.depth >= self.limits.queue:
+            fullest = fair.fullest()
+            if fullest is None or len(fullest.waiters) < len(flow.waiters) + 2:
+                after = self.retry_after(flow=flow)
+                fair.forget(flow)
+                raise errors.QueueFull(
+                    f"model {self.model!r} is at capacity and its queue is full "
+                    f"({self.limits.queue} waiting, {len(flow.waiters)} of them yours); retry in {after} s",
+                    retry_after_s=after,
+                )
+            self._push_out(fullest)
+        waiter: Waiter[T] = Waiter(item, exclude, retry, flow)
+        if retry:
+            self._retries[waiter] = None
+        else:
+            fair.push(flow, waiter)
         if self.changed is not None:
             self.changed(len(self))
 
@@ -141,8 +161,23 @@ class ModelQueue(Generic[T]):
         waiter.timer = self.clock.callLater(self.limits.queue_timeout_s, self._expire, waiter)
         return waiter.deferred
 
+    def _push_out(self, flow: Flow) -> None:
+        waiter = next(reversed(flow.waiters))
+        self._remove(waiter)
+        after = self.retry_after(flow=flow)
+        waiter.deferred.errback(errors.QueueFull(
+            f"model {self.model!r} is at capacity and its queue is full ({self.limits.queue} waiting); "
+            f"this request, the newest of the {len(flow.waiters) + 1} waiting from one client, gave its place "
+            f"to another client's; retry in {after} s",
+            retry_after_s=after,
+        ))
+
     def _remove(self, waiter: Waiter[T]) -> None:
-        (self._retries if waiter.retry else self._waiters).pop(waiter, None)
+        if waiter.retry:
+            self._retries.pop(waiter, None)
+            self.fair.forget(waiter.flow)
+        else:
+            self.fair.remove(waiter.flow, waiter)
         if waiter.timer is not None and waiter.timer.active():
             waiter.timer.cancel()
         waiter.timer = None
@@ -153,7 +188,7 @@ class ModelQueue(Generic[T]):
         waiter.timer = None
         ahead = len(self)
         self._remove(waiter)
-        after = self.retry_after(ahead)
+        after = self.retry_after(flow=waiter.flow)
         waiter.deferred.errback(
             errors.QueueTimeout(
                 f"model {self.model!r} had no free slot for {self.limits.queue_timeout_s:g} s "
@@ -163,29 +198,37 @@ class ModelQueue(Generic[T]):
         )
 
     def serve(self, has_room: Callable[[], bool], admit: Callable[[T, frozenset[str]], object | None]) -> int:
-        """Hand free slots to waiters in order while *has_room*; returns how many were served.
+        """Hand free slots to waiters while *has_room*: retries first, then the flow ``fairqueue`` picks.
 
         *admit(item, exclude)* returns what the waiter's Deferred fires with, or
         ``None`` when no free slot suits this waiter (all it may use are taken
-        or excluded); the next waiter is offered the slot instead.
+        or excluded); the next retry is offered the slot instead.  Returns how
+        many were served.
         """
         served = 0
-        while (self._retries or self._waiters) and has_room():
-            for waiter in itertools.chain(self._retries, self._waiters):
+        fair = self.fair
+        while (self._retries or fair.depth) and has_room():
+            for waiter in self._retries:
                 result = admit(waiter.item, waiter.exclude)
                 if result is not None:
-                    # Out of the loop before anything changes the queues: the
-                    # waiter's callbacks may release, admit or cancel at once.
-                    self._remove(waiter)
-                    served += 1
-                    waiter.deferred.callback(result)
                     break
             else:
-                break
+                flow = fair.pick()
+                if flow is None:
+                    break
+                waiter = next(iter(flow.waiters))
+                result = admit(waiter.item, waiter.exclude)
+                if result is None:
+                    break
+            # Out of the loop before anything changes the queues: the
+            # waiter's callbacks may release, admit or cancel at once.
+            self._remove(waiter)
+            served += 1
+            waiter.deferred.callback(result)
         return served
 
     def _in_order(self) -> list[Waiter[T]]:
-        return list(self._retries) + list(self._waiters)
+        return list(self._retries) + [w for f in self.fair.waiting_flows() for w in f.waiters]
 
     def fail_all(self, make_error: Callable[[], Exception]) -> None:
         """Fail every waiter (the model's endpoints are all gone)."""

@@ -34,18 +34,20 @@ Pure and clock-driven: no sockets, no global reactor; tests drive it with
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from llmgw.config.routing import APIKey, RouterSettings
+from llmgw.config.routing import RouterSettings
 from llmgw.router import errors
 from llmgw.router.admission import ModelQueue, capacity, free
 from llmgw.router.coldstart import ColdStarts
+from llmgw.router.fairqueue import BAND, Flow
 from llmgw.router.keys import KeyRing
+from llmgw.router.lease import OUTCOMES, Attempt, Lease
 from llmgw.router.scoring import (
     DEFAULT_LOAD_FACTOR,
     DEFAULT_PREFIX_CHARS,
@@ -69,7 +71,6 @@ __all__ = [
 FAILURES_BEFORE_UNHEALTHY = 2
 COOLDOWN_S = 5.0
 MAX_COOLDOWN_S = 60.0
-OUTCOMES = ("ok", "error", "client_gone", "upstream_failed")
 
 
 @attrs.frozen
@@ -90,6 +91,13 @@ class RequestInfo:
     prefix: str = ""
     # The request's id (``llmgw.router.requestid``): the client's X-Request-Id, or one the router made.
     request_id: str = ""
+    # The client's address: whose share a request is on a router without keys (``fairqueue``).
+    client: str = ""
+
+
+def _held(queue: ModelQueue, flow: str) -> int:
+    kept = queue.fair.flows.get(flow)
+    return 0 if kept is None else kept.held
 
 
 def _address(entry: EndpointEntry) -> tuple[str, int]:
@@ -101,79 +109,6 @@ def _address(entry: EndpointEntry) -> tuple[str, int]:
     if parts.scheme != "http" or not parts.hostname or (port is not None and port < 0):
         raise ValueError(f"endpoint {entry.id}: {entry.url!r} is not an http://host:port URL")
     return parts.hostname, port if port is not None else 80
-
-
-class _Attempt:
-    """One client request across its tries: which endpoints it has used already."""
-
-    __slots__ = ("model", "request", "key", "tried", "queued_at")
-
-    def __init__(self, model: str, request: RequestInfo, key: APIKey | None):
-        self.model = model
-        self.request = request
-        self.key = key
-        self.tried: set[str] = set()
-        # When it started waiting for a slot; None while it is not waiting.
-        self.queued_at: float | None = None
-
-
-class Lease:
-    """A slot on ``endpoint`` held for one request; ``release`` gives it back."""
-
-    __slots__ = ("endpoint", "started_at", "queued_s", "released", "_dispatcher", "_attempt")
-
-    def __init__(self, dispatcher: Dispatcher, attempt: _Attempt, endpoint: Endpoint, now: float, queued_s: float):
-        self.endpoint = endpoint
-        self.started_at = now
-        # How long the request waited in the queue for this slot (0.0: not at all).
-        self.queued_s = queued_s
-        self.released = False
-        self._dispatcher = dispatcher
-        self._attempt = attempt
-
-    @property
-    def model(self) -> str:
-        return self._attempt.model
-
-    @property
-    def key(self) -> APIKey | None:
-        """The API key the request came with; ``None`` on an open API."""
-        return self._attempt.key
-
-    @property
-    def attempt(self) -> int:
-        """1 for the first endpoint this request was sent to, 2 for its first retry, and so on."""
-        return len(self._attempt.tried)
-
-    def release(self, outcome: str = "ok") -> None:
-        """Give the slot back: ``ok``, ``error`` (the engine answered with an error),
-        ``client_gone`` or ``upstream_failed`` (no answer: refused, reset, timed out)."""
-        if self.released:
-            return
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
-        self.released = True
-        self._dispatcher._released(self, outcome)
-
-    def usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """Charge the tokens the engine reported to the key's tokens per minute (unknown counts are not charged)."""
-        dispatcher, key = self._dispatcher, self._attempt.key
-        dispatcher._keys.charge_tokens(key, (prompt_tokens or 0) + (completion_tokens or 0))
-        count = dispatcher._key_tokens
-        if key is not None and count is not None:
-            for kind, n in (("prompt", prompt_tokens), ("completion", completion_tokens)):
-                if n is not None:
-                    count(key.name, kind, n)
-
-    def retry(self) -> defer.Deferred[Lease] | None:
-        """A lease on an endpoint this request has not tried yet, or ``None`` if there is none.
-
-        Releases this lease as ``upstream_failed`` first, unless it was released
-        already.  The Deferred may wait for a slot (ahead of new requests) and
-        fails with ``QueueTimeout`` like any waiter.
-        """
-        self.release("upstream_failed")
-        return self._dispatcher._retry(self._attempt)
 
 
 class Dispatcher:
@@ -196,10 +131,11 @@ class Dispatcher:
         self._queue_wait = getattr(metrics, "queue_wait", None)
         self._key_request = getattr(metrics, "key_request", None)
         self._key_tokens = getattr(metrics, "key_tokens", None)
+        self._fair = getattr(metrics, "fair", None)
         self._policy_options = {"prefix_chars": prefix_chars, "load_factor": load_factor, "vnodes": vnodes}
         self._table: dict[str, Endpoint] = {}
         self._by_model: dict[str, list[Endpoint]] = {}
-        self._queues: dict[str, ModelQueue[_Attempt]] = {}
+        self._queues: dict[str, ModelQueue[Attempt]] = {}
         self._unavailable: dict[str, str] = {}
         self._pending: str | None = None
         self._revivals: dict[str, IDelayedCall] = {}
@@ -207,12 +143,14 @@ class Dispatcher:
         self._config = config
         self._policy = make_policy(config.scoring, **self._policy_options)
         # Held requests of models that start on demand; its first_held is the router's urgent report.
-        self.cold: ColdStarts[_Attempt] = ColdStarts(clock, getattr(metrics, "elastic", None))
+        self.cold: ColdStarts[Attempt] = ColdStarts(clock, getattr(metrics, "elastic", None))
         self.cold.why = lambda model: self._unavailable.get(model) or "no replica is running"
         # When the last request for each model arrived, and endpoints gone from the table with
         # requests still on them: what the load report reads (loadreport.py).
         self.arrived: dict[str, float] = {}
         self.departed: set[Endpoint] = set()
+        # Called with the model whenever a request starts waiting for a slot (``stall.StallWatch``).
+        self.waited: Callable[[str], None] | None = None
         self.reconfigure(config)
 
     # -- configuration and the endpoint table ---------------------------------
@@ -292,10 +230,9 @@ class Dispatcher:
                 cold.fail(model, lambda: self._not_ready(model))
         self._pump_all()
 
-    def _enqueue_held(self, attempt: _Attempt) -> defer.Deferred[Lease]:
+    def _enqueue_held(self, attempt: Attempt) -> defer.Deferred[Lease]:
         # As a retry: ahead of every request that came after it, and not refused by a full queue.
-        attempt.queued_at = self._clock.seconds()
-        return self._queue(attempt.model).wait(attempt, retry=True)
+        return self._wait(attempt, frozenset(), True)
 
     def set_unavailable(self, model: str, reason: str | None) -> None:
         """Why *model* has no ready replica (placement's words), shown in its 503; ``None`` forgets it."""
@@ -343,17 +280,18 @@ class Dispatcher:
                 keys.charge_request(key)
             if model not in self._by_model and model in self.cold.policies:
                 self.arrived[model] = self._clock.seconds()
-                return self.cold.hold(model, _Attempt(model, request, key))
+                return self.cold.hold(model, Attempt(model, request, key))
             self._serving(model)
             self.arrived[model] = self._clock.seconds()
-            attempt = _Attempt(model, request, key)
+            attempt = Attempt(model, request, key)
             queue = self._queue(model)
             if not queue.depth:
-                lease = self._grant(attempt, frozenset())
-                if lease is not None:
-                    return defer.succeed(lease)
-            attempt.queued_at = self._clock.seconds()
-            return queue.wait(attempt)
+                cap = None if key is None else key.max_inflight
+                if cap is None or _held(queue, attempt.flow) < cap:
+                    lease = self._grant(attempt, frozenset())
+                    if lease is not None:
+                        return defer.succeed(lease)
+            return self._wait(attempt, frozenset(), False)
         except Exception:
             return defer.fail()
 
@@ -384,7 +322,7 @@ class Dispatcher:
             why = self._unavailable.get(model) or self._pending or "no replica is running"
         return errors.NoReadyEndpoint(f"model {model!r} has no ready replica: {why}", retry_after_s=after)
 
-    def _queue(self, model: str) -> ModelQueue[_Attempt]:
+    def _queue(self, model: str) -> ModelQueue[Attempt]:
         queue = self._queues.get(model)
         if queue is None:
             queue = self._queues[model] = ModelQueue(self._clock, model, self._config.admission)
@@ -394,7 +332,22 @@ class Dispatcher:
                 queue.changed = lambda n: report(model, n)
         return queue
 
-    def _grant(self, attempt: _Attempt, exclude: frozenset[str]) -> Lease | None:
+    def _flow(self, attempt: Attempt) -> Flow:
+        key = attempt.key
+        band, cap = (0, None) if key is None else (BAND[key.priority], key.max_inflight)
+        return self._queue(attempt.model).fair.flow(attempt.flow, band, cap)
+
+    def _wait(self, attempt: Attempt, exclude: frozenset[str], retry: bool) -> defer.Deferred[Lease]:
+        model = attempt.model
+        attempt.queued_at = self._clock.seconds()
+        d = self._queue(model).wait(attempt, self._flow(attempt), exclude, retry)
+        if self.waited is not None:
+            self.waited(model)
+        # A slot may be free that the flows ahead could not take (at their cap).
+        self._pump(model)
+        return d
+
+    def _grant(self, attempt: Attempt, exclude: frozenset[str]) -> Lease | None:
         """A lease on the endpoint scoring picks among the free ones, or ``None`` if none is free."""
         model = attempt.model
         endpoints = self._by_model.get(model)
@@ -411,13 +364,18 @@ class Dispatcher:
             attempt.queued_at = None
             if self._queue_wait is not None:
                 self._queue_wait(model, queued_s)
+            if attempt.key is not None and self._fair is not None:
+                self._fair.key_queue_wait(attempt.key.name, queued_s)
         if self._metrics is not None:
             self._metrics.scored(model, decision)
         endpoint.inflight += 1
         attempt.tried.add(endpoint.id)
-        return Lease(self, attempt, endpoint, now, queued_s)
+        flow = self._flow(attempt)
+        flow.held += 1
+        self._queues[model].fair.served(flow)
+        return Lease(self, attempt, endpoint, now, queued_s, flow)
 
-    def _retry(self, attempt: _Attempt) -> defer.Deferred[Lease] | None:
+    def _retry(self, attempt: Attempt) -> defer.Deferred[Lease] | None:
         untried = [e for e in self._by_model.get(attempt.model, ()) if e.healthy and e.id not in attempt.tried]
         if not untried:
             return None
@@ -425,8 +383,7 @@ class Dispatcher:
         lease = self._grant(attempt, exclude)
         if lease is not None:
             return defer.succeed(lease)
-        attempt.queued_at = self._clock.seconds()
-        return self._queue(attempt.model).wait(attempt, exclude, retry=True)
+        return self._wait(attempt, exclude, True)
 
     def _pump(self, model: str) -> None:
         queue = self._queues.get(model)
@@ -458,8 +415,12 @@ class Dispatcher:
             endpoint.cooldown_s = 0.0
             if not endpoint.healthy:
                 self._revive(endpoint)
+        flow = lease.flow
+        flow.held -= 1
         queue = self._queues.get(lease.model)
         if queue is not None:
+            if not flow.held:
+                queue.fair.forget(flow)
             queue.observe(now - lease.started_at)
         self._pump(lease.model)
 

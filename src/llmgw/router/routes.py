@@ -90,7 +90,7 @@ def _no_constant(name: str):
     raise ValueError("%s is not JSON (RFC 8259 has no NaN or Infinity): send a number or null" % name)
 
 
-def read_info(request: ParsedRequest, path: str, max_body_bytes: int, rid: str) -> RequestInfo:
+def read_info(request: ParsedRequest, path: str, max_body_bytes: int, rid: str, client: str = "") -> RequestInfo:
     """What the dispatcher needs to know of ``request``; raises Unroutable with the error to answer instead.
 
     A compressed body is replaced in ``request`` by what it decompresses to:
@@ -106,7 +106,7 @@ def read_info(request: ParsedRequest, path: str, max_body_bytes: int, rid: str) 
         request.body = decoded
         del request.headers["content-encoding"]
     if path in FORM_ROUTES:
-        return _read_form(request, path, rid)
+        return _read_form(request, path, rid, client)
     try:
         body = json.loads(request.body, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
@@ -122,10 +122,10 @@ def read_info(request: ParsedRequest, path: str, max_body_bytes: int, rid: str) 
         stream = False
     elif stream.__class__ is not bool:
         raise Unroutable(errors.InvalidRequest('"stream" must be true or false', param="stream"), model)
-    return RequestInfo(path, model, stream, body, bearer(request), prompt_prefix(path, body), rid)
+    return RequestInfo(path, model, stream, body, bearer(request), prompt_prefix(path, body), rid, client)
 
 
-def _read_form(request: ParsedRequest, path: str, rid: str) -> RequestInfo:
+def _read_form(request: ParsedRequest, path: str, rid: str, client: str) -> RequestInfo:
     content_type = request.headers.get("content-type")
     if not is_multipart(content_type):
         raise Unroutable(errors.InvalidRequest("%s takes a multipart/form-data body (the file and its fields, model "
@@ -142,4 +142,4 @@ def _read_form(request: ParsedRequest, path: str, rid: str) -> RequestInfo:
     if stream not in ("true", "false"):
         raise Unroutable(errors.InvalidRequest('the form field "stream" must be true or false', param="stream"), model)
     return RequestInfo(path, model, stream == "true", {"model": model, "stream": stream == "true"}, bearer(request), "",
-                       rid)
+                       rid, client)

@@ -42,6 +42,7 @@ from llmgw.router.metrics import NullMetrics, rejection_reason
 from llmgw.router.proxy import MAX_ATTEMPTS, Exchange
 from llmgw.router.requestid import error_json, id_field, request_id
 from llmgw.router.routes import MODELS, PROXIED, Unroutable, model_list, model_object, not_found, read_info
+from llmgw.router.stall import StallWatch
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -78,11 +79,10 @@ class RouterProtocol(Protocol):
         # The request in hand's id, and the fields every answer to it carries (its id, CORS).
         self._rid = ""
         self._fields = b""
-        # The wait on the client now (idle, header or body), and the write stall.
+        # The wait on the client now (idle, header or body); its write stalls are the factory's ``stalls``.
         self._timer = None
         self._timer_phase = ""
         self._deadline = 0.0
-        self._stall = None
 
     # Protocol
 
@@ -90,6 +90,7 @@ class RouterProtocol(Protocol):
         transport = self.transport
         transport.setTcpNoDelay(True)
         transport.bufferSize = RELAY_BUFFER_BYTES
+        self.client = getattr(transport.getPeer(), "host", "")
         self.factory.connection_made()
         self.take_back_transport()
         self._watch()
@@ -108,10 +109,11 @@ class RouterProtocol(Protocol):
     def connectionLost(self, reason=None) -> None:
         self.lost = True
         self.factory.connection_lost()
-        for call in (self._linger, self._timer, self._stall):
+        for call in (self._linger, self._timer):
             if call is not None and call.active():
                 call.cancel()
         exchange, self.exchange = self.exchange, None
+        self.factory.stalls.resumed(self)
         if exchange is not None:
             exchange.client_gone()
             exchange.ended()
@@ -145,7 +147,7 @@ class RouterProtocol(Protocol):
         transport = self.transport
         if relayed:
             transport.unregisterProducer()
-            if self._stall is not None and self._stall.active():
+            if self in self.factory.stalls:
                 # The transport paused the relay and has not resumed it: it
                 # will resume this protocol instead once its buffer drains.
                 self._writes_blocked = True
@@ -226,18 +228,15 @@ class RouterProtocol(Protocol):
 
     def writes_paused(self) -> None:
         """The client's transport holds more of its answer than it may: the client has that long to read."""
-        if self._stall is None or not self._stall.active():
-            self._stall = self.factory.clock.callLater(self.factory.clients.write_stall_timeout_s, self._stalled)
+        self.factory.stalls.paused(self)
         self._watch()
 
     def writes_resumed(self) -> None:
-        stall, self._stall = self._stall, None
-        if stall is not None and stall.active():
-            stall.cancel()
+        self.factory.stalls.resumed(self)
         self._watch()
 
-    def _stalled(self) -> None:
-        self._stall = None
+    def write_stalled(self) -> None:
+        """The client read nothing for ``write_stall_timeout_s`` (``stall.StallWatch`` keeps the clock)."""
         if self.lost:
             return
         factory = self.factory
@@ -304,7 +303,7 @@ class RouterProtocol(Protocol):
         elif path in PROXIED and method == "POST":
             factory.metrics.request_body(path, len(request.body))
             try:
-                info = read_info(request, path, factory.max_body_bytes, rid)
+                info = read_info(request, path, factory.max_body_bytes, rid, self.client)
             except Unroutable as refused:
                 self._reject(refused.error, close, refused.model, path, started)
                 return
@@ -460,6 +459,7 @@ class RouterFactory(Factory):
             connect_timeout_s=connect_timeout_s,
         )
         self.date = DateHeader(clock.seconds)
+        self.stalls = StallWatch.for_router(self)
         self.created = int(clock.seconds())
 
     def buildProtocol(self, addr) -> Protocol:
