@@ -78,6 +78,14 @@ class EngineLimits:
 
 
 @attrs.frozen
+class Continuation:
+    """router.continuation: an answer whose engine fails mid-stream goes on on another replica (llmgw.router.continuing)."""
+
+    # How many times one answer is continued; 0: never (the stream ends with an error event, as before).
+    max_attempts: int = setting(1, least=0)
+
+
+@attrs.frozen
 class APIKey:
     """A bearer token, stored only as its sha256; ``models`` None means every model."""
 
@@ -125,6 +133,7 @@ class RouterSettings:
     max_body_bytes: int = setting(4 * MiB, least=1)
     clients: ClientLimits = setting(factory=ClientLimits)
     engines: EngineLimits = setting(factory=EngineLimits)
+    continuation: Continuation = setting(factory=Continuation)
     cors: CorsSettings = setting(factory=CorsSettings)
     keys: tuple[APIKey, ...] = setting((), kind=ListOf(section(APIKey)))
     # A stream unread this long while another request waits for its model's slot is cut; None: only

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from llmgw import __version__
 from llmgw.router import errors
+from llmgw.router.continuationmetrics import ContinuationMetrics
 from llmgw.router.elasticmetrics import Counted, ElasticMetrics
 from llmgw.router.fairmetrics import FairMetrics
 from llmgw.router.routes import PATHS
@@ -253,6 +254,7 @@ class RouterMetrics:
         # Held requests (elasticmetrics.py), and the families the load report sums (loadreport.py).
         self.elastic = ElasticMetrics(registry, self._model)
         self.fair = FairMetrics(registry, self._model)
+        self.continuation = ContinuationMetrics(registry, self._model)
         self.counted = Counted(self._flush, self._requests.metric, self._tokens.metric, self._ttft.metric,
                                self._upstream_errors.metric, self._key_requests.metric, self._key_tokens.metric)
 

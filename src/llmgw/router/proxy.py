@@ -18,8 +18,8 @@ hooks (``llmgw.router.contract``); ``dispatch.Dispatcher`` and its ``Lease``
 meet it.  A request is retried on another engine only while nothing of its answer has
 gone to the client: a connection refused or timed out, one closed before a
 whole response head arrived, a response head that cannot be read, or an
-engine answering 502 or 503.  Once a byte went out, a failure
-truncates the client's response (the connection closes) instead.
+engine answering 502 or 503.  Once a byte went out, a streamed answer is
+continued on another engine (``llmgw.router.continuing``); any other is cut.
 
 Two clocks run against the engine once the request is sent; what they are
 and how a stream that stalls ends is ``llmgw.router.deadlines``.
@@ -71,11 +71,12 @@ class Exchange:
     )
 
     def __new__(cls, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):
-        if info.path == RESPONSES and cls is Exchange:
-            # Here, not at the top: the translating exchange is a subclass of this one.
+        if cls is Exchange and (info.stream or info.path == RESPONSES):
+            # Here, not at the top: these exchanges are subclasses of this one.
+            from llmgw.router.continuing import ContinuingExchange, wanted
             from llmgw.router.translate import TranslatingExchange
 
-            cls = TranslatingExchange
+            cls = TranslatingExchange if info.path == RESPONSES else ContinuingExchange if wanted(router.factory, info) else cls
         return object.__new__(cls)
 
     def __init__(self, router: RouterProtocol, request: ParsedRequest, info: RequestInfo, started: float):

@@ -115,6 +115,7 @@ class Router(service.MultiService):
                                 between_bytes_timeout_s=config.engines.between_bytes_timeout_s,
                                 clients=config.clients, max_connections=max_connections(config))
         factory.door = Door.for_config(config, reactor, *self._hosts_in)
+        factory.continuation = config.continuation
         self._factory = factory
         # (endpoint, model) pairs the last scrape reported, so one gone from the table loses its series.
         self._reported: set[tuple[str, str]] = set()
@@ -165,6 +166,7 @@ class Router(service.MultiService):
         factory.clients = config.clients
         factory.max_connections = max_connections(config)
         factory.door = Door.for_config(config, self._reactor, *self._hosts_in)
+        factory.continuation = config.continuation
         self._poll_if_needed()
         self._apply()
 

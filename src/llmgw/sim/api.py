@@ -10,6 +10,13 @@ What the simulator "generates" is the prompt read back: output token *i* is
 word *i mod k* of the last user message (``k`` its number of words), so a
 test can say exactly what a reply contains.  A token is a word everywhere
 (prompt_tokens counts the words of every message).
+
+A chat request whose last message is the assistant's, sent with
+``continue_final_message: true`` (vLLM's way to continue a message rather
+than answer it), is continued: the reply goes on from token *j*, *j* being
+the number of words of that message, and ends where the uninterrupted reply
+would (``--output-tokens`` tokens in all, ``max_tokens`` counting only the
+new ones).  So a reply cut anywhere and continued reads as the whole one.
 """
 
 from __future__ import annotations
@@ -113,6 +120,24 @@ def chat_prompt(payload: dict[str, Any]) -> tuple[int, list[str]]:
     return tokens, last_user or last_said or ["sim"]
 
 
+def continued_from(payload: dict[str, Any]) -> int:
+    """Where a continued reply goes on from: the words of the final assistant message, or 0 (not a continuation).
+
+    As vLLM: ``continue_final_message`` needs the last message to be the
+    assistant's and ``add_generation_prompt`` false.
+    """
+    if payload.get("continue_final_message") is not True:
+        return 0
+    if payload.get("add_generation_prompt", True) is not False:
+        raise ApiError(400, "continue_final_message and add_generation_prompt cannot both be true",
+                       param="add_generation_prompt")
+    messages = payload["messages"]
+    last = messages[-1]
+    if last.get("role") != "assistant":
+        raise ApiError(400, "continue_final_message needs the last message to be the assistant's", param="messages")
+    return len(_text_of(last.get("content")).split())
+
+
 def completion_prompt(payload: dict[str, Any]) -> tuple[int, list[str]]:
     """(prompt tokens, the words the reply is made of) of a completions request."""
     words = _prompt_words(payload.get("prompt"), "prompt")
@@ -213,12 +238,11 @@ def embedding_format(payload: dict[str, Any], default_dims: int) -> tuple[int, b
     return dims, encoding == "base64"
 
 
-def reply_text(words: list[str], n: int) -> str:
-    """The first ``n`` reply tokens joined as the streamed pieces join."""
+def reply_text(words: list[str], n: int, start: int = 0) -> str:
+    """Reply tokens ``start`` to ``start + n`` joined as the streamed pieces join (after token 0, each has its space)."""
     k = len(words)
-    if n <= k:
-        return " ".join(words[:n])
-    return " ".join((words * (n // k + 1))[:n])
+    text = " ".join(words[i % k] for i in range(start, start + n))
+    return " " + text if start and n else text
 
 
 class Renderer:

@@ -34,7 +34,8 @@ _HEALTH_LOADING = b'{"status":"loading"}'
 class Job:
     """One inference request between admission and its last byte."""
 
-    __slots__ = ("kind", "request", "embedding", "stream", "include_usage", "prompt_tokens", "words", "n", "finish", "inputs", "started")
+    __slots__ = ("kind", "request", "embedding", "stream", "include_usage", "prompt_tokens", "words", "n", "finish", "inputs", "started",
+                 "start")
 
     def __init__(self, kind: str, request: ParsedRequest, started: float):
         self.kind = kind
@@ -45,6 +46,8 @@ class Job:
         self.prompt_tokens = 0
         self.words: list[str] = []
         self.n = 0
+        # A continued reply's first token (api.continued_from); 0 for a new one.
+        self.start = 0
         self.finish = "stop"
         self.inputs: list[tuple[int, bytes]] = []
         self.embedding = (0, False)  # (dimensions, base64?)
@@ -234,9 +237,11 @@ class SimEngine:
                 job.embedding = api.embedding_format(payload, self.options.embedding_dims)
             else:
                 job.prompt_tokens, job.words = (api.chat_prompt if kind == CHAT else api.completion_prompt)(payload)
+                if kind == CHAT:
+                    job.start = api.continued_from(payload)
                 job.stream, job.include_usage = api.stream_flags(payload)
                 cap = api.token_cap(payload)
-                job.n = self.options.output_tokens
+                job.n = max(0, self.options.output_tokens - job.start)
                 if cap is not None and cap < job.n:
                     job.n = cap
                     job.finish = "length"
@@ -268,13 +273,13 @@ class SimEngine:
         if job.stream:
             events = self.renderer.stream(job.kind, rid, created, job.include_usage)
             # Every token is ready at once: one write, each event still its own chunk.
-            parts = events.tokens(job.words, 0, job.n)
+            parts = events.tokens(job.words, job.start, job.start + job.n)
             if events.opening:
                 parts.insert(0, events.opening)
             parts.append(events.closing(job.finish, job.prompt_tokens, job.n))
             conn.stream_whole(200, EVENT_STREAM, parts)
         else:
-            text = api.reply_text(job.words, job.n)
+            text = api.reply_text(job.words, job.n, job.start)
             conn.respond(200, self.renderer.whole(job.kind, rid, created, text, job.finish, job.prompt_tokens, job.n))
         if self._log:
             self._log_line(conn, job.request, 200, job.started, self._tokens_note(job, job.n))
@@ -315,7 +320,7 @@ class SimEngine:
                     due = job.n
                 if due > emitted:
                     if events is not None:
-                        parts = events.tokens(job.words, emitted, due)
+                        parts = events.tokens(job.words, job.start + emitted, job.start + due)
                         if emitted == 0 and events.opening:
                             parts.insert(0, events.opening)
                         conn.send_all(parts)
@@ -330,7 +335,7 @@ class SimEngine:
                 conn.send(events.closing(job.finish, job.prompt_tokens, job.n))
                 conn.end_stream()
             else:
-                text = api.reply_text(job.words, job.n)
+                text = api.reply_text(job.words, job.n, job.start)
                 self.metrics.count(200)
                 rid = self._next_id(job.kind)
                 conn.respond(200, self.renderer.whole(job.kind, rid, int(self._clock()), text, job.finish, job.prompt_tokens, job.n))

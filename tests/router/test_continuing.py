@@ -1,0 +1,196 @@
+"""An engine killed or hung mid-answer: every stream goes on on the other replica, and reads as one whole answer.
+
+Real processes: a ``twistd llmgw-router`` with two sim replicas of one model
+as static endpoints, 32 streaming clients of 300 tokens each.  The sim's
+answers are deterministic (``llmgw.sim.api.reply_text``), so the text each
+client read is compared with the uninterrupted answer, word for word.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from llmgw.sim.api import reply_text
+from tests.support.cluster import Process, environment, twistd
+from tests.support.net import connect, free_port, read_response
+from tests.support.sim import MODEL
+from tests.support.wait import wait_for
+
+STREAMS = 32
+TOKENS = 300
+WORDS = [f"w{i}" for i in range(37)]
+WHOLE = reply_text(WORDS, TOKENS)
+
+
+class Router:
+    """llmgw-router with every given engine as a static endpoint of MODEL."""
+
+    def __init__(self, base, urls: list[str], extra: str = ""):
+        self.port = free_port()
+        listed = ", ".join(f'{{model: {MODEL}, url: "{url}"}}' for url in urls)
+        config = base / "router.yaml"
+        config.write_text(f"""
+listen: {{api: "tcp:{self.port}:interface=127.0.0.1", admin: "tcp:{free_port()}:interface=127.0.0.1"}}
+router:
+  endpoints: [{listed}]
+  admission: {{max_inflight_per_endpoint: 64}}
+{extra}""")
+        self.process = Process("router", twistd("llmgw-router", config), base / "router.log", environment())
+
+    def __enter__(self):
+        self.process.start()
+
+        def answers():
+            assert self.process.running(), self.process.output()
+            try:
+                with connect(self.port, timeout=5) as s:
+                    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    return read_response(s.makefile("rb"))[0] == 200
+            except OSError:
+                return False
+
+        wait_for(answers, 30, "the router to answer", detail=self.process.output)
+        return self
+
+    def __exit__(self, *exc):
+        self.process.stop()
+
+
+class Stream:
+    """One streaming chat completion read on its own thread: the content pieces, usage, errors, the longest gap."""
+
+    def __init__(self, port: int, include_usage: bool = True):
+        self.port = port
+        self.pieces: list[str] = []
+        self.usage = None
+        self.errors: list[str] = []
+        self.ids: set[str] = set()
+        self.done = False
+        self.gap = 0.0
+        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": TOKENS + 50,
+                           "stream_options": {"include_usage": include_usage},
+                           "messages": [{"role": "user", "content": " ".join(WORDS)}]}).encode()
+        self.request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
+                s.sendall(self.request)
+                f = s.makefile("rb")
+                status = f.readline()
+                if b" 200 " not in status:
+                    self.errors.append(status.decode())
+                    return
+                while f.readline() not in (b"\r\n", b""):
+                    pass
+                last = time.monotonic()
+                buf = b""
+                while True:
+                    size = f.readline()
+                    if not size:
+                        self.errors.append("the connection closed mid-stream")
+                        return
+                    n = int(size.split(b";")[0], 16)
+                    data = f.read(n + 2)[:n]
+                    now = time.monotonic()
+                    self.gap = max(self.gap, now - last)
+                    last = now
+                    if n == 0:
+                        return
+                    buf += data
+                    *events, buf = buf.split(b"\n\n")
+                    for event in events:
+                        self._event(event)
+        except OSError as e:
+            self.errors.append(repr(e))
+
+    def _event(self, event: bytes) -> None:
+        payload = event.removeprefix(b"data: ")
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        obj = json.loads(payload)
+        if "error" in obj:
+            self.errors.append(obj["error"]["message"])
+            return
+        self.ids.add(obj["id"])
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        for choice in obj["choices"]:
+            content = choice["delta"].get("content")
+            if content:
+                self.pieces.append(content)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def run_with_fault(tmp_path, start_sim, fault, extra: str = "", include_usage: bool = True):
+    sims = [start_sim("--tokens-per-s", "60", "--output-tokens", str(TOKENS), "--ttft-ms", "0") for _ in range(2)]
+    with Router(tmp_path, [s.base_url for s in sims], extra) as router:
+        streams = [Stream(router.port, include_usage) for _ in range(STREAMS)]
+        wait_for(lambda: all(len(s.pieces) >= 10 for s in streams), 30, "every stream to have 10 tokens",
+                 detail=lambda: str([len(s.pieces) for s in streams]))
+        undo = fault(sims[0])
+        for s in streams:
+            s.thread.join(60)
+        if undo:
+            undo()
+        return streams, router.process.output()
+
+
+def assert_whole(streams, include_usage=True):
+    for s in streams:
+        assert not s.thread.is_alive()
+        assert s.errors == [], s.errors
+        assert s.done
+        assert s.text == WHOLE
+        assert len(s.ids) == 1
+        if include_usage:
+            assert s.usage == {"prompt_tokens": len(WORDS), "completion_tokens": TOKENS,
+                               "total_tokens": len(WORDS) + TOKENS}
+
+
+def test_kill_9_of_one_engine_mid_stream_every_stream_reads_as_one_whole_answer(tmp_path, start_sim):
+    streams, log = run_with_fault(tmp_path, start_sim, lambda sim: sim.proc.send_signal(signal.SIGKILL))
+    assert_whole(streams)
+    assert "continuing it on another replica" in log
+    # Half the streams were on the killed engine (least-outstanding spreads them).
+    assert log.count("continues on") >= STREAMS // 4
+
+
+def test_a_hung_engine_is_a_stall_and_its_streams_go_on_elsewhere(tmp_path, start_sim):
+    def hang(sim):
+        sim.proc.send_signal(signal.SIGSTOP)
+        return lambda: sim.proc.send_signal(signal.SIGCONT)
+
+    streams, log = run_with_fault(tmp_path, start_sim, hang, "  engines: {between_bytes_timeout_s: 1}\n")
+    assert_whole(streams)
+    assert "stopped sending its answer" in log
+    assert max(s.gap for s in streams) >= 1
+
+
+def test_without_usage_asked_for_the_continued_stream_has_none(tmp_path, start_sim):
+    streams, _ = run_with_fault(tmp_path, start_sim, lambda sim: sim.proc.send_signal(signal.SIGKILL),
+                                include_usage=False)
+    assert_whole(streams, include_usage=False)
+    assert all(s.usage is None for s in streams)
+
+
+def test_continuation_off_ends_the_stream_with_an_error_event(tmp_path, start_sim):
+    streams, log = run_with_fault(tmp_path, start_sim, lambda sim: sim.proc.send_signal(signal.SIGKILL),
+                                  "  continuation: {max_attempts: 0}\n")
+    cut = [s for s in streams if s.errors]
+    assert cut and len(cut) < STREAMS
+    assert all(s.text == WHOLE for s in streams if not s.errors)
+    assert "continuing it" not in log
