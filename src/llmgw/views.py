@@ -303,6 +303,8 @@ class EndpointTable:
     endpoints: list[EndpointEntry] = attrs.Factory(list)
     unavailable: dict[str, str] = attrs.Factory(dict)
     elastic: dict[str, ColdStart] = attrs.Factory(dict)
+    # Models whose answers are not continued on another replica when their engine fails mid-stream.
+    no_continuation: list[str] = attrs.Factory(list)
 
 
 class EventKind(enum.StrEnum):

@@ -40,7 +40,7 @@ SERVER_CASES = [
         "unknown-nested-key",
         SERVER + "router:\n  scorng: prefix-affinity\n",
         "server.yaml:5: router.scorng: unknown key; did you mean 'scoring'? allowed here: "
-        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, cors, keys, endpoints",
+        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, continuation, cors, keys, endpoints",
     ),
     (
         "unknown-key-nothing-close",
@@ -76,7 +76,7 @@ SERVER_CASES = [
         "wrong-type-list-for-mapping",
         SERVER + "models: [a, b]\n",
         "server.yaml:4: models: expected a mapping of names to a mapping with keys source, "
-        "profile, replicas, sha256, disk_gb, files, scale, got a list",
+        "profile, replicas, sha256, disk_gb, files, scale, continuation, got a list",
     ),
     (
         "wrong-type-yaml11-exponent",

@@ -198,8 +198,10 @@ async def test_a_router_is_answered_the_table_and_told_when_it_changes_in_its_wi
     router = await plane.attach("router01", ROLE_ROUTER)
     published = defer.Deferred()
     await router.subscribe(lambda table: published.called or published.callback(table), uris.EVENT_ENDPOINTS)
-    # New fields are only ever added (docs/link.rst): "elastic" came with elastic replicas.
-    assert await router.call(uris.ROUTER_ENDPOINTS) == {"endpoints": [], "unavailable": {}, "elastic": {}}
+    # New fields are only ever added (docs/link.rst): "elastic" came with elastic replicas,
+    # "no_continuation" with continued answers.
+    assert await router.call(uris.ROUTER_ENDPOINTS) == {"endpoints": [], "unavailable": {}, "elastic": {},
+                                                        "no_continuation": []}
     spec = ShardSpec(shard_id="echo/0/0", replica_id="echo/0", model="echo", engine="sim")
     ready = ShardStatus(spec, "ready", endpoint="http://10.0.0.1:4001")
     node = await plane.attach("node01", ROLE_NODE)

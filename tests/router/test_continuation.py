@@ -208,3 +208,38 @@ def test_events_split_across_reads_are_relayed_whole():
         out += splice.events(raw[i:i + 7])
     assert [e["choices"][0]["delta"]["content"] for e in read(out)] == [" c", " d"]
     assert splice.delivered.tokens == 4
+
+
+# -- the switches ---------------------------------------------------------------------
+
+
+def test_a_model_can_turn_continuation_off_in_server_yaml_and_the_table_carries_it_to_routers(tmp_path):
+    from twisted.internet.task import Clock
+
+    from llmgw.config import load_server_config
+    from llmgw.config.routing import RouterSettings
+    from llmgw.router.service import Router
+    from llmgw.views import EndpointTable
+
+    for name in ("ca.crt", "s.crt", "s.key"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "server.yaml").write_text(
+        'listen: {link: "ssl:7443"}\ntls: {ca: ca.crt, cert: s.crt, key: s.key}\nprofiles:\n  s: {engine: sim}\n'
+        "models:\n  a: {profile: s}\n  b: {profile: s, continuation: false}\n")
+    models = load_server_config(str(tmp_path / "server.yaml")).models
+    assert (models["a"].continuation, models["b"].continuation) == (True, False)
+    router = Router(Clock(), RouterSettings(), "tcp:0:interface=127.0.0.1", follows_table=True)
+    router.apply_table(EndpointTable(no_continuation=["b"]))
+    assert router._factory.no_continuation == frozenset({"b"})
+
+
+def test_continuation_max_attempts_is_read_and_checked(tmp_path):
+    from llmgw.config.router import load_router_config
+    from llmgw.errors import ConfigError
+
+    path = tmp_path / "router.yaml"
+    path.write_text('listen: {api: "tcp:8000"}\nrouter: {endpoints: [{model: m, url: "http://127.0.0.1:1"}], continuation: {max_attempts: 3}}\n')
+    assert load_router_config(str(path)).router.continuation.max_attempts == 3
+    path.write_text('listen: {api: "tcp:8000"}\nrouter: {endpoints: [{model: m, url: "http://127.0.0.1:1"}], continuation: {max_attempts: -1}}\n')
+    with pytest.raises(ConfigError, match="router.continuation.max_attempts"):
+        load_router_config(str(path))

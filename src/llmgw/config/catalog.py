@@ -197,6 +197,8 @@ class Model:
         Str(what="a glob pattern of a repository's files (*.safetensors)", check=_check_files_pattern)))
     # Not in the fingerprint (llmgw.control.catalog): a change of policy restarts no engine.
     scale: Scale = setting(factory=Scale, kind=SCALE_SECTION, kw_only=True)
+    # Whether a stream its engine breaks off goes on on another replica (docs/router.rst); not in the fingerprint.
+    continuation: bool = setting(True, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         count, scale = self.replicas, self.scale

@@ -436,7 +436,8 @@ class ControlSession(ApplicationSession):
         catalog = self.catalog.entries if self.catalog is not None else {}
         reconciler = self.reconciler
         return endpoint_table(self.fleet, {name: entry.model.replicas for name, entry in catalog.items()},
-                              reconciler.views, reconciler.withdrawn(), reconciler.elastic.cold_starts(catalog))
+                              reconciler.views, reconciler.withdrawn(), reconciler.elastic.cold_starts(catalog),
+                              [name for name, entry in catalog.items() if not entry.model.continuation])
 
     def publish_endpoints(self) -> None:
         """Tell routers the table when it changes (each tick calls this)."""

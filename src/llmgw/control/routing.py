@@ -19,7 +19,8 @@ from llmgw.views import ColdStart, EndpointEntry, EndpointTable, ReplicaView
 
 def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
                    views: Callable[[Collection[str]], Iterable[ReplicaView]],
-                   withdrawn: Collection[str] = (), elastic: Mapping[str, ColdStart] | None = None) -> EndpointTable:
+                   withdrawn: Collection[str] = (), elastic: Mapping[str, ColdStart] | None = None,
+                   no_continuation: Collection[str] = ()) -> EndpointTable:
     """The ready replicas of the models in *catalog* (each with its replica count), and why each other model has none.
 
     Entries come in the order ``ctl replicas`` lists their replicas (by
@@ -59,7 +60,7 @@ def endpoint_table(fleet: Fleet, catalog: Mapping[str, int],
     for name in unserved:
         if name not in unavailable:
             unavailable[name] = "the catalog asks for no replicas of it"
-    return EndpointTable(endpoints, unavailable, dict(elastic or {}))
+    return EndpointTable(endpoints, unavailable, dict(elastic or {}), sorted(no_continuation))
 
 
 def _listed(replica_id: str, catalog: Mapping[str, int]) -> tuple:

@@ -192,6 +192,7 @@ class Router(service.MultiService):
             waiting = NO_TABLE_YET if self._table is None else NEW_IN_CATALOG
             unavailable.update({m: waiting for m in sorted(self._catalog - served - unavailable.keys())})
         elastic = {m: c for m, c in table.elastic.items() if self._catalog is None or m in self._catalog}
+        self._factory.no_continuation = frozenset(table.no_continuation)
         if self.metrics is not None:
             self.metrics.set_models(served | unavailable.keys() | elastic.keys() | (self._catalog or frozenset()))
         try:
