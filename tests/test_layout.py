@@ -38,6 +38,10 @@ FORBIDDEN = {
     # The transport's limits are its own (link/settings.py); config builds them from server.yaml.
     "llmgw.link": (("llmgw.config",),
                    "the link takes its settings as records (llmgw.link.settings), never reads config"),
+    # The election and its etcd client serve the server's parts, which import them; process/ builds them from config.
+    "llmgw.ha": (("llmgw.control", "llmgw.router", "llmgw.agent", "llmgw.admin", "llmgw.process", "llmgw.config",
+                  "llmgw.ctl", "llmgw.tui"),
+                 "the control plane, the router, the agent and the admin page import llmgw.ha, never the other way"),
 }
 # part -> (what is composed beside it, only in llmgw/process/).
 COMPOSED = {
