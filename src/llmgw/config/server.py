@@ -17,6 +17,7 @@ import attrs
 from llmgw.config.catalog import Engines, EnginesType, Model, Profile, check_engines, resolve_scales
 from llmgw.config.common import HOST_NAMES, SHA256, TLS
 from llmgw.config.endpoints import ServerEndpoint, check_link_listener, check_listener, parse_server_endpoint
+from llmgw.config.ha import HASettings
 from llmgw.config.history import HistorySettings
 from llmgw.config.routing import RouterSettings
 from llmgw.config.schema import (
@@ -153,6 +154,8 @@ class ServerConfig:
     admin: AdminSettings = setting(factory=AdminSettings)
     pki: PKISettings = setting(factory=PKISettings)
     history: HistorySettings = setting(factory=HistorySettings)
+    # Several servers on one etcd, one leading (llmgw.ha); null: this server leads alone, no etcd.
+    ha: HASettings | None = setting(None)
 
 
 SCHEMA = section(ServerConfig)
@@ -205,6 +208,8 @@ def _check_references(loader: Loader, config: ServerConfig) -> None:
                 f"required for a {engine} model; give the weights' path on the nodes or a URL "
                 "(only sim models run without weights)",
             )
+    if config.ha is not None:
+        _check_ha(loader, config.ha)
     names: dict[str, int] = {}
     hashes: dict[str, int] = {}
     for i, key in enumerate(config.router.keys):
@@ -233,3 +238,23 @@ def _check_references(loader: Loader, config: ServerConfig) -> None:
                     f"no model named {model!r}; {suggest(model, list(config.models))}"
                     "name one of models: or remove it",
                 )
+
+
+def _check_ha(loader: Loader, ha: HASettings) -> None:
+    """The lease's parts fit in it; tls: and the etcd URLs' schemes agree."""
+    if ha.fence_margin_s >= ha.lease_s:
+        path = ("ha", "fence_margin_s")
+        raise loader.fail(loader.line(path), path,
+                          f"must be less than ha.lease_s ({ha.lease_s}); a leader stops commanding this long "
+                          "before its lease could lapse")
+    if ha.request_timeout_s >= ha.lease_s - ha.fence_margin_s:
+        path = ("ha", "request_timeout_s")
+        raise loader.fail(loader.line(path), path,
+                          f"must be less than ha.lease_s less ha.fence_margin_s "
+                          f"({ha.lease_s - ha.fence_margin_s:g}); a renewal must be able to end before the "
+                          "leader's deadline")
+    plain = [url for url in ha.etcd if url.startswith("http://")]
+    if ha.tls is not None and plain:
+        path = ("ha", "etcd")
+        raise loader.fail(loader.line(path), path,
+                          f"{plain[0]} is plain http but ha.tls is given; write https:// for every member")
