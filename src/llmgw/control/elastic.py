@@ -28,6 +28,8 @@ log = Logger()
 
 #: Slot states whose replica is out of the routers' table.
 WITHDRAWN = frozenset({SlotState.DRAINING, SlotState.STOPPING})
+#: Slot states with nothing placed for them yet.
+_UNPLACED = frozenset({SlotState.EMPTY, SlotState.SLEEPING, SlotState.BACKING_OFF, SlotState.HELD})
 
 
 def scale_of(entry: Entry) -> Scale:
@@ -78,6 +80,17 @@ class Elastic:
             if scale.elastic and scale.min == 0:
                 out[name] = ColdStart(timeout_s=scale.cold_start_timeout_s, max_held=scale.max_held)
         return out
+
+    def room_first(self, catalog: Mapping[str, Entry], slots: Mapping[str, Slot]) -> list[tuple[str, Entry]]:
+        """*catalog*'s models, those with a replica not yet placed that others were stopped to make room for first.
+
+        The room made for a replica is then its own: a model placed before it in
+        catalog order cannot take the memory freed for it, leaving it to make room
+        again (and its held requests to wait for one cold start after another).
+        """
+        waiting = {split_slot_id(replica)[0] for replica in self.room
+                   if replica not in slots or slots[replica].state in _UNPLACED}
+        return sorted(catalog.items(), key=lambda item: item[0] not in waiting)
 
     def forget(self, names: set[str]) -> None:
         self.scaler.forget(names)

@@ -105,7 +105,7 @@ class Reconciler:
                 self._stop_all(shards, now, "the model was scaled down", undoing=False)
         settled = self._settle.waiting(now) is None
         self.wants = wants = {}
-        for name, entry in catalog.items():
+        for name, entry in self.elastic.room_first(catalog, self.slots):
             wants[name] = want = self.elastic.wanted(name, entry, observed, self.slots, self.fleet, settled, now)
             for index in range(entry.model.replicas):
                 shards = self._one_per_rank(observed.get(f"{name}/{index}", []), now)
