@@ -8,18 +8,13 @@ client read is compared with the uninterrupted answer, word for word.
 
 from __future__ import annotations
 
-import json
 import signal
-import socket
-import threading
-import time
-
-import pytest
 
 from llmgw.sim.api import reply_text
 from tests.support.cluster import Process, environment, twistd
 from tests.support.net import connect, free_port, read_response
 from tests.support.sim import MODEL
+from tests.support.streams import Stream
 from tests.support.wait import wait_for
 
 STREAMS = 32
@@ -62,83 +57,10 @@ router:
         self.process.stop()
 
 
-class Stream:
-    """One streaming chat completion read on its own thread: the content pieces, usage, errors, the longest gap."""
-
-    def __init__(self, port: int, include_usage: bool = True):
-        self.port = port
-        self.pieces: list[str] = []
-        self.usage = None
-        self.errors: list[str] = []
-        self.ids: set[str] = set()
-        self.done = False
-        self.gap = 0.0
-        body = json.dumps({"model": MODEL, "stream": True, "max_tokens": TOKENS + 50,
-                           "stream_options": {"include_usage": include_usage},
-                           "messages": [{"role": "user", "content": " ".join(WORDS)}]}).encode()
-        self.request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
-                s.sendall(self.request)
-                f = s.makefile("rb")
-                status = f.readline()
-                if b" 200 " not in status:
-                    self.errors.append(status.decode())
-                    return
-                while f.readline() not in (b"\r\n", b""):
-                    pass
-                last = time.monotonic()
-                buf = b""
-                while True:
-                    size = f.readline()
-                    if not size:
-                        self.errors.append("the connection closed mid-stream")
-                        return
-                    n = int(size.split(b";")[0], 16)
-                    data = f.read(n + 2)[:n]
-                    now = time.monotonic()
-                    self.gap = max(self.gap, now - last)
-                    last = now
-                    if n == 0:
-                        return
-                    buf += data
-                    *events, buf = buf.split(b"\n\n")
-                    for event in events:
-                        self._event(event)
-        except OSError as e:
-            self.errors.append(repr(e))
-
-    def _event(self, event: bytes) -> None:
-        payload = event.removeprefix(b"data: ")
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        obj = json.loads(payload)
-        if "error" in obj:
-            self.errors.append(obj["error"]["message"])
-            return
-        self.ids.add(obj["id"])
-        if obj.get("usage"):
-            self.usage = obj["usage"]
-        for choice in obj["choices"]:
-            content = choice["delta"].get("content")
-            if content:
-                self.pieces.append(content)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-
 def run_with_fault(tmp_path, start_sim, fault, extra: str = "", include_usage: bool = True):
     sims = [start_sim("--tokens-per-s", "60", "--output-tokens", str(TOKENS), "--ttft-ms", "0") for _ in range(2)]
     with Router(tmp_path, [s.base_url for s in sims], extra) as router:
-        streams = [Stream(router.port, include_usage) for _ in range(STREAMS)]
+        streams = [Stream(router.port, MODEL, WORDS, TOKENS + 50, include_usage) for _ in range(STREAMS)]
         wait_for(lambda: all(len(s.pieces) >= 10 for s in streams), 30, "every stream to have 10 tokens",
                  detail=lambda: str([len(s.pieces) for s in streams]))
         undo = fault(sims[0])
