@@ -178,6 +178,9 @@ class Inventory:
     # Kept by the agent in its state directory, so a cordon outlives a
     # restart of the control plane, which keeps no database.
     cordoned: bool | None = None
+    # True: the agent checks the leader's epoch on its commands (llmgw.agent.fence), so a server with
+    # ha: sends it one; None: an agent older than fencing, which would refuse the keyword.
+    fencing: bool | None = None
     # Every shard the agent is running or adopted, so a control plane that
     # restarted rebuilds its replicas from the fleet rather than a database.
     shards: list[ShardStatus] | None = field(None, items=1024)

@@ -28,8 +28,9 @@ from llmgw.states import NodeState, ReplicaState, ShardState
 from llmgw.wire import field
 
 #: The inventory's facts a node view carries, flattened beside the node's own
-#: fields; the view's id and cordon are the fleet's, its shards have their own views.
-NODE_FACTS = tuple(f.name for f in attrs.fields(Inventory) if f.name not in ("node_id", "cordoned", "shards"))
+#: fields; the view's id and cordon are the fleet's, its shards have their own views;
+#: ``fencing`` says how the agent takes commands (llmgw.ha.fence), not what the node is.
+NODE_FACTS = tuple(f.name for f in attrs.fields(Inventory) if f.name not in ("node_id", "cordoned", "shards", "fencing"))
 
 
 def _known(states: type) -> Callable:

@@ -40,7 +40,7 @@ def agent_from(tmp_path: Path, pki: Path, weights_line: str) -> Agent:
         f"state_dir: {tmp_path / 'state'}\n{weights_line}\n"
     )
     config = agentconfig.load_agent_config(tmp_path / "agent.yaml")
-    return Agent(reactor, config, "node01", parse_hub_url(config.hub))
+    return Agent(reactor, config, "node01", parse_hub_url(config.hub[0]))
 
 
 @pytest_twisted.ensureDeferred

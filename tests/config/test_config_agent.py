@@ -15,7 +15,7 @@ TLS = "tls: {ca: ca.crt, cert: server.crt, key: server.key}\n"
 def test_the_same_file_on_every_node_needs_only_hub_and_tls(confdir: Path) -> None:
     (confdir / "agent.yaml").write_text('hub: "wss://cp.example.org:7443/"\n' + TLS)
     config = load_agent_config("agent.yaml")
-    assert config.hub == "wss://cp.example.org:7443/"
+    assert config.hub == ("wss://cp.example.org:7443/",)
     assert (config.hub_host, config.hub_port) == ("cp.example.org", 7443)
     assert config.tls == TLSFiles(
         ca=str(confdir / "ca.crt"), cert=str(confdir / "server.crt"), key=str(confdir / "server.key")

@@ -430,7 +430,7 @@ AGENT_CASES = [
         "missing-hub",
         TLS,
         "agent.yaml:1: hub: required key is missing; add 'hub:' with a hub URL like "
-        "wss://HOST:PORT/",
+        "wss://HOST:PORT/, or a list of them",
     ),
     (
         "missing-tls",

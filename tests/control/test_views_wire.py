@@ -94,4 +94,4 @@ def test_a_newer_servers_keys_are_ignored_and_its_unknown_states_kept_as_sent():
 
 def test_a_node_view_carries_every_fact_the_inventory_has():
     assert set(NODE_FACTS) <= set(attrs.fields_dict(NodeView))
-    assert set(NODE_FACTS) == set(attrs.fields_dict(Inventory)) - {"node_id", "cordoned", "shards"}
+    assert set(NODE_FACTS) == set(attrs.fields_dict(Inventory)) - {"node_id", "cordoned", "shards", "fencing"}

@@ -46,5 +46,5 @@ def test_the_agent_dials_what_its_configuration_accepted(tmp_path):
         'hub: "wss://[fd00::1]:7443/"\ntls: {ca: ca.crt, cert: node.crt, key: node.key}\n'
     )
     config = load_agent_config(tmp_path / "agent.yaml")
-    assert parse_hub_url(config.hub) == HubAddress("wss://[fd00::1]:7443/", "fd00::1", 7443)
+    assert parse_hub_url(config.hub[0]) == HubAddress("wss://[fd00::1]:7443/", "fd00::1", 7443)
     assert (config.hub_host, config.hub_port) == ("fd00::1", 7443)

@@ -21,15 +21,18 @@ from twisted.logger import Logger
 from llmgw import PROTOCOL_VERSION, __version__
 from llmgw.agent.discovery.host import route_address
 from llmgw.agent.enginelist import NodeEngines, describe, news
+from llmgw.agent.fence import Fence, register
 from llmgw.agent.lifecycle import ShardInput
 from llmgw.agent.logbuffer import LogBuffer
 from llmgw.agent.nodeid import node_id_for  # noqa: F401  (llmgw.process.agent imports it from here)
 from llmgw.agent.shard import ShardFetch
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import Fetcher, InventoryWatch
+from llmgw.agent.weights.inventory import local_files
 from llmgw.huburl import HubAddress
 from llmgw.link import answers, uris
-from llmgw.records import EngineInfo, EnginePlan, ShardSpec, ShardStatus, WeightsFile
+from llmgw.link.hubs import HubList
+from llmgw.records import EngineInfo, EnginePlan, ShardSpec, ShardStatus
 from llmgw.states import EngineState
 from llmgw.wire import WireError, from_wire, to_wire
 
@@ -39,15 +42,17 @@ log = Logger()
 class Agent:
     """What the agent knows and does, apart from any one link session."""
 
-    def __init__(self, reactor, config, node_id: str, hub: HubAddress, *, platform=None, installer=None):
-        """*installer* is the Installer class (tests give a stand-in); *platform* what it installs for."""
+    def __init__(self, reactor, config, node_id: str, hub: HubAddress, *, platform=None, installer=None, hubs=None):
+        """*installer* is the Installer class (tests give a stand-in); *platform* what it installs for; *hubs* all it dials."""
         self.reactor = reactor
         self.config = config
         self.node_id = node_id
         self.hub = hub
+        self.hubs: HubList = hubs or HubList([hub])
         self.registered_once = False
         self.session: AgentSession | None = None
         self.state_dir = Path(config.state_dir)
+        self.fence = Fence(self.state_dir)  # the newest leader's epoch: older ones are refused
         # Engines listen on the address this node reaches the hub from: the
         # router, beside the hub, reaches them the same way.
         self.host = route_address(hub.host, hub.port) or "127.0.0.1"
@@ -333,8 +338,9 @@ class AgentSession(ApplicationSession):
                          (uris.NODE_CORDON, self.cordon), (uris.NODE_LOGS, self.logs),
                          (uris.NODE_COLLECT_WEIGHTS, self.collect_weights), (uris.NODE_SET_ENGINES, self.set_engines)):
             uri = uris.node_uri(node, verb)
-            await self.register(answers.checked(uri, fn, advice), uri)
-        await self._register()
+            await self.register(self.agent.fence.guarded(verb, uri, answers.checked(uri, fn, advice)), uri)
+        if not await self._register():
+            return  # a standby, or a leader no longer: the session leaves and the dialler goes on
         self._beat = task.LoopingCall(self._heartbeat)
         self._beat.clock = self.agent.reactor
         self._beat.start(self.agent.config.heartbeat_interval_s, now=False).addErrback(
@@ -351,15 +357,18 @@ class AgentSession(ApplicationSession):
             inventory,
             engines=self.agent.engines,
             shards=self.agent.statuses(),
-            cordoned=self.agent.cordoned,
+            cordoned=self.agent.cordoned, fencing=True,
             weights=await self.agent.weights_report(force=True),
         )
         self.agent._engines_sent = self.agent.engines
-        answer = await self.call(uris.AGENT_REGISTER, to_wire(inventory))
+        answer = await register(self, self.agent.hubs, self.agent.fence, to_wire(inventory))
+        if answer is None:
+            return False
         self._plan_from(answer)
         verb = "registered again" if self.agent.registered_once else "registered"
         self.agent.registered_once = True
-        log.info("{verb} with the hub at {hub} as {id}", verb=verb, hub=self.agent.hub.url, id=self.agent.node_id)
+        log.info("{verb} with the hub at {hub} as {id}", verb=verb, hub=self.agent.hubs.current.url, id=self.agent.node_id)
+        return True
 
     def _plan_from(self, answer) -> None:
         """The engine plan in a register answer; a control plane older than installs sends none."""
@@ -484,16 +493,3 @@ class AgentSession(ApplicationSession):
         if details.reason not in ("wamp.close.normal", "wamp.close.goodbye_and_out"):
             log.warn("the hub ended the session: {reason} {message}", reason=details.reason, message=details.message or "")
         self.disconnect()
-
-
-def local_files(paths: list[str], listed: set[str]) -> list[WeightsFile]:
-    """The files at *paths* that a scan did not list (*listed*), as the scan would report them."""
-    found = {}
-    for path in paths:
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue
-        if path not in listed and os.path.isfile(path) and size > 0:
-            found[path] = WeightsFile(path=path, size_bytes=size)
-    return list(found.values())

@@ -14,7 +14,10 @@ import re
 import attrs
 
 from llmgw.config.common import HUB_URL, KNOWN_ENGINES, TLS
-from llmgw.config.schema import NAME_STR, AbsPath, ListOf, Loader, MapOf, Nullable, Str, check_name, section, suggest
+from yaml.nodes import ScalarNode, SequenceNode
+
+from llmgw.config.schema import (NAME_STR, AbsPath, ListOf, Loader, MapOf, Nullable, Str, Type, check_name, section,
+                                  suggest)
 from llmgw.config.yamlpos import read_document
 from llmgw.huburl import parse_hub_url
 from llmgw.records import NAME as NAME_CHARS
@@ -67,6 +70,34 @@ def _check_adapter(text: str) -> None:
             "not an InfiniBand adapter name; use the name under /sys/class/infiniband, "
             "such as mlx5_0"
         )
+
+
+#: The most hubs agent.yaml's hub: may list: the servers of one cluster.
+MOST_HUBS = 16
+
+
+@attrs.frozen
+class HubURLs(Type):
+    """``hub:``: one hub URL, or a list of them (the servers of one cluster with ``ha:``), as a tuple in order."""
+
+    what: str = "a hub URL like wss://HOST:PORT/, or a list of them"
+
+    def convert(self, loader: Loader, node, path):
+        if isinstance(node, ScalarNode):
+            return (HUB_URL.convert(loader, node, path),)
+        if not isinstance(node, SequenceNode):
+            raise self.expected(loader, node, path)
+        urls = ListOf(HUB_URL).convert(loader, node, path)
+        if not urls:
+            raise loader.fail(node, path, "the list of hubs is empty; give at least one, like 'wss://cp.example.org:7443/'")
+        if len(urls) > MOST_HUBS:
+            raise loader.fail(node, path, f"{len(urls)} hubs; at most {MOST_HUBS} (one per server of the cluster)")
+        places = [(parse_hub_url(url).host.lower(), parse_hub_url(url).port) for url in urls]
+        for i, place in enumerate(places):
+            if place in places[:i]:
+                raise loader.fail(node, path + (i,), f"{urls[i]!r} names the same host and port as "
+                                  f"{urls[places.index(place)]!r}; list each server once")
+        return urls
 
 
 CONFIGURABLE_ENGINES = tuple(e for e in KNOWN_ENGINES if e != "sim")
@@ -137,7 +168,8 @@ class AgentConfig:
     """The whole of agent.yaml; ``path`` is the file it came from, absolute."""
 
     path: str
-    hub: str = setting(kind=HUB_URL)
+    # In order: the agent dials the first, the next when one fails, and the leader a standby names.
+    hub: tuple[str, ...] = setting(kind=HubURLs())
     tls: TLSFiles = setting(kind=TLS)
     # None: use the hostname, which is also the certificate's CN.
     node_id: str | None = setting(None, kind=Nullable(NAME_STR))
@@ -166,11 +198,11 @@ class AgentConfig:
 
     @property
     def hub_host(self) -> str:
-        return parse_hub_url(self.hub).host
+        return parse_hub_url(self.hub[0]).host
 
     @property
     def hub_port(self) -> int:
-        return parse_hub_url(self.hub).port
+        return parse_hub_url(self.hub[0]).port
 
     @property
     def engine_port_range(self) -> range:

@@ -29,6 +29,7 @@ from llmgw.control.reload import Listener, Outcome, reload_all
 from llmgw.control.routing import endpoint_table
 from llmgw.control.scaling import Scaling
 from llmgw.engines.releases import engine_plan
+from llmgw.ha.fence import no_ha
 from llmgw.link import hub as hubmod
 from llmgw.link import uris
 from llmgw.records import CollectResult, EnginePlan, Heartbeat, Inventory, Progress, ShardSpec, ShardStatus
@@ -89,6 +90,8 @@ class ControlSession(ApplicationSession):
         self.extensions: list = []
         # In-process consumers of every router's traffic report: (RouterLoad, router key, now).
         self.load_listeners: list = []
+        # The leader's epoch every command that changes a node carries (llmgw.ha.fence): None without ha:.
+        self.command_epoch = no_ha
         self._configure_fleet()
         self._clock = clock if clock is not None else self.fleet._clock
         # The nodes heard since the last llmgw.event.heard, and the call that publishes the next.
@@ -210,6 +213,8 @@ class ControlSession(ApplicationSession):
             # reconciler would have stopped it once adopted.
             defer.ensureDeferred(self._stop_refused(node_id, shard_id))
         answer = {"node_id": node_id}
+        if (epoch := relay.register_epoch(self, node_id, inv.fencing)) is not None:
+            answer[uris.EPOCH] = epoch
         if refused:
             answer["refused"] = refused
         plan = self.engine_plan()
@@ -221,7 +226,8 @@ class ControlSession(ApplicationSession):
     async def _stop_refused(self, node_id: str, shard_id: str) -> None:
         try:
             await self.call(uris.node_uri(node_id, uris.NODE_STOP_SHARD), shard_id,
-                            options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+                            options=CallOptions(timeout=COMMAND_TIMEOUT_MS),
+                            **relay.fenced(self, node_id))
         except Exception as e:
             if self.fleet.claims.may_log(node_id):  # a line per invented id would be the node's to write
                 log.info("asked {node} to stop {shard}, whose report was refused; it did not ({e})",
@@ -282,7 +288,7 @@ class ControlSession(ApplicationSession):
                 if not files or self.fleet.nodes[node_id].state != NodeState.READY:
                     continue
                 answer = await relay.ask(self, node_id, uris.NODE_COLLECT_WEIGHTS, [f.path for f in files],
-                                         timeout_ms=COMMAND_TIMEOUT_MS)
+                                         timeout_ms=COMMAND_TIMEOUT_MS, fence=True)
                 results[node_id] = relay.answer(node_id, uris.NODE_COLLECT_WEIGHTS, CollectResult, answer)
         return to_wire(WeightsAnswer(unwanted=found, collected=results if collect else None))
 
@@ -334,7 +340,7 @@ class ControlSession(ApplicationSession):
         self._known(node_id)
         # The agent keeps the cordon in its state directory, so it outlives
         # this process, which keeps no database.
-        await relay.ask(self, node_id, uris.NODE_CORDON, bool(cordoned), timeout_ms=COMMAND_TIMEOUT_MS)
+        await relay.ask(self, node_id, uris.NODE_CORDON, bool(cordoned), timeout_ms=COMMAND_TIMEOUT_MS, fence=True)
         self.fleet.set_cordoned(node_id, bool(cordoned))
         return to_wire(CordonAnswer(node_id, bool(cordoned)))
 
@@ -346,7 +352,7 @@ class ControlSession(ApplicationSession):
         await self.cordon(node_id, True)
         shards = [s for s in self.fleet.shards.values() if s.node_id == node_id and s.status.state != ShardState.FAILED]
         for shard in shards:
-            await relay.ask(self, node_id, uris.NODE_DRAIN_SHARD, shard.id, timeout_ms=COMMAND_TIMEOUT_MS)
+            await relay.ask(self, node_id, uris.NODE_DRAIN_SHARD, shard.id, timeout_ms=COMMAND_TIMEOUT_MS, fence=True)
         for shard in shards:
             await self.stop_shard(node_id, shard.id)
         return to_wire(DrainAnswer(node_id, True, [s.id for s in shards]))
@@ -397,7 +403,7 @@ class ControlSession(ApplicationSession):
     async def _set_engines(self, node_id: str, plan) -> None:
         try:
             await self.call(uris.node_uri(node_id, uris.NODE_SET_ENGINES), plan,
-                            options=CallOptions(timeout=SET_ENGINES_TIMEOUT_MS))
+                            options=CallOptions(timeout=SET_ENGINES_TIMEOUT_MS), **relay.fenced(self, node_id))
         except Exception as e:
             if isinstance(e, ApplicationError) and e.error == NO_SUCH_PROCEDURE:
                 log.info("{id} has no set_engines (an agent older than engine installs, or one that has just left); "
@@ -457,7 +463,7 @@ class ControlSession(ApplicationSession):
 
     async def start_shard(self, node_id: str, spec: ShardSpec):
         result = await self.call(uris.node_uri(node_id, uris.NODE_START_SHARD), to_wire(spec),
-                                 options=CallOptions(timeout=COMMAND_TIMEOUT_MS))
+                                 options=CallOptions(timeout=COMMAND_TIMEOUT_MS), **relay.fenced(self, node_id))
         status = self._decode(ShardStatus, result)
         try:
             self.fleet.shard_status(node_id, status)
@@ -466,7 +472,7 @@ class ControlSession(ApplicationSession):
         return status
 
     async def stop_shard(self, node_id: str, shard_id: str):
-        result = await relay.ask(self, node_id, uris.NODE_STOP_SHARD, shard_id, timeout_ms=COMMAND_TIMEOUT_MS)
+        result = await relay.ask(self, node_id, uris.NODE_STOP_SHARD, shard_id, timeout_ms=COMMAND_TIMEOUT_MS, fence=True)
         if result is not None:
             self.fleet.shard_status(node_id, relay.answer(node_id, uris.NODE_STOP_SHARD, ShardStatus, result))
         else:

@@ -17,13 +17,16 @@ from typing import Any, TypeVar
 import attrs
 from autobahn.wamp.exception import ApplicationError
 from autobahn.wamp.types import CallOptions
+from twisted.logger import Logger
 
 from llmgw.answers import LOG_LINES, LogsAnswer
+from llmgw.ha.fence import NotLeading, epoch_keyword
 from llmgw.link import uris
 from llmgw.text import printable
 from llmgw.wire import WireError, from_wire
 
 T = TypeVar("T")
+log = Logger()
 
 #: How much of a node's refusal or of what was wrong with its answer an operator is shown.
 ERROR_CHARS = 500
@@ -55,10 +58,39 @@ def answer(node_id: str, verb: str, cls: type[T], payload: Any) -> T:
         ) from None
 
 
-async def ask(session, node_id: str, verb: str, *args: Any, timeout_ms: int) -> Any:
-    """Call *verb* on *node_id* for an operator; a silent node, or a node's refusal, named as that node's."""
+def fenced(session, node_id: str) -> dict[str, int]:
+    """The keyword a command that changes *node_id* carries: the leader's epoch, when there is one to send.
+
+    ``session.command_epoch()`` gives it (None without ``ha:``); when it
+    raises ``NotLeading`` the command is not sent and the caller hears its
+    words.  A node that did not say it checks epochs (an agent older than
+    fencing) is sent none: it would refuse the keyword.
+    """
+    node = session.fleet.nodes.get(node_id)
+    return epoch_keyword(session.command_epoch(), node is not None and node.inventory.fencing)
+
+
+def register_epoch(session, node_id: str, fencing: bool | None) -> int | None:
+    """The epoch a register answer tells *node_id*: None without ``ha:``, or while this server cannot command."""
     try:
-        return await session.call(uris.node_uri(node_id, verb), *args, options=CallOptions(timeout=timeout_ms))
+        epoch = session.command_epoch()
+    except NotLeading:
+        return None
+    if epoch is not None and not fencing:
+        log.warn("{node}'s agent is older than fencing: it is sent commands without the leader's epoch, so a server "
+                 "that lost the lead could still command it; upgrade its llmgw", node=node_id)
+    return epoch
+
+
+async def ask(session, node_id: str, verb: str, *args: Any, timeout_ms: int, fence: bool = False) -> Any:
+    """Call *verb* on *node_id* for an operator; a silent node, or a node's refusal, named as that node's.
+
+    *fence*: the call changes the node, so it carries the leader's epoch (``fenced``).
+    """
+    kwargs = fenced(session, node_id) if fence else {}
+    try:
+        return await session.call(uris.node_uri(node_id, verb), *args, options=CallOptions(timeout=timeout_ms),
+                                  **kwargs)
     except ApplicationError as e:
         said = words(e.args[0]) if e.args else e.error
         if e.error in _SILENT:

@@ -22,6 +22,7 @@ from llmgw.verbose import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
+from llmgw.link.hubs import HubList
 from llmgw.link.session import LinkJsonSerializer, NoDelay, PingWhenQuiet, quiet_cancellations, sweep_pings
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
@@ -115,24 +116,35 @@ class _Reconnecting(ClientService):
     _log = Logger(observer=lambda event: None)
 
 
-def client_service(reactor, hub: HubAddress, tls: TLSFiles, make_session, rng: random.Random | None = None) -> ClientService:
+def client_service(reactor, hub: HubAddress | HubList, tls: TLSFiles, make_session,
+                   rng: random.Random | None = None) -> ClientService:
     """A service that keeps a session to the hub open, reconnecting forever.
 
-    Its backoff's jitter comes from *rng*; by default a generator of its own,
-    seeded from the system, so that no two processes wait in step.
+    *hub* may be a ``HubList``: the service dials its hubs in order, the
+    next after each failed attempt, and the leader a standby names
+    (``llmgw.link.hubs``).  Its backoff's jitter comes from *rng*; by
+    default a generator of its own, seeded from the system, so that no two
+    processes wait in step.
     """
-    return reconnecting(reactor, hub, _endpoint(reactor, hub, tls, timeout=10), _factory(hub, make_session),
+    hubs = hub if isinstance(hub, HubList) else HubList([hub])
+    dial = {address: _endpoint(reactor, address, tls, timeout=10) for address in hubs.hubs}
+    return reconnecting(reactor, hubs, dial, _factory(hubs.current, make_session),
                         jittered_backoff(rng if rng is not None else random.Random()))
 
 
-def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[int], float]) -> ClientService:
+def reconnecting(clock, hub: HubAddress | HubList, endpoint, factory, backoff: Callable[[int], float]) -> ClientService:
     """*factory*'s session kept open over *endpoint*; each failed attempt logged with why and when the next is.
 
     The backoff counts attempts until a session joins, not until TCP
     connects: ClientService starts again on every accepted connection, so a
-    hub that TLS refuses was dialled every second or so, forever.
+    hub that TLS refuses was dialled every second or so, forever.  With a
+    ``HubList``, *endpoint* is a mapping of each hub to its endpoint; a
+    failed attempt moves to the next hub, a lost session tries its hub
+    again first, and a standby's refusal goes where ``HubList.after_refusal`` says.
     """
-    state = {"failures": 0, "why": None, "joined": False}
+    hubs = hub if isinstance(hub, HubList) else HubList([hub])
+    endpoints_of = endpoint if isinstance(endpoint, dict) else {hubs.current: endpoint}
+    state = {"failures": 0, "why": None, "joined": False, "session": False}
 
     def joined():
         state.update(failures=0, why=None, joined=True)
@@ -143,9 +155,12 @@ def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[i
             state["why"] = HubRefused(f"the hub refused the session: {details.message}")
 
     def lost(reason):
+        state["session"] = state["joined"]
         if state["joined"]:
             state["joined"] = False
-            log.info("link to {hub} lost: {why}", hub=hub.url, why=describe_failure(reason, hub))
+            if hubs.refused:
+                return  # the standby's refusal is the retry line's to say
+            log.info("link to {hub} lost: {why}", hub=hubs.current.url, why=describe_failure(reason, hubs.current))
         elif not isinstance(state["why"], HubRefused):
             state["why"] = reason
 
@@ -155,20 +170,45 @@ def reconnecting(clock, hub: HubAddress, endpoint, factory, backoff: Callable[[i
 
     def retry(_attempts_since_tcp_connected: int) -> float:
         state["failures"] += 1
-        delay = backoff(state["failures"])
-        if state["why"] is None:
-            log.info("reconnecting to {hub} in {delay:.1f} s", hub=hub.url, delay=delay)
-        else:
-            why = retry_reason(state["why"], hub)
+        moved = hubs.after_refusal()
+        if moved is not None:
+            said, at_once = moved
             state["why"] = None
-            log.info("{why}{sep}retrying in {delay:.1f} s", why=why, sep="; " if ": " in why else ", ", delay=delay)
+            delay = 0.0 if at_once else backoff(hubs.refusals)
+            log.info("{said} in {delay:.1f} s", said=said, delay=delay)
+            return delay
+        delay = backoff(state["failures"])
+        was, session = hubs.current, state["session"]
+        state["session"] = False
+        if hubs.several and not session:
+            hubs.advance()  # a failed attempt: the next hub; a lost session tries its own hub again first
+        if state["why"] is None:
+            log.info("reconnecting to {hub} in {delay:.1f} s", hub=hubs.current.url, delay=delay)
+        else:
+            why = retry_reason(state["why"], was)
+            state["why"] = None
+            sep = "; " if ": " in why else ", "
+            if hubs.current == was:
+                log.info("{why}{sep}retrying in {delay:.1f} s", why=why, sep=sep, delay=delay)
+            else:
+                log.info("{why}{sep}trying {hub} in {delay:.1f} s", why=why, sep=sep, hub=hubs.current.url, delay=delay)
         return delay
+
+    def connect(f):
+        aim(factory, hubs.current)
+        return endpoints_of[hubs.current].connect(f).addErrback(refused)
 
     factory.on_join = joined
     factory.on_leave = left
     factory.on_lost = lost
-    return _Reconnecting(_Dialling(lambda f: endpoint.connect(f).addErrback(refused)), factory,
-                         retryPolicy=retry, clock=clock)
+    return _Reconnecting(_Dialling(connect), factory, retryPolicy=retry, clock=clock)
+
+
+def aim(factory, hub: HubAddress) -> None:
+    """*factory*'s next WebSocket handshake names *hub* (its Host header and URL); all else as it was."""
+    if factory.url != hub.url:
+        factory.setSessionParameters(url=hub.url, origin=factory.origin, protocols=factory.protocols,
+                                     useragent=factory.useragent, headers=factory.headers, proxy=factory.proxy)
 
 
 @implementer(IStreamClientEndpoint)

@@ -63,6 +63,9 @@ NODE_COLLECT_WEIGHTS = "collect_weights"
 # The EnginePlan changed (a reload): converge on it.  At register the plan
 # comes back in the answer: {"node_id": ..., "engines": EnginePlan}.
 NODE_SET_ENGINES = "set_engines"
+# The keyword a mutating command carries when the server runs with ha: the leader's epoch
+# (llmgw.ha.fence); an agent refuses an epoch older than the newest it has seen (llmgw.agent.fence).
+EPOCH = "epoch"
 
 # events
 EVENT_PREFIX = "llmgw.event."
@@ -90,3 +93,7 @@ ERROR_NOT_ANSWERING = "llmgw.error.not_answering"
 ERROR_ALREADY_CONNECTED = "llmgw.error.already_connected"
 # A per-session limit of the hub (link: in server.yaml) was reached.
 ERROR_LIMIT = "llmgw.error.limit"
+# A standby server refuses an agent's registration: args[0] names the leader in words, and the
+# keyword LEADER_URL its hub URL, which an agent dials only if its own agent.yaml lists it.
+ERROR_STANDBY = "llmgw.error.standby"
+LEADER_URL = "leader_url"

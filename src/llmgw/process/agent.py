@@ -21,7 +21,7 @@ from llmgw.agent import directories
 from llmgw.agent.service import Agent, AgentSession, node_id_for
 from llmgw.agent.statelock import StateLock
 from llmgw.config.agent import DEFAULT_STATE_DIR, DEFAULT_WEIGHTS_DIRS, AgentConfig, load_agent_config
-from llmgw.huburl import parse_hub_url
+from llmgw.link.hubs import HubList
 from llmgw.link.client import client_service
 from llmgw.process.common import compose, config_options
 
@@ -37,31 +37,31 @@ def makeService(options) -> service.MultiService:
 
 
 def build(reactor, config: AgentConfig) -> service.MultiService:
-    hub = parse_hub_url(config.hub)
+    hubs = HubList.of(config.hub)
     node_id = node_id_for(config)
     # Before the first record is read: a second agent here would adopt this one's engines.
     lock = StateLock.acquire(config.state_dir, node_id)
     try:
-        return _build_holding(reactor, config, hub, node_id, lock)
+        return _build_holding(reactor, config, hubs, node_id, lock)
     except BaseException:
         lock.release()  # a build that failed holds nothing, in a test process or a twistd alike
         raise
 
 
-def _build_holding(reactor, config: AgentConfig, hub, node_id: str, lock: StateLock) -> service.MultiService:
+def _build_holding(reactor, config: AgentConfig, hubs: HubList, node_id: str, lock: StateLock) -> service.MultiService:
     top = service.MultiService()
     _HoldStateDir(lock).setServiceParent(top)
-    agent = Agent(reactor, config, node_id, hub, platform=_platform())
+    agent = Agent(reactor, config, node_id, hubs.current, platform=_platform(), hubs=hubs)
     tls = config.tls
     globalLogPublisher.addObserver(agent.log_buffer)
     for status in agent.supervisor.adopt_all():
         log.info("adopted {shard} (pid {pid}), {state}", shard=status.spec.shard_id, pid=status.pid, state=status.state)
     _Installs(agent).setServiceParent(top)
-    client_service(reactor, hub, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
+    client_service(reactor, hubs, tls, lambda cfg: AgentSession(cfg, agent)).setServiceParent(top)
     internet.TimerService(ENGINE_PROBE_INTERVAL_S, _reprobe, agent).setServiceParent(top)
     _LeaveEnginesRunning(agent).setServiceParent(top)
     top.agent = agent
-    log.info("llmgw agent {id}: dialling {hub}; {where}", id=node_id, hub=config.hub, where=where_it_keeps(config))
+    log.info("llmgw agent {id}: dialling {hub}; {where}", id=node_id, hub=", then ".join(config.hub), where=where_it_keeps(config))
     # The node registers with the same sentences (discovery), so its disk is never missing without a word.
     for sentence in directories.make_weights_dirs(config.weights_dirs):
         log.warn("{sentence}", sentence=sentence)

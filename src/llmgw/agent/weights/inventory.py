@@ -165,3 +165,16 @@ class InventoryWatch:
 
     def reset(self) -> None:
         self._last = None
+
+
+def local_files(paths: list[str], listed: set[str]) -> list[WeightsFile]:
+    """The files at *paths* that a scan did not list (*listed*), as the scan would report them."""
+    found = {}
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if path not in listed and os.path.isfile(path) and size > 0:
+            found[path] = WeightsFile(path=path, size_bytes=size)
+    return list(found.values())
