@@ -34,13 +34,13 @@ SERVER_CASES = [
         "unknown-top-level-key",
         SERVER + "routr: {}\n",
         "server.yaml:4: routr: unknown key; did you mean 'router'? allowed here: listen, "
-        "tls, fleet, link, engines, profiles, models, router, admin, pki, history",
+        "tls, fleet, link, engines, profiles, models, router, admin, pki, history, ha",
     ),
     (
         "unknown-nested-key",
         SERVER + "router:\n  scorng: prefix-affinity\n",
         "server.yaml:5: router.scorng: unknown key; did you mean 'scoring'? allowed here: "
-        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, continuation, cors, keys, endpoints",
+        "admission, scoring, allow_anonymous, hosts, max_body_bytes, clients, engines, continuation, cors, keys, client_stall_s, endpoints",
     ),
     (
         "unknown-key-nothing-close",
@@ -53,7 +53,7 @@ SERVER_CASES = [
         "unknown-key-in-a-list-item",
         SERVER + f"router:\n  keys:\n    - name: ops\n      sha256: {HASH}\n      rpm: 5\n",
         "server.yaml:8: router.keys[0].rpm: unknown key; allowed here: name, sha256, models, "
-        "requests_per_minute, tokens_per_minute",
+        "requests_per_minute, tokens_per_minute, priority, max_inflight",
     ),
     # --- wrong types: expected vs got
     (
@@ -366,7 +366,7 @@ SERVER_CASES = [
         "document-is-a-list",
         "- listen\n- tls\n",
         "server.yaml:1: (document): expected a mapping with keys listen, tls, fleet, link, engines, "
-        "profiles, models, router, admin, pki, history, got a list",
+        "profiles, models, router, admin, pki, history, ha, got a list",
     ),
     (
         "tab-indentation",
