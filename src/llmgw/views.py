@@ -26,6 +26,7 @@ from llmgw.records import (
 )
 from llmgw.states import NodeState, ReplicaState, ShardState
 from llmgw.wire import field
+from llmgw.wiretext import Text
 
 #: The inventory's facts a node view carries, flattened beside the node's own
 #: fields; the view's id and cordon are the fleet's, its shards have their own views;
@@ -265,12 +266,37 @@ class ModelStatus:
     weights_by_fabric: dict[str, int] | None = None
 
 
+class ServerRole(str, enum.Enum):
+    """What a server of several (server.yaml's ``ha:``) is doing: leading, standing by, or neither yet."""
+
+    LEADER = "leader"
+    STANDBY = "standby"
+    # Campaigning: no leader known (an election under way, or etcd not answering).
+    CAMPAIGNING = "campaigning"
+
+
+@attrs.frozen
+class ServerView:
+    """One server as it lists itself in etcd (``llmgw.ha.servers``): its name, role, URLs and epoch."""
+
+    name: str = field(chars=253)
+    role: str | None = attrs.field(default=None, converter=_known(ServerRole))
+    # The hub URL agents and ctl dial (ha.advertise), and the OpenAI API's (ha.api_advertise).
+    url: str | None = field(None, chars=512, text=Text.PATH)
+    api_url: str | None = field(None, chars=512, text=Text.PATH)
+    # The leader's epoch while it leads; None on a standby.
+    epoch: int | None = field(None, least=1, most=2**63 - 1)
+    # When it took its present role (seconds since the epoch, its own clock).
+    since: float | None = field(None, least=0, most=TIME)
+
+
 @attrs.frozen
 class FleetStatus:
-    """``llmgw.cp.status``: every model's status, and the nodes counted by state."""
+    """``llmgw.cp.status``: every model's status, the nodes counted by state, and with ``ha:`` every server."""
 
     models: list[ModelStatus] = attrs.Factory(list)
     nodes: dict[str, int] = attrs.Factory(dict)
+    servers: list[ServerView] = field(factory=list, items=64)
 
 
 @attrs.frozen

@@ -52,9 +52,10 @@ class FakeEtcd:
         return kv
 
     def tell(self, event: WatchEvent) -> None:
-        for key, callback, client in list(self.watchers):
+        for key, callback, client, prefix in list(self.watchers):
             # A server cut off from etcd hears nothing of it.
-            if key == event.kv.key and not client.down and not self.down:
+            hit = event.kv.key.startswith(key) if prefix else key == event.kv.key
+            if hit and not client.down and not self.down:
                 callback([event])
 
     def client(self) -> FakeClient:
@@ -87,6 +88,10 @@ class FakeClient:
 
     def get(self, key):
         return self._ask("get", lambda: self.etcd.keys.get(as_bytes(key)))
+
+    def get_prefix(self, prefix):
+        return self._ask("get_prefix", lambda: [kv for k, kv in sorted(self.etcd.keys.items())
+                                                if k.startswith(as_bytes(prefix))])
 
     def put(self, key, value, lease=None):
         return self._ask("put", lambda: self.etcd.store(as_bytes(key), value, lease or 0) and None)
@@ -130,7 +135,6 @@ class FakeClient:
         return self._ask("delete", delete)
 
     def watch(self, key, callback, prefix=False):
-        assert not prefix, "the fake watches one key"
-        entry = (as_bytes(key), callback, self)
+        entry = (as_bytes(key), callback, self, prefix)
         self.etcd.watchers.append(entry)
         return _Watch(self.etcd, entry)
