@@ -134,6 +134,10 @@ class FakeClient:
             return len(gone)
         return self._ask("delete", delete)
 
+    def close(self):
+        self.down = True
+        return defer.succeed(None)
+
     def watch(self, key, callback, prefix=False):
         entry = (as_bytes(key), callback, self, prefix)
         self.etcd.watchers.append(entry)

@@ -52,7 +52,7 @@ log = Logger()
 #: An operator's question about a node that is not there, or that does not answer, is answered, not logged: a
 #: dashboard polling a forgotten node's log every 2 s wrote the server's log as often.
 _ANSWERS = frozenset({uris.ERROR_REFUSED, uris.ERROR_INVALID_ARGUMENT, uris.ERROR_NOT_REGISTERED,
-                      uris.ERROR_NO_SUCH_NODE, uris.ERROR_NOT_ANSWERING})
+                      uris.ERROR_NO_SUCH_NODE, uris.ERROR_NOT_ANSWERING, uris.ERROR_STANDBY})
 #: How many of the known nodes a refusal for an unknown one names.
 KNOWN_SHOWN = 10
 
@@ -92,6 +92,7 @@ class ControlSession(ApplicationSession):
         self.load_listeners: list = []
         # The leader's epoch every command that changes a node carries (llmgw.ha.fence): None without ha:.
         self.command_epoch = no_ha
+        self.guard = lambda uri, endpoint: endpoint  # wraps each procedure registered (llmgw.process.ha: a standby's)
         self._configure_fleet()
         self._clock = clock if clock is not None else self.fleet._clock
         # The nodes heard since the last llmgw.event.heard, and the call that publishes the next.
@@ -107,6 +108,9 @@ class ControlSession(ApplicationSession):
         )
         self.scaling = Scaling(self)  # llmgw.cp.router.load and llmgw.cp.scale
         self.extensions.append(self.scaling)
+
+    def register(self, endpoint, procedure=None, *args, **kwargs):
+        return super().register(self.guard(procedure, endpoint), procedure, *args, **kwargs)
 
     def onConnect(self):
         self.join(self.config.realm)

@@ -3,8 +3,9 @@
 What the tree holds: the hub's TLS listener; the router (when ``listen.api``
 is set), fed the endpoint table in process and reconfigured by reloads; the
 control plane's session, attached to the hub once the reactor runs and
-ticked once a second; and the admin listener, serving one registry that
-the router's and the fleet's figures share.
+ticked once a second; the admin listener, serving one registry that
+the router's and the fleet's figures share; and with ``ha:`` this server's
+part among several (``llmgw.process.ha``: the election, the standby's role).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from llmgw.process.common import (
     split_open_files,
 )
 from llmgw.process.fullgc import FullCollections
+from llmgw.process.ha import Roles
 from llmgw.process.sending import TurnFlush
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.service import Router, check_open_api
@@ -99,7 +101,11 @@ def build(reactor, config: ServerConfig) -> service.MultiService:
         lambda: catalog.config.tls.ca,
         forget=lambda node_id: control.session.fleet.forget_node(node_id),
     )
+    if config.ha is not None:
+        control.ha = Roles(reactor, config.ha, hub, router)
     control.setServiceParent(top)
+    if control.ha is not None:
+        control.ha.setServiceParent(top)
     internet.TimerService(1.0, control.tick).setServiceParent(top)
     page = AdminPage(ControlSource(control), config.admin, reactor)
     reload_listeners.append(admin_page_listener(page))
@@ -211,6 +217,8 @@ class ControlPlane(service.Service):
         self.series: Rolling | None = None
         # The link's connections mid-handshake (its ConnectionBudget's pending), for the fleet's settling.
         self.handshaking = lambda: 0
+        # With ha: this server's part among several (llmgw.process.ha); None: it leads alone.
+        self.ha: Roles | None = None
 
     def startService(self):
         super().startService()
@@ -225,6 +233,8 @@ class ControlPlane(service.Service):
 
         self.session = ControlSession(ComponentConfig(realm=uris.REALM), fleet_factory, self.catalog, self._reactor)
         self.session.identity = self.identity
+        if self.ha is not None:
+            self.ha.attach(self.session)
         self._hub.attach_local(self.session)
         fleet = self.session.fleet
         fleet.handshaking = lambda: self.handshaking()
