@@ -142,3 +142,12 @@ def test_an_eviction_takes_one_off_the_count():
     assert run.step() == 0
     assert run.scaler.counts[("qwen", "evicted")] == 1
     assert "evicted to make room" in run.scaler.asleep("qwen", run.now)
+
+
+def test_a_request_waiting_before_the_fleet_settles_is_told_why_it_waits():
+    run = Run()
+    run.traffic(held=2)
+    assert run.step(settled=False) == 0
+    assert run.scaler.asleep("qwen", run.now) == ("2 request(s) waiting: it starts once the fleet has settled after "
+                                                  "the server's start (fleet.settle_s)")
+    assert run.step() == 1

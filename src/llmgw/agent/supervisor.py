@@ -62,7 +62,7 @@ class UnknownShard(LookupError):
 
 class Supervisor:
     def __init__(self, reactor, state_dir: Path, planner: Planner, report: Callable[[ShardStatus], None],
-                 host: str = "127.0.0.1", clock=None, poll_interval: float = 1.0, health_interval: float = 1.0,
+                 host: str = "127.0.0.1", clock=None, poll_interval: float = 1.0, health_interval: float = 0.25,
                  tail_lines: int = 300, stop_grace_s: float = 10, *, probe_timeout_s: float = 2.0,
                  failure_tail_lines: int = 50, kill_wait_s: float = 5.0, join_timeout_s: float = 20.0,
                  engine_ports: range = ports.DEFAULT_RANGE, port_tries: int = PORT_TRIES):

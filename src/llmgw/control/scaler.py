@@ -181,6 +181,10 @@ class Scaler:
         when = f"last request {age(now - last)} ago" if last is not None else "no request since the server started"
         if state is not None and state.pinned is not None:
             return f"pinned at {state.pinned} replica(s) (ctl scale); {when}"
+        waiting = self.demand.model(name).waiting
+        if waiting and (state is None or state.target is None):
+            return (f"{waiting} request(s) waiting: it starts once the fleet has settled after the server's start "
+                    "(fleet.settle_s)")
         if state is None or not state.target:
             if state is not None and state.down_words and not state.down_words.startswith("idle"):
                 return f"scaled to zero: {state.down_words}; {when}"
