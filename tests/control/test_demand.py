@@ -66,3 +66,14 @@ def test_more_routers_than_the_bound_are_refused_until_one_lapses():
         demand.report(load(), "one-more", 1.0)
     demand.report(load(), "one-more", REPORT_LIFETIME_S + 1)  # the others lapsed meanwhile
     assert len(demand) == 1
+
+
+def test_a_router_that_no_longer_lists_the_replica_has_applied_the_table_and_has_nothing_on_it():
+    demand = Demand()
+    demand.report(load(endpoints=[("qwen/0", 0)]), "a", 10.0)
+    demand.report(load(endpoints=[("qwen/0", 0), ("qwen/1", 0)]), "a", 10.2)
+    assert not demand.drained("qwen/0", since=10.0)  # listed: its table may still route there
+    demand.report(load(endpoints=[("qwen/1", 0)]), "a", 10.3)
+    assert demand.drained("qwen/0", since=10.0)
+    demand.report(load(endpoints=[("qwen/0", 2)]), "a", 10.4)  # departed, with two streams still on it
+    assert not demand.drained("qwen/0", since=10.0)

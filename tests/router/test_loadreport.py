@@ -154,3 +154,23 @@ def test_a_sink_that_fails_is_logged_once_and_the_reports_go_on():
         reporter.stop()
     assert len(calls) == 3
     assert len([e for e in logged if "load report" in e.get("log_format", "")]) == 1
+
+
+def test_an_endpoint_leaving_the_table_is_reported_at_once_without_it():
+    from llmgw.router.service import Router
+    from llmgw.views import EndpointTable
+
+    clock = Clock()
+    router = Router(clock, RouterSettings(), "tcp:0:interface=127.0.0.1", follows_table=True, router_id="server")
+    sent = []
+    router.load_sink = sent.append
+    router.reporter.start()
+    two = [EndpointEntry("echo/0", "echo", "http://127.0.0.1:1"), EndpointEntry("echo/1", "echo", "http://127.0.0.1:2")]
+    router.apply_table(EndpointTable(two))
+    clock.advance(0)
+    assert sent == []  # nothing left the table: the periodic report will do
+    router.apply_table(EndpointTable(two[:1]))
+    clock.advance(0)
+    assert [r.urgent for r in sent] == [True]
+    assert [e.id for e in sent[0].endpoints] == ["echo/0"]
+    router.reporter.stop()

@@ -114,11 +114,22 @@ class Demand:
         return self._endpoints.get(replica_id, 0)
 
     def drained(self, replica_id: str, since: float) -> bool:
-        """Whether every router reporting has said, in a report received a full interval after *since*, that none is left on it."""
+        """Whether every router reporting has said, since *since*, that it has nothing left on the replica.
+
+        A router lists every endpoint of its table and every one it still has
+        requests on: a report made after *since* that does not list the
+        replica comes from a router that has the table without it and nothing
+        on it (routers report at once when an endpoint leaves their table).  A
+        report that lists it with none in flight counts only a full interval
+        after *since*: that router may not have had the new table yet.
+        """
         for load, at in self._reports.values():
-            if at < since + REPORT_INTERVAL_S:
+            if at <= since:
                 return False
-        return self.inflight(replica_id) == 0
+            for endpoint in load.endpoints:
+                if endpoint.id == replica_id and (endpoint.inflight or at < since + REPORT_INTERVAL_S):
+                    return False
+        return True
 
     def __len__(self) -> int:
         return len(self._reports)

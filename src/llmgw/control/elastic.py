@@ -88,8 +88,9 @@ class Elastic:
         catalog order cannot take the memory freed for it, leaving it to make room
         again (and its held requests to wait for one cold start after another).
         """
-        waiting = {split_slot_id(replica)[0] for replica in self.room
-                   if replica not in slots or slots[replica].state in _UNPLACED}
+        # Room made for a replica since placed is its own now: forget it.
+        self.room = {r: v for r, v in self.room.items() if r not in slots or slots[r].state in _UNPLACED}
+        waiting = {split_slot_id(replica)[0] for replica in self.room}
         return sorted(catalog.items(), key=lambda item: item[0] not in waiting)
 
     def forget(self, names: set[str]) -> None:

@@ -23,6 +23,7 @@ from llmgw.control.slot import SlotState
 from llmgw.link import uris
 from llmgw.roles import ROLE_ROUTER
 from llmgw.traffic import RouterLoad
+from llmgw.views import EventKind
 from llmgw.wire import WireError, from_wire, to_wire
 
 log = Logger()
@@ -36,6 +37,7 @@ class Scaling:
         self._soon = None
         self._refused: set[str] = set()
         session.load_listeners.append(self._demand)
+        session.event_listeners.append(self._shard_changed)
 
     async def register(self, session) -> None:
         await session.register(self.router_load, uris.ROUTER_LOAD, RegisterOptions(details_arg="details"))
@@ -69,6 +71,11 @@ class Scaling:
             except Exception:
                 log.failure("a traffic report listener failed")
         if report.urgent and self._soon is None:
+            self._soon = self.session._clock.callLater(0, self._pass)
+
+    def _shard_changed(self, kind, ident, event) -> None:
+        """A shard of a replica being stopped to make room has gone: place what waits for the room now."""
+        if kind is EventKind.SHARD and self.session.reconciler.elastic.room and self._soon is None:
             self._soon = self.session._clock.callLater(0, self._pass)
 
     def _demand(self, report: RouterLoad, key: str, now: float) -> None:

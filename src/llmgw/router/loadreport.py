@@ -195,7 +195,10 @@ class LoadReporter:
         self._urgent = None
 
     def urgent(self, model: str) -> None:
-        """A request is held for *model*, which had none held: report now (one report for all such in one tick)."""
+        """A request is held for *model*, which had none held, or an endpoint left the table: report now.
+
+        One report for all such in one turn of the reactor.
+        """
         if self.sink is None or self._urgent is not None or not self._loop.running:
             return
         self._urgent = self.clock.callLater(0, self._send_urgent)

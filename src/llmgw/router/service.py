@@ -195,8 +195,13 @@ class Router(service.MultiService):
         self._factory.no_continuation = frozenset(table.no_continuation)
         if self.metrics is not None:
             self.metrics.set_models(served | unavailable.keys() | elastic.keys() | (self._catalog or frozenset()))
+        before = {e.id for e in self.dispatcher.endpoints()}
         try:
             self.dispatcher.set_endpoints(entries, unavailable, elastic)
+            if before - {e.id for e in entries}:
+                # A replica left the table (drained, scaled down): say at once what is still on it, so
+                # the control plane stops it as soon as nothing is, not a report interval later.
+                self.reporter.urgent("")
         except ValueError as e:
             log.error("endpoint table refused, the previous one stays: {e}", e=str(e))
         self.dispatcher.set_pending(NO_TABLE_YET if self._table is None and self._catalog is None else None)
