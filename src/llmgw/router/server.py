@@ -42,7 +42,7 @@ from llmgw.router.metrics import NullMetrics, rejection_reason
 from llmgw.router.proxy import MAX_ATTEMPTS, Exchange
 from llmgw.router.requestid import error_json, id_field, request_id
 from llmgw.router.routes import MODELS, PROXIED, Unroutable, model_list, model_object, not_found, read_info
-from llmgw.router.stall import StallWatch
+from llmgw.router.stall import StallWatch, limit_unsent
 from llmgw.router.upstream import CONNECT_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_IDLE_PER_ENDPOINT, RELAY_BUFFER_BYTES, UpstreamPool
 
 log = Logger()
@@ -90,6 +90,7 @@ class RouterProtocol(Protocol):
         transport = self.transport
         transport.setTcpNoDelay(True)
         transport.bufferSize = RELAY_BUFFER_BYTES
+        limit_unsent(transport, RELAY_BUFFER_BYTES)
         self.client = getattr(transport.getPeer(), "host", "")
         self.factory.connection_made()
         self.take_back_transport()

@@ -17,16 +17,48 @@ the relay from the engine, or the router's own answers.  Two clocks start:
 
 A client that reads again starts both afresh.  Clock-driven, no sockets:
 tests drive it with ``twisted.internet.task.Clock`` and stand-in connections.
+
+Neither clock starts before the router's own buffer fills, and the kernel's
+send buffer for the connection lies before it: Linux grows it to
+``net.ipv4.tcp_wmem``'s largest (4 MiB by default) for a client that does
+not read, some 12 s of a stream at 1000 tokens/s.  ``limit_unsent`` caps
+what the kernel holds unsent (``TCP_NOTSENT_LOWAT``), so an unread stream
+pauses once the client's own receive buffer is full; data in flight is not
+limited, so a fast client on a long path is not slowed.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Callable
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 log = Logger()
+
+# TCP_NOTSENT_LOWAT (Linux 3.12, macOS); absent: the kernel's own send buffer applies.
+_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+
+
+def limit_unsent(transport, nbytes: int) -> bool:
+    """Let the kernel hold at most about *nbytes* of *transport*'s writes unsent; False where it cannot be set.
+
+    *transport* is a TCP transport or one wrapping it (TLS); another kind
+    (a UNIX socket, a test's stand-in) is left as it is.
+    """
+    while transport is not None:
+        sock = getattr(transport, "socket", None)
+        if isinstance(sock, socket.socket):
+            if _NOTSENT_LOWAT is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return False
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, _NOTSENT_LOWAT, nbytes)
+            except OSError:
+                return False
+            return True
+        transport = getattr(transport, "transport", None)
+    return False
 
 
 class _Stall:
