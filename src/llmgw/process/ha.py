@@ -104,8 +104,11 @@ class Roles(service.Service):
         def gated() -> None:
             if not self.may_command():
                 return
-            if settled and self._settle is not None and self._settle.waiting(self.clock.seconds()) is not None:
-                return  # the router keeps the table the last leader put until the fleet is heard again
+            if settled and self._settle is not None:
+                if self._settle.waiting(self.clock.seconds()) is not None:
+                    return  # the router keeps the table the last leader put until the fleet is heard again
+                self._settle = None
+                log.info("{name}: the fleet has settled; placing, and publishing the endpoint table", name=self.name)
             act()
         return gated
 
