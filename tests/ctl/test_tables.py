@@ -152,6 +152,16 @@ def test_status_counts_ready_against_desired():
     assert text.splitlines()[-1] == "nodes: 1 lost, 2 ready"
 
 
+def test_status_with_ha_lists_every_server_its_role_and_epoch():
+    text = tables.status_text(from_wire(FleetStatus, {"nodes": {"ready": 2}, "servers": [
+        {"name": "serverA", "role": "standby", "url": "wss://a:7443/"},
+        {"name": "serverB", "role": "leader", "epoch": 12, "url": "wss://b:7443/", "api_url": "https://b:8080"}]}))
+    lines = text.splitlines()
+    assert lines[-3].split() == ["SERVER", "ROLE", "EPOCH", "HUB", "API"]
+    assert lines[-2].split() == ["serverA", "standby", "-", "wss://a:7443/", "-"]
+    assert lines[-1].split() == ["serverB", "leader", "12", "wss://b:7443/", "https://b:8080"]
+
+
 def test_a_figure_an_older_server_did_not_send_shows_as_a_dash():
     text = tables.status_text(from_wire(FleetStatus, {"models": [{"model": "echo"}]}))
     assert text.splitlines()[1].split() == ["echo", "-", "-", "-", "-", "-"]

@@ -107,7 +107,12 @@ def status_text(status: FleetStatus) -> str:
     ]
     fleet = ", ".join(f"{n} {said(state)}" for state, n in sorted(status.nodes.items())) or "no nodes"
     body = table(header, rows) if rows else "the catalog has no models"
-    return f"{body}\nnodes: {fleet}"
+    text = f"{body}\nnodes: {fleet}"
+    if status.servers:  # with ha: (docs/operations.rst, "Two servers")
+        text += "\n\n" + table(("SERVER", "ROLE", "EPOCH", "HUB", "API"), [
+            (said(s.name), said(getattr(s.role, "value", s.role) or DASH), _figure(s.epoch), said(s.url or DASH), said(s.api_url or DASH))
+            for s in status.servers])
+    return text
 
 
 def logs_text(answer: LogsAnswer) -> str:
