@@ -77,3 +77,26 @@ def test_a_router_that_no_longer_lists_the_replica_has_applied_the_table_and_has
     assert demand.drained("qwen/0", since=10.0)
     demand.report(load(endpoints=[("qwen/0", 2)]), "a", 10.4)  # departed, with two streams still on it
     assert not demand.drained("qwen/0", since=10.0)
+
+
+class Counted(list):
+    """A report's list that counts how often it is read through."""
+
+    reads = 0
+
+    def __iter__(self):
+        Counted.reads += 1
+        return super().__iter__()
+
+
+def test_a_report_costs_its_own_size_not_every_routers_reports_again():
+    demand = Demand()
+    Counted.reads = 0
+    for i in range(200):
+        demand.report(RouterLoad("r", Counted([ModelLoad("qwen", inflight=1)]), Counted()), f"router{i}", 1.0)
+    assert Counted.reads <= 2 * 200  # each read once or twice as it comes, not again for each later report
+    assert demand.model("qwen").inflight == 200 and demand.inflight("qwen/0") == 0
+    assert Counted.reads <= 2 * 200 + 2 * 200  # and summed once when asked
+    demand.model("qwen")
+    demand.inflight("qwen/0")
+    assert Counted.reads <= 4 * 200  # not again while nothing new came

@@ -11,6 +11,9 @@ A replica being drained is stopped once every router has reported, after
 the drain began, that it has nothing left on it (``drained``): a report
 received before the routers had the table without it may still show a
 request about to be sent there.
+
+A report is kept as it comes and the sums are made when next read, so a
+flood of reports costs each its own size, not every router's again.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ class Demand:
         self._reports: dict[str, tuple[RouterLoad, float]] = {}
         # The newest request each model has seen, kept past its router's report.
         self._last_request: dict[str, float] = {}
-        self.models: dict[str, ModelDemand] = {}
+        self._models: dict[str, ModelDemand] = {}
         self._endpoints: dict[str, int] = {}
+        self._stale = False  # a report came or went since the sums were made
 
     def report(self, load: RouterLoad, router: str, now: float) -> None:
         """Take *router*'s newest report, received at *now*."""
@@ -70,7 +74,7 @@ class Demand:
                 at = now - model.idle_s
                 if at > self._last_request.get(model.model, float("-inf")):
                     self._last_request[model.model] = at
-        self._sum()
+        self._stale = True
 
     def expire(self, now: float) -> None:
         """Forget the routers that have not reported for ``REPORT_LIFETIME_S``."""
@@ -78,7 +82,7 @@ class Demand:
         for router in old:
             del self._reports[router]
         if old:
-            self._sum()
+            self._stale = True
 
     def forget(self, models: set[str]) -> None:
         """Drop what is kept of models no longer in the catalog."""
@@ -86,9 +90,17 @@ class Demand:
         for name in gone:
             del self._last_request[name]
         if gone:
+            self._stale = True
+
+    @property
+    def models(self) -> dict[str, ModelDemand]:
+        """Each model's traffic, summed over every router's latest report."""
+        if self._stale:
             self._sum()
+        return self._models
 
     def _sum(self) -> None:
+        self._stale = False
         models: dict[str, ModelDemand] = {}
         endpoints: dict[str, int] = {}
         for load, _ in self._reports.values():
@@ -103,7 +115,7 @@ class Demand:
                 endpoints[e.id] = endpoints.get(e.id, 0) + e.inflight
         for name, at in self._last_request.items():
             models.setdefault(name, ModelDemand()).last_request_at = at
-        self.models = models
+        self._models = models
         self._endpoints = endpoints
 
     def model(self, name: str) -> ModelDemand:
@@ -111,6 +123,8 @@ class Demand:
 
     def inflight(self, replica_id: str) -> int:
         """Requests on the replica's endpoint, in every router that reports."""
+        if self._stale:
+            self._sum()
         return self._endpoints.get(replica_id, 0)
 
     def drained(self, replica_id: str, since: float) -> bool:
