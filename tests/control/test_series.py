@@ -204,3 +204,15 @@ def test_memory_is_buckets_floats_per_series_whatever_the_traffic():
     assert rolling.held() <= 50 * 12
     ring = next(iter(rolling._subjects.values())).rings["requests_per_s"]
     assert ring.itemsize * len(ring) == 360 * 4
+
+
+def test_the_open_bucket_holds_at_most_subjects_names_however_many_a_router_invents():
+    clock = clock_at()
+    rolling = Rolling(clock, bucket_s=10, buckets=6, subjects=5)
+    for n in range(10_000):
+        rolling.add_key(clock.seconds(), f"key{n}", 1, 1)
+        rolling.model(clock.seconds(), f"model{n}").requests += 1
+    assert len(rolling._keys) + len(rolling._models) <= 5
+    assert rolling.not_kept == 20_000 - 5
+    clock.advance(10)
+    assert len({s.subject for s in rolling.figures().series}) == 5

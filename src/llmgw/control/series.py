@@ -9,7 +9,8 @@ the traffic: docs/metrics.rst gives the bytes.  When a new subject would be
 one too many, the least recently updated one is let go, and the log says so
 once; one written in the same bucket is never let go for a newcomer — the
 newcomer is then not kept, so a fleet larger than the bound does not churn
-every subject every bucket.
+every subject every bucket.  The open bucket holds as many names at most,
+so a router naming thousands of keys costs no more than the bound.
 
 What goes in a bucket comes from ``llmgw.control.seriesfeed``: the
 traffic's differences as they arrive (``add_model``, ``add_key``), and,
@@ -133,6 +134,8 @@ class Rolling:
         self.advance(now)
         found = self._models.get(model)
         if found is None:
+            if not self._room(Scope.MODEL, model):
+                return ModelBucket()  # added to, then let go: a name past the bound is not kept
             found = self._models[model] = ModelBucket()
         return found
 
@@ -140,10 +143,19 @@ class Rolling:
         self.advance(now)
         found = self._keys.get(key)
         if found is None:
-            self._keys[key] = [requests, tokens]
+            if self._room(Scope.KEY, key):
+                self._keys[key] = [requests, tokens]
         else:
             found[0] += requests
             found[1] += tokens
+
+    def _room(self, scope: Scope, name: str) -> bool:
+        """Whether the open bucket may take one more name: at most ``subjects``, as the rings hold."""
+        if len(self._models) + len(self._keys) < self.subjects:
+            return True
+        self.not_kept += 1
+        self._tell(f"not keeping the figures of {scope} {name!r}")
+        return False
 
     def advance(self, now: float) -> None:
         """Close every bucket that ended by *now*: the open one with its figures, any skipped one as unknown.
