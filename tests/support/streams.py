@@ -1,4 +1,4 @@
-"""A streaming chat completion read on its own thread, as a client sees it: content, usage, errors, the longest pause.
+"""A streaming chat completion read on its own thread, as a client sees it, and a router over several engines of one model.
 
 For tests that break an engine mid-answer (tests/router/test_continuing.py, the
 fault suite) and compare what each client read with the whole answer.
@@ -11,11 +11,16 @@ import socket
 import threading
 import time
 
+from tests.support.cluster import Process, environment, twistd
+from tests.support.net import connect, free_port, read_response
+from tests.support.wait import wait_for
+
 
 class Stream:
     """One streaming chat completion read on its own thread: the content pieces, usage, errors, the longest gap."""
 
-    def __init__(self, port: int, model: str, words: list[str], max_tokens: int, include_usage: bool = True):
+    def __init__(self, port: int, model: str, words: list[str], max_tokens: int, include_usage: bool = True,
+                 **fields):
         self.port = port
         self.pieces: list[str] = []
         self.usage = None
@@ -27,7 +32,7 @@ class Stream:
         self.engines: list[str] = []
         body = json.dumps({"model": model, "stream": True, "max_tokens": max_tokens,
                            "stream_options": {"include_usage": include_usage},
-                           "messages": [{"role": "user", "content": " ".join(words)}]}).encode()
+                           "messages": [{"role": "user", "content": " ".join(words)}], **fields}).encode()
         self.request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -88,3 +93,37 @@ class Stream:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+
+class StaticRouter:
+    """llmgw-router with every given engine as a static endpoint of *model*, 64 requests a slot each."""
+
+    def __init__(self, base, model: str, urls: list[str], extra: str = ""):
+        self.port = free_port()
+        listed = ", ".join(f'{{model: {model}, url: "{url}"}}' for url in urls)
+        config = base / "router.yaml"
+        config.write_text(f"""
+listen: {{api: "tcp:{self.port}:interface=127.0.0.1", admin: "tcp:{free_port()}:interface=127.0.0.1"}}
+router:
+  endpoints: [{listed}]
+  admission: {{max_inflight_per_endpoint: 64}}
+{extra}""")
+        self.process = Process("router", twistd("llmgw-router", config), base / "router.log", environment())
+
+    def __enter__(self):
+        self.process.start()
+
+        def answers():
+            assert self.process.running(), self.process.output()
+            try:
+                with connect(self.port, timeout=5) as s:
+                    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    return read_response(s.makefile("rb"))[0] == 200
+            except OSError:
+                return False
+
+        wait_for(answers, 30, "the router to answer", detail=self.process.output)
+        return self
+
+    def __exit__(self, *exc):
+        self.process.stop()
