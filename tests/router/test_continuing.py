@@ -11,10 +11,8 @@ from __future__ import annotations
 import signal
 
 from llmgw.sim.api import reply_text
-from tests.support.cluster import Process, environment, twistd
-from tests.support.net import connect, free_port, read_response
 from tests.support.sim import MODEL
-from tests.support.streams import Stream
+from tests.support.streams import StaticRouter, Stream
 from tests.support.wait import wait_for
 
 STREAMS = 32
@@ -23,43 +21,9 @@ WORDS = [f"w{i}" for i in range(37)]
 WHOLE = reply_text(WORDS, TOKENS)
 
 
-class Router:
-    """llmgw-router with every given engine as a static endpoint of MODEL."""
-
-    def __init__(self, base, urls: list[str], extra: str = ""):
-        self.port = free_port()
-        listed = ", ".join(f'{{model: {MODEL}, url: "{url}"}}' for url in urls)
-        config = base / "router.yaml"
-        config.write_text(f"""
-listen: {{api: "tcp:{self.port}:interface=127.0.0.1", admin: "tcp:{free_port()}:interface=127.0.0.1"}}
-router:
-  endpoints: [{listed}]
-  admission: {{max_inflight_per_endpoint: 64}}
-{extra}""")
-        self.process = Process("router", twistd("llmgw-router", config), base / "router.log", environment())
-
-    def __enter__(self):
-        self.process.start()
-
-        def answers():
-            assert self.process.running(), self.process.output()
-            try:
-                with connect(self.port, timeout=5) as s:
-                    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-                    return read_response(s.makefile("rb"))[0] == 200
-            except OSError:
-                return False
-
-        wait_for(answers, 30, "the router to answer", detail=self.process.output)
-        return self
-
-    def __exit__(self, *exc):
-        self.process.stop()
-
-
 def run_with_fault(tmp_path, start_sim, fault, extra: str = "", include_usage: bool = True):
     sims = [start_sim("--tokens-per-s", "60", "--output-tokens", str(TOKENS), "--ttft-ms", "0") for _ in range(2)]
-    with Router(tmp_path, [s.base_url for s in sims], extra) as router:
+    with StaticRouter(tmp_path, MODEL, [s.base_url for s in sims], extra) as router:
         streams = [Stream(router.port, MODEL, WORDS, TOKENS + 50, include_usage) for _ in range(STREAMS)]
         wait_for(lambda: all(len(s.pieces) >= 10 for s in streams), 30, "every stream to have 10 tokens",
                  detail=lambda: str([len(s.pieces) for s in streams]))
