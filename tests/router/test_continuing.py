@@ -8,12 +8,20 @@ client read is compared with the uninterrupted answer, word for word.
 
 from __future__ import annotations
 
+import json
 import signal
 
+import pytest_twisted
+from twisted.internet import threads
+
+from llmgw.config.routing import Continuation
 from llmgw.sim.api import reply_text
+from tests.support.net import connect, post, read_response, sse_events
 from tests.support.sim import MODEL
 from tests.support.streams import StaticRouter, Stream
-from tests.support.wait import wait_for
+from tests.support.wait import until, wait_for
+
+from .routerharness import StaticDispatcher, endpoint_of
 
 STREAMS = 32
 TOKENS = 300
@@ -80,3 +88,36 @@ def test_continuation_off_ends_the_stream_with_an_error_event(tmp_path, start_si
     assert cut and len(cut) < STREAMS
     assert all(s.text == WHOLE for s in streams if not s.errors)
     assert "continuing it" not in log
+
+
+# -- in the reactor, with the dispatcher's every step recorded ---------------------------------
+
+def _stream(port: int, started: list, words: list[str]) -> list[dict]:
+    with connect(port) as s:
+        s.sendall(post("/v1/chat/completions", {"model": MODEL, "stream": True, "stream_options": {"include_usage": True},
+                                                "messages": [{"role": "user", "content": " ".join(words)}]}))
+        started.append(True)
+        return [json.loads(e) for e in sse_events(read_response(s.makefile("rb"))[2])[:-1]]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_continuation_takes_a_second_lease_and_the_first_is_released_as_failed(start_sim, make_router):
+    dying = start_sim("--tokens-per-s", "20", "--output-tokens", "60")
+    other = start_sim("--output-tokens", "60")
+    dispatcher = StaticDispatcher([endpoint_of(dying, "dying"), endpoint_of(other, "other")])
+    router = make_router(dispatcher)
+    router.factory.continuation = Continuation(max_attempts=1)
+    words = ["alpha", "beta", "gamma"]
+    reading = threads.deferToThread(_stream, router.address, [], words)
+    await until(lambda: router.protocols and router.protocols[0].exchange is not None
+                and router.protocols[0].exchange.relayed > 600, "some tokens relayed")
+    dying.proc.send_signal(signal.SIGKILL)
+    events = await reading
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == reply_text(words, 60)
+    assert {e["id"] for e in events} == {events[0]["id"]}
+    assert events[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 60, "total_tokens": 63}
+    assert dispatcher.events == [("admit", "dying"), ("release", "dying", "upstream_failed"),
+                                 ("retry", "dying", "other"), ("admit", "other"), ("release", "other", "ok")]
+    assert dispatcher.leases[1].tokens == (3, 60)
+    assert router.metrics.upstream_errors == [(MODEL, "dying", "reset")]

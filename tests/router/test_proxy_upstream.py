@@ -10,6 +10,7 @@ import psutil
 import pytest_twisted
 from twisted.internet import protocol, reactor, threads
 
+from llmgw.config.routing import Continuation
 from tests.support.net import connect, post
 from tests.support.sim import MODEL
 from tests.support.wait import until
@@ -112,11 +113,13 @@ async def test_an_engine_answering_503_is_retried_elsewhere_or_relayed(start_sim
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_engine_dying_mid_stream_cuts_the_client_off_without_retry(start_sim, make_router):
+async def test_with_continuation_off_an_engine_dying_mid_stream_cuts_the_client_off_without_retry(start_sim, make_router):
     dying = start_sim("--tokens-per-s", "20", "--output-tokens", "1000")
     other = start_sim()
     dispatcher = StaticDispatcher([endpoint_of(dying, "dying"), endpoint_of(other, "other")])
     router = make_router(dispatcher)
+    # On, the stream goes on on the other engine: tests/router/test_continuing.py.
+    router.factory.continuation = Continuation(max_attempts=0)
 
     started = []
 
