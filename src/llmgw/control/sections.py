@@ -28,6 +28,7 @@ AT_START = (
     "fleet.settle_max_s",
     "admin.on_api",
     "history",
+    "ha",
 )
 
 # Keys the control plane itself applies on every reload (beside its listeners').
