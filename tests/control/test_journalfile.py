@@ -146,3 +146,17 @@ def test_without_a_directory_the_journal_is_memory_only(clock):
     j = Journal(clock, HistorySettings(), None)
     assert j.record(K.SERVER_STARTED, "server").seq == 1
     assert (j.restored, j.file) == (0, None)
+
+
+@pytest.mark.parametrize("what", ["fifo", "endless"])
+def test_a_rotated_file_that_is_no_file_is_not_read_and_the_server_starts(clock, tmp_path, what):
+    j = journal(clock, tmp_path, journal_file_bytes=65536)
+    j.record(K.NODE_LOST, "node01", node="node01")
+    clock.advance(0)
+    rotated = tmp_path / f"{NAME}.1"
+    if what == "fifo":
+        os.mkfifo(rotated)  # opening it to read would wait for a writer for ever
+    else:
+        os.symlink("/dev/zero", rotated)  # reading it to its end would never end
+    again = journal(clock, tmp_path, journal_file_bytes=65536)
+    assert again.restored == 1 and again.record(K.SERVER_STARTED, "server").seq == 2

@@ -12,6 +12,8 @@ Reading back is from the newest file to the oldest until enough entries
 are found.  A line that is not a whole entry — the torn last line a crash
 leaves, or anything else written there — is skipped and counted, never
 fatal; so is an entry whose sequence number does not follow the one before.
+A path that is not a regular file (a FIFO, a device) is not read, and no
+file is read past the bytes the journal itself would have written.
 A directory or file that cannot be written is logged once: the journal goes
 on in memory.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import attrs
 from twisted.logger import Logger
@@ -93,12 +96,19 @@ class JournalFile:
     def _read(self, path: str) -> tuple[list[JournalEntry], int]:
         """The entries of one file and how many of its lines were not; a file that cannot be read is none."""
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                # A file longer than this journal writes is read from where the last file_bytes begin.
-                start = max(0, size - self._file_bytes - LINE_MOST)
+            # Not blocking: a FIFO put there would hold the server's start until something wrote to it.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with open(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    log.warn("history: {path} is not a regular file; its entries are not read back (move it away)",
+                             path=path)
+                    return [], 0
+                # A file longer than this journal writes is read from where the last file_bytes begin; and no
+                # more than that, should it grow as it is read.
+                start = max(0, st.st_size - self._file_bytes - LINE_MOST)
                 f.seek(start)
-                data = f.read()
+                data = f.read(self._file_bytes + LINE_MOST)
         except FileNotFoundError:
             return [], 0
         except OSError as e:
