@@ -100,3 +100,15 @@ def test_a_report_costs_its_own_size_not_every_routers_reports_again():
     demand.model("qwen")
     demand.inflight("qwen/0")
     assert Counted.reads <= 4 * 200  # not again while nothing new came
+
+
+def test_one_certificate_cannot_take_every_routers_place():
+    from llmgw.control.demand import MAX_PER_CERTIFICATE
+
+    demand = Demand()
+    for n in range(MAX_PER_CERTIFICATE):
+        demand.report(load(), f"router01#{n}", 0.0)
+    with pytest.raises(TooManyRouters, match="sessions of router router01"):
+        demand.report(load(), "router01#extra", 0.0)
+    demand.report(load(), "router02#1", 0.0)  # another certificate still reports
+    assert len(demand) == MAX_PER_CERTIFICATE + 1

@@ -23,3 +23,13 @@ def test_an_unknown_outcome_is_refused_naming_those_known():
     lease = result(admit(dispatcher(Clock())))
     with pytest.raises(ValueError, match=", ".join(OUTCOMES)):
         lease.release("fine")
+
+
+def test_an_ipv6_client_has_one_share_per_64_however_many_addresses_it_uses():
+    from llmgw.router.lease import share_of
+
+    assert share_of("2001:db8:1:2::1") == share_of("2001:db8:1:2:ffff::7") == "2001:db8:1:2::/64"
+    assert share_of("2001:db8:1:3::1") != share_of("2001:db8:1:2::1")
+    assert share_of("::ffff:10.0.0.5") == "10.0.0.5"
+    assert share_of("10.0.0.5") == "10.0.0.5"
+    assert share_of("not an address") == "not an address"

@@ -24,6 +24,8 @@ from llmgw.traffic import REPORT_INTERVAL_S, REPORT_LIFETIME_S, RouterLoad
 
 #: Routers whose reports are kept at once; one past this is refused until one lapses.
 MAX_ROUTERS = 1024
+#: Sessions of one router certificate (its workers on one host) whose reports are kept at once.
+MAX_PER_CERTIFICATE = 64
 
 
 @attrs.define
@@ -64,10 +66,17 @@ class Demand:
 
     def report(self, load: RouterLoad, router: str, now: float) -> None:
         """Take *router*'s newest report, received at *now*."""
-        if router not in self._reports and len(self._reports) >= MAX_ROUTERS:
-            self.expire(now)
+        if router not in self._reports:
+            if len(self._reports) >= MAX_ROUTERS:
+                self.expire(now)
             if len(self._reports) >= MAX_ROUTERS:
                 raise TooManyRouters(f"{MAX_ROUTERS} routers already report; this one's report is not kept")
+            name = router.partition("#")[0]
+            if sum(1 for r in self._reports if r.partition("#")[0] == name) >= MAX_PER_CERTIFICATE:
+                self.expire(now)
+                if sum(1 for r in self._reports if r.partition("#")[0] == name) >= MAX_PER_CERTIFICATE:
+                    raise TooManyRouters(f"{MAX_PER_CERTIFICATE} sessions of router {name} already report; a "
+                                         "certificate is one router's (give each worker host its own)")
         self._reports[router] = (load, now)
         for model in load.models:
             if model.idle_s is not None:

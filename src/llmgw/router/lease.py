@@ -9,6 +9,8 @@ the share it counts against (``fairqueue.Flow``) until it is released.
 
 from __future__ import annotations
 
+import ipaddress
+
 from typing import TYPE_CHECKING
 
 from twisted.internet import defer
@@ -23,6 +25,19 @@ if TYPE_CHECKING:
 OUTCOMES = ("ok", "error", "client_gone", "upstream_failed")
 
 
+def share_of(address: str) -> str:
+    """Whose share an address is on: itself, or for IPv6 its /64 (one host is given a /64, not one address)."""
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.IPv6Address(address.partition("%")[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+
+
 class Attempt:
     """One client request across its tries: which endpoints it has used already."""
 
@@ -33,7 +48,7 @@ class Attempt:
         self.request = request
         self.key = key
         # Whose share it is on (``fairqueue``): the key's name, or the client's address.
-        self.flow = "key " + key.name if key is not None else "address " + request.client
+        self.flow = "key " + key.name if key is not None else "address " + share_of(request.client)
         self.tried: set[str] = set()
         # When it started waiting for a slot; None while it is not waiting.
         self.queued_at: float | None = None
