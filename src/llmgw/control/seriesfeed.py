@@ -48,8 +48,14 @@ _UNKNOWN = (None, None, None)
 
 
 def _more(new: int, old: int) -> int:
-    """What a cumulative counter added: its growth, or all of it when it went down (a restarted router)."""
-    return new - old if new >= old else new
+    """What a cumulative counter added: its growth; nothing when it went down.
+
+    A router is heard under its session (a restarted one is a new router,
+    whose first report is a baseline), so a counter going down within one is
+    not a restart but a wrong report: it becomes the new baseline, and a
+    router alternating 0 and 2**53 adds nothing.
+    """
+    return new - old if new >= old else 0
 
 
 class _Heard:
