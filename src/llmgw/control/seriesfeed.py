@@ -32,6 +32,7 @@ that is not ready has None, as its last figures are stale.
 from __future__ import annotations
 
 from autobahn.wamp.exception import ApplicationError
+from twisted.logger import Logger
 
 from llmgw.control.series import ERROR_CLASSES, ModelBucket, Rolling
 from llmgw.history import PAGE_MOST, Scope
@@ -47,15 +48,27 @@ _TTFT_LEN = len(TTFT_BUCKETS_MS) + 1
 _UNKNOWN = (None, None, None)
 
 
-def _more(new: int, old: int) -> int:
-    """What a cumulative counter added: its growth; nothing when it went down.
+log = Logger()
 
-    A router is heard under its session (a restarted one is a new router,
-    whose first report is a baseline), so a counter going down within one is
-    not a restart but a wrong report: it becomes the new baseline, and a
-    router alternating 0 and 2**53 adds nothing.
-    """
+def _more(new: int, old: int) -> int:
+    """What a cumulative counter added: its growth (one that went down is refused whole by ``_went_down``)."""
     return new - old if new >= old else 0
+
+
+def _went_down(heard: _Heard, old: _Heard) -> bool:
+    """Whether any counter of *heard* is below *old*'s: never so within one router's session."""
+    for model, new in heard.counts.items():
+        before = old.counts.get(model)
+        if before is not None and (new.requests < before.requests or new.prompt_tokens < before.prompt_tokens
+                                   or new.completion_tokens < before.completion_tokens
+                                   or any(n < before.errors.get(c, 0) for c, n in new.errors.items())
+                                   or any(n < b for n, b in zip(new.ttft_ms, before.ttft_ms))):
+            return True
+    for key, new_key in heard.keys.items():
+        before_key = old.keys.get(key)
+        if before_key is not None and (new_key.requests < before_key.requests or new_key.tokens < before_key.tokens):
+            return True
+    return False
 
 
 class _Heard:
@@ -117,6 +130,7 @@ class SeriesFeed:
     def __init__(self, rolling: Rolling):
         self.rolling = rolling
         self._routers: dict[str, _Heard] = {}
+        self._distrusted: set[str] = set()  # routers whose counters went down: bounded as _routers is
         self._nodes: dict[str, tuple[float | None, float | None, float | None]] = {}
         rolling.queue_sampler = self._queues
         rolling.node_sampler = lambda: self._nodes
@@ -129,7 +143,14 @@ class SeriesFeed:
         self._forget_silent(now)
         old = self._routers.get(router_key)
         heard = self._routers[router_key] = _Heard(now, report)
-        if old is None:
+        if old is None or router_key in self._distrusted:
+            return
+        if _went_down(heard, old):
+            # Within one session a counter never goes down: this router's counters are not believed again
+            # until it reconnects (a new session is a new router, whose first report is a baseline).
+            self._distrusted.add(router_key)
+            log.warn("router {key}'s counters went down within one session; its traffic is left out of the "
+                     "figures until it reconnects", key=router_key)
             return
         for model, counts in heard.counts.items():
             add_model(rolling.model(now, model), counts, old.counts.get(model))
@@ -144,6 +165,7 @@ class SeriesFeed:
         silent = [key for key, heard in self._routers.items() if now - heard.at > REPORT_LIFETIME_S]
         for key in silent:
             del self._routers[key]
+            self._distrusted.discard(key)
 
     def _queues(self) -> dict[str, int]:
         self._forget_silent(self.rolling.clock.seconds())
