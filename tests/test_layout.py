@@ -312,7 +312,7 @@ NO_TEST_FILE = {
     "agent/engines": "downloads layout proving",
     "agent/weights": "body errors pace partial records refusals snapshot",
     "config": "agent catalog common ctl endpoints router routing schema server yamlpos",
-    "control": "lograte news placement_scorers relay replicaview sections settle startup",
+    "control": "lograte news placement_scorers relay replicaview sections startup",
     "ctl": "closure layout main nodehost selfwheel ssh",
     "engines": "base releases",
     "link": "authz client local peer settings uris",

@@ -8,6 +8,7 @@ its hub, as over the link.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
@@ -15,8 +16,10 @@ from autobahn.wamp.types import ComponentConfig
 from twisted.internet import defer, reactor, task
 
 from llmgw.config.ha import HASettings
+from llmgw.config.server import FleetSettings, ServerConfig
 from llmgw.control.fleet import Fleet
 from llmgw.control.plane import ControlSession
+from llmgw.ha import members
 from llmgw.ha.fence import NotLeading
 from llmgw.link import uris
 from llmgw.link.hub import Hub
@@ -32,6 +35,16 @@ from tests.support.wait import until
 LEASE_S = 6
 
 
+class Catalog:
+    """What the control session reads of a catalog here: the fleet's settings, and no models."""
+
+    def __init__(self, fleet: FleetSettings):
+        engines = attrs.fields(ServerConfig).engines.default
+        self.config = type("Config", (), {"fleet": fleet, "profiles": {}, "engines": getattr(engines, "factory",
+                                                                                          lambda: engines)()})()
+        self.entries: dict = {}
+
+
 class FakeRouter:
     def __init__(self):
         self.tables: list[EndpointTable] = []
@@ -41,14 +54,15 @@ class FakeRouter:
 
 
 class Server:
-    def __init__(self, clock, etcd, name):
+    def __init__(self, clock, etcd, name, catalog=None):
         self.settings = HASettings(etcd=("http://127.0.0.1:1",), advertise=f"wss://{name}.example:7443/",
                                    lease_s=LEASE_S, name=name, api_advertise=f"http://{name}.example:8080")
         self.hub = Hub(reactor)
         self.router = FakeRouter()
         self.client = etcd.client()
         self.roles = Roles(clock, self.settings, self.hub, self.router, client=self.client)
-        self.session = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit), clock=clock)
+        self.session = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit), catalog,
+                                      clock=clock)
         self.ticks = 0
         self.session.reconciler.tick = self._ticked
         self.roles.attach(self.session)
@@ -213,17 +227,8 @@ async def test_a_leader_cut_off_stops_commanding_at_its_deadline_closes_its_agen
 
 @pytest_twisted.ensureDeferred
 async def test_the_new_leader_publishes_no_table_until_the_fleet_has_settled(clock):
-    from llmgw.config.server import ServerConfig  # noqa: F401 -- the catalog's fleet settings
     etcd = FakeEtcd(clock)
-    b = Server(clock, etcd, "serverB")
-
-    class Catalog:
-        class config:
-            class fleet:
-                settle_s, settle_quiet_s, settle_max_s = 15.0, 0.0, 300.0
-        entries: dict = {}
-
-    b.session.catalog = Catalog()
+    b = Server(clock, etcd, "serverB", Catalog(FleetSettings(settle_s=15.0, settle_quiet_s=0.0)))
     published = []
     b.session.table_listeners.append(published.append)
     await b.join()
@@ -236,3 +241,39 @@ async def test_the_new_leader_publishes_no_table_until_the_fleet_has_settled(clo
     b.session.publish_endpoints()
     assert len(published) == 1
     b.roles.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_leader_keeps_its_nodes_in_etcd_and_a_new_leader_waits_for_them_past_settle_s(clock):
+    etcd = FakeEtcd(clock)
+    settings = FleetSettings(settle_s=3.0, settle_quiet_s=0.0, settle_max_s=120.0)
+    a, b = Server(clock, etcd, "serverA", Catalog(settings)), Server(clock, etcd, "serverB", Catalog(settings))
+    for server in (a, b):
+        await server.join()
+        server.roles.startService()
+        clock.advance(0)
+    run(clock, 3.5)  # serverA's own settle (nothing listed yet: settle_s)
+    a.session.publish_endpoints()
+    node = await a.attach("node01", ROLE_NODE)
+    await node.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", fencing=True)))
+    run(clock, 1)
+    assert etcd.keys[members.KEY].value == b'["node01"]'
+    assert b.roles.members.known == frozenset({"node01"})  # the standby follows the list
+
+    published = []
+    b.session.table_listeners.append(published.append)
+    a.client.down = True
+    run(clock, 2 * LEASE_S)  # serverA stops commanding; the lease lapses; serverB leads
+    assert b.roles.role is ServerRole.LEADER
+    run(clock, 10)  # settle_s long past: node01 is not back, so nothing is placed and no table goes out
+    b.session.publish_endpoints()
+    assert published == []
+    back = await b.attach("node01", ROLE_NODE)
+    await back.call(uris.AGENT_REGISTER, to_wire(Inventory(node_id="node01", fencing=True)))
+    clock.advance(0.1)
+    b.session.publish_endpoints()
+    assert len(published) == 1
+    run(clock, 1)
+    assert etcd.keys[members.KEY].value == b'["node01"]'  # the new leader's own list, once settled
+    for server in (a, b):
+        server.roles.stopService()

@@ -449,10 +449,10 @@ class ControlSession(ApplicationSession):
                               reconciler.views, reconciler.withdrawn(), reconciler.elastic.cold_starts(catalog),
                               [name for name, entry in catalog.items() if not entry.model.continuation])
 
-    def publish_endpoints(self) -> None:
-        """Tell routers the table when it changes (each tick calls this)."""
+    def publish_endpoints(self, force: bool = False) -> None:
+        """Tell routers the table when it changes (each tick calls this); with *force*, even when it has not."""
         table = self.endpoint_table()
-        if table == self._table:
+        if table == self._table and not force:
             return
         self._table = table
         for listener in self.table_listeners:

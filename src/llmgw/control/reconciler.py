@@ -37,7 +37,7 @@ import attrs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from llmgw.control import occupancy, placement, replicaview, undone, weights
+from llmgw.control import occupancy, placement, relay, replicaview, undone, weights
 from llmgw.control.catalog import Entry
 from llmgw.control.elastic import WITHDRAWN, Elastic
 from llmgw.control.fleet import Fleet, ReportedShard
@@ -83,6 +83,11 @@ class Reconciler:
         # their GPUs and their spread must count for the next placement.
         self._inflight: dict[str, tuple[str, placement.Placement]] = {}
         self._snapshots: placement.Snapshots | None = None
+
+    def restart_settle(self, now: float, expected: Collection[str] = ()) -> Settle:
+        """Place nothing until the fleet is back again, from *now* (a new leader), and *expected*'s nodes with it."""
+        self._settle = self._settle.again(now, expected)
+        return self._settle
 
     # -- one pass --
 
@@ -453,9 +458,8 @@ class Reconciler:
                 [defer.ensureDeferred(self._start(node_id, spec)) for node_id, spec in specs],
                 consumeErrors=True,
             )
-            refusals = [
-                f"{node_id}: {_words(result)}" for (ok, result), (node_id, _) in zip(results, specs) if not ok
-            ]
+            refusals = [f"{node_id}: {relay.failure_words(result)}"
+                        for (ok, result), (node_id, _) in zip(results, specs) if not ok]
             started = not refusals
             if refusals:
                 # The ranks already running go too: the next tick stops them.
@@ -484,14 +488,6 @@ class Reconciler:
     def status(self) -> list[ModelStatus]:
         """Per model: desired against ready."""
         return replicaview.status(self.views(), self.fleet, self._catalog(), self.wants)
-
-
-def _words(failure) -> str:
-    value = getattr(failure, "value", failure)
-    args = getattr(value, "args", ())
-    if getattr(value, "error", None) and args:
-        return str(args[0])
-    return str(value) or type(value).__name__
 
 
 def _all_ready(live: list[ReportedShard]) -> bool:

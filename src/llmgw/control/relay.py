@@ -46,6 +46,15 @@ def words(value: Any) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
+def failure_words(failure) -> str:
+    """Why a call to a node failed: a refusal's own words (its first argument), else the exception's."""
+    value = getattr(failure, "value", failure)
+    args = getattr(value, "args", ())
+    if getattr(value, "error", None) and args:
+        return str(args[0])
+    return str(value) or type(value).__name__
+
+
 def answer(node_id: str, verb: str, cls: type[T], payload: Any) -> T:
     """*payload*, the node's answer to *verb*, as a *cls*; or the operator is told which node answered what."""
     try:

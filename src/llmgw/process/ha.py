@@ -9,9 +9,11 @@ hooks the control session (``attach``) so that
   sent);
 - the reconciler ticks, and the endpoint table is published, only while this
   server may command — and after taking the lead, only once the fleet has
-  settled again (``fleet.settle_s``, as after a restart), so the agents'
-  registrations are heard and adopted before anything is placed or any
-  router is told a table built from a fleet still arriving;
+  settled again, so the agents' registrations are heard and adopted before
+  anything is placed or any router is told a table built from a fleet still
+  arriving.  The leader keeps its nodes' ids in etcd (``llmgw.ha.members``);
+  a new leader waits for exactly those (or ``fleet.settle_max_s``), and
+  without such a list as after a restart (``fleet.settle_s``);
 - a standby refuses an agent's registration with ``llmgw.error.standby``,
   naming the leader's hub URL (``leader_url``), and an operator's action
   (drain, cordon, uncordon, reload, scale, weights --collect, signing and
@@ -38,15 +40,18 @@ from twisted.logger import Logger
 
 from llmgw.config.ha import HASettings
 from llmgw.control.settle import Settle
+from llmgw.ha import members
 from llmgw.ha.election import Election
 from llmgw.ha.etcd import EtcdClient, EtcdError
 from llmgw.ha.fence import NotLeading
+from llmgw.ha.members import Members
 from llmgw.ha.servers import Servers
 from llmgw.ha.watch import WatchKind
 from llmgw.link import uris
 from llmgw.roles import ROLE_NODE
+from llmgw.states import NodeState
 from llmgw.text import printable
-from llmgw.views import EndpointTable, ServerRole, ServerView
+from llmgw.views import EndpointTable, EventKind, ServerRole, ServerView
 from llmgw.wire import WireError, from_wire, to_wire
 
 log = Logger()
@@ -70,6 +75,7 @@ class Roles(service.Service):
         self.election = Election(reactor, self.client, self.name, settings.advertise, settings.lease_s,
                                  settings.fence_margin_s)
         self.servers = Servers(reactor, self.client, self.name, settings.lease_s)
+        self.members = Members(reactor, self.client, self._member_ids, settings.max_response_bytes)
         self.session = None
         self.role = ServerRole.CAMPAIGNING
         self.since = reactor.seconds()
@@ -77,7 +83,7 @@ class Roles(service.Service):
         self._settle: Settle | None = None  # the wait after taking the lead
         self._put_pending: bytes | None = None
         self._putting = False
-        self._watch = None
+        self._watches: list = []
 
     # -- the control session's hooks --
 
@@ -87,9 +93,9 @@ class Roles(service.Service):
         session.command_epoch = self.command_epoch
         session.guard = self.guard
         session.reconciler.tick = self._only_commanding(session.reconciler.tick)
-        publish = session.publish_endpoints
-        session.publish_endpoints = self._only_commanding(publish, settled=True)
+        session.publish_endpoints = self._publishing(session.publish_endpoints)
         session.table_listeners.append(self._put_table)
+        session.event_listeners.append(self._fleet_event)
 
     def may_command(self) -> bool:
         return self.election.can_command(self.clock.seconds())
@@ -100,16 +106,25 @@ class Roles(service.Service):
             return self.election.epoch
         raise NotLeading(f"{self.name} no longer leads: {self._elsewhere()}; run the command there")
 
-    def _only_commanding(self, act: Callable[[], object], settled: bool = False) -> Callable[[], None]:
+    def _only_commanding(self, act: Callable[[], object]) -> Callable[[], None]:
         def gated() -> None:
+            if self.may_command():
+                act()
+        return gated
+
+    def _publishing(self, publish: Callable[..., None]) -> Callable[..., None]:
+        """*publish* (the session's ``publish_endpoints``) while commanding and settled; the first one whatever."""
+        def gated(force: bool = False) -> None:
             if not self.may_command():
                 return
-            if settled and self._settle is not None:
+            if self._settle is not None:
                 if self._settle.waiting(self.clock.seconds()) is not None:
                     return  # the router keeps the table the last leader put until the fleet is heard again
-                self._settle = None
+                self._settle, force = None, True  # the first table once settled goes out, whatever it was before
                 log.info("{name}: the fleet has settled; placing, and publishing the endpoint table", name=self.name)
-            act()
+                self.members.forget_written()
+                self.members.changed()
+            publish(force)
         return gated
 
     def _elsewhere(self) -> str:
@@ -190,14 +205,34 @@ class Roles(service.Service):
     def _take_lead(self) -> None:
         session = self.session
         now = self.clock.seconds()
-        if session is not None and session.catalog is not None:
-            fleet = session.catalog.config.fleet
-            # As after a restart: the agents come back with what they run, and nothing is placed until they have.
-            self._settle = Settle(session.fleet, now, fleet.settle_s, fleet.settle_quiet_s, fleet.settle_max_s)
-            session.reconciler._settle = self._settle
-            session._table = None  # the first table once settled is published, whatever it was before
-        log.info("{name} leads the fleet, epoch {epoch}: placing waits for the agents to register here",
-                 name=self.name, epoch=self.election.epoch)
+        if session is not None:
+            # The agents come back with what they run, and nothing is placed until they have: the nodes
+            # the last leader listed, as this server last read them (and read again now), or as after a restart.
+            self._settle = session.reconciler.restart_settle(now, self.members.known or ())
+            defer.Deferred.fromCoroutine(self._expect_fresh(self._settle))
+        expected = len(self._settle.expected) if self._settle is not None else 0
+        log.info("{name} leads the fleet, epoch {epoch}: placing waits for {whom} to register here",
+                 name=self.name, epoch=self.election.epoch,
+                 whom=f"the {expected} node(s) the last leader listed" if expected else "the agents")
+
+    async def _expect_fresh(self, settle: Settle) -> None:
+        """The list etcd holds now, in case this server's copy was behind: its nodes are waited for too."""
+        fresh = await self.members.read()
+        if not fresh or fresh <= settle.expected or settle is not self._settle or self.session is None:
+            return
+        if settle.waiting(self.clock.seconds()) is None:
+            return  # settled already (and for good)
+        self._settle = self.session.reconciler.restart_settle(settle.started, settle.expected | fresh)
+
+    def _member_ids(self) -> list[str] | None:
+        """The ids of this leader's nodes that are not lost; None while it may not say (standby, or settling)."""
+        if self.session is None or self._settle is not None or not self.may_command():
+            return None
+        return [n.id for n in self.session.fleet.nodes.values() if n.state is not NodeState.LOST]
+
+    def _fleet_event(self, kind, ident, event) -> None:
+        if kind is EventKind.NODE:
+            self.members.changed()
 
     def _step_down(self) -> None:
         nodes = [s for s in list(self.hub.sessions.values()) if s.role == ROLE_NODE]
@@ -240,6 +275,11 @@ class Roles(service.Service):
             if event.kind is WatchKind.PUT:
                 self._read_table(event.kv.value)
 
+    def _follow_members(self, events) -> None:
+        for event in events:
+            if event.kind is WatchKind.PUT:
+                self.members.heard(event.kv.value)
+
     def _read_table(self, data: bytes) -> None:
         if self.may_command():
             return  # this server's own table, come back
@@ -277,13 +317,16 @@ class Roles(service.Service):
         self.servers.announce(self.role, self.settings.advertise, self.settings.api_advertise, None,
                               self.since).addErrback(lambda f: None)
         self.servers.start()
-        self._watch = self.client.watch(ENDPOINTS_KEY, self._follow)
+        self._watches = [self.client.watch(ENDPOINTS_KEY, self._follow),
+                         self.client.watch(members.KEY, self._follow_members)]
         defer.Deferred.fromCoroutine(self._read_once())
+        defer.Deferred.fromCoroutine(self.members.read())
         self.election.start()
 
     def stopService(self):
         super().stopService()
-        if self._watch is not None:
-            self._watch.stop()
+        for watch in self._watches:
+            watch.stop()
+        self.members.stop()
         return defer.DeferredList([self.election.stop(), self.servers.stop()]).addBoth(
             lambda _: self.client.close())
