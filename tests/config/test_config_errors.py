@@ -448,7 +448,7 @@ AGENT_CASES = [
     (
         "unknown-key-typo",
         AGENT + "lables: {rack: r1}\n",
-        "agent.yaml:3: lables: unknown key; did you mean 'labels'? allowed here: hub, tls, "
+        "agent.yaml:3: lables: unknown key; did you mean 'labels'? allowed here: hub, tls, hub_handshake_timeout_s, "
         "node_id, labels, fabrics, weights_dirs, state_dir, heartbeat_interval_s, engine_ports, engines, "
         "installs, weights",
     ),

@@ -34,6 +34,8 @@ models:
 """
 #: How long after the lease a standby may take to lead (its campaign every lease_s / 3, a ctl round trip).
 SLACK_S = 4
+#: How long an agent's link takes to notice a hung hub: its WebSocket ping's interval and timeout (link/client.py).
+PING_S = 10 + 20
 
 
 def start_pair(cluster, urls) -> HAFleet:
@@ -68,7 +70,7 @@ def check_streams(streams, cluster) -> None:
     assert all(len(s.pieces) == 40 for s in streams)
 
 
-def failover(cluster, urls, stop_leader) -> tuple[HAFleet, float]:
+def failover(cluster, urls, stop_leader, agents_within: float | None = None) -> tuple[HAFleet, float]:
     fleet = start_pair(cluster, urls)
     a, b = fleet.servers["serverA"], fleet.servers["serverB"]
     pids = fleet.engine_pids()
@@ -82,11 +84,14 @@ def failover(cluster, urls, stop_leader) -> tuple[HAFleet, float]:
     assert took <= LEASE_S + SLACK_S, f"serverB led {took:.1f} s after serverA stopped"
     check_streams(streams, cluster)
     # Killed, the leader's sockets close and the agents dial on at once; hung, each agent waits out its
-    # WebSocket ping (10 + 20 s) and then an opening handshake to the same hung hub (30 s): ~70 s.
-    fleet.wait_nodes_ready(b, ["node01", "node02"], timeout=120)
-    for node in ("node01", "node02"):
-        assert re.search(rf"registered( again)? with the hub at {re.escape(b.hub)}",
-                         cluster.agents[node].output()), cluster.agents[node].output()[-3000:]
+    # WebSocket ping (10 + 20 s), then dials the next hub first: the new leader.
+    back = re.compile(rf"registered( again)? with the hub at {re.escape(b.hub)}")
+    wait_for(lambda: all(back.search(cluster.agents[n].output()) for n in ("node01", "node02")), 120,
+             "both agents to register with serverB", interval=0.1, detail=cluster.logs)
+    agents_back = time.monotonic() - started
+    assert agents_within is None or agents_back <= agents_within, (
+        f"the agents were back {agents_back:.1f} s after serverA stopped, more than {agents_within} s")
+    fleet.wait_nodes_ready(b, ["node01", "node02"], timeout=30)
     fleet.wait_ready(b, MODEL, 2, timeout=30)
     assert fleet.engine_pids() == pids  # adopted, not started again
     after = streams_through(b, 8)  # and the new leader's table serves
@@ -105,7 +110,8 @@ def test_the_leader_stopped_then_resumed_does_not_act_and_stands_by(cluster, etc
     def sigstop(a):
         os.killpg(a.proc.pid, signal.SIGSTOP)
 
-    fleet, took = failover(cluster, [etcd.client_url], sigstop)
+    # Back within the lease (long over by then), the ping, and a few seconds: the backoff and one registration.
+    fleet, took = failover(cluster, [etcd.client_url], sigstop, agents_within=LEASE_S + PING_S + SLACK_S)
     a, b = fleet.servers["serverA"], fleet.servers["serverB"]
     pids = fleet.engine_pids()
     os.killpg(a.proc.pid, signal.SIGCONT)

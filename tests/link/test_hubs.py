@@ -10,7 +10,7 @@ from twisted.python.failure import Failure
 
 from llmgw.huburl import parse_hub_url
 from llmgw.link.client import _factory, reconnecting
-from llmgw.link.hubs import HubList
+from llmgw.link.hubs import HANDSHAKE_TIMEOUT_S, SINGLE_HANDSHAKE_TIMEOUT_S, HubList
 
 A, B, C = "wss://a.example.org:7443/", "wss://b.example.org:7443/", "wss://c.example.org:7443/"
 LEADER_B = "standby; the leader is serverB at wss://b.example.org:7443/"
@@ -93,7 +93,7 @@ def test_a_refused_hub_passes_the_dial_to_the_next_in_order_with_backoff():
     svc.stopService()
 
 
-def test_a_standby_s_refusal_redials_the_leader_at_once_and_a_lost_leader_is_tried_again_first():
+def test_a_standby_s_refusal_redials_the_leader_at_once_and_a_lost_session_tries_the_next_hub_first():
     hubs = HubList.of([A, B])
     clock, factory, dial, dialled, svc = service(hubs, refuse=set())
     with capturedLogs() as events:
@@ -105,10 +105,37 @@ def test_a_standby_s_refusal_redials_the_leader_at_once_and_a_lost_leader_is_tri
         assert dialled == [(A, A), (B, B)]
         factory.on_join()
         hubs.settled()
+        # The leader B hangs: the link's ping gives up on it.  Its server may be hung, so A is tried first; if B
+        # still leads, A (a standby) sends the client straight back.
         dial[hubs.current].protocols[-1].connectionLost(Failure(error.ConnectionLost()))
         clock.advance(2)
-    assert dialled == [(A, A), (B, B), (B, B)]
+        assert dialled == [(A, A), (B, B), (A, A)]
+        hubs.standby(LEADER_B, B)
+        dial[hubs.current].protocols[-1].connectionLost(Failure(error.ConnectionDone()))
+        clock.advance(0)
+    assert dialled == [(A, A), (B, B), (A, A), (B, B)]
     said = [formatEvent(e) for e in events if e.get("log_namespace") == "llmgw.link.client"]
     assert said[0] == f"the hub at {A} stands by ({LEADER_B}); going to the leader's hub, {B}, now in 0.0 s"
     assert said[1].startswith(f"link to {B} lost: ")
+    assert said[2] == f"reconnecting to {A} in 2.0 s"
     svc.stopService()
+
+
+def test_a_lost_session_on_the_only_hub_tries_it_again():
+    hubs = HubList.of([A])
+    clock, factory, dial, dialled, svc = service(hubs, refuse=set())
+    svc.startService()
+    factory.on_join()
+    dial[hubs.current].protocols[-1].connectionLost(Failure(error.ConnectionLost()))
+    clock.advance(2)
+    assert dialled == [(A, A), (A, A)]
+    svc.stopService()
+
+
+def test_an_opening_handshake_with_several_hubs_is_bounded_by_hub_handshake_timeout_s_and_one_hub_waits_30_s():
+    assert HubList.of([A, B], handshake_timeout_s=7).handshake_timeout_s == 7
+    assert HubList.of([A, B]).handshake_timeout_s == HANDSHAKE_TIMEOUT_S == 10
+    assert HubList.of([A], handshake_timeout_s=7).handshake_timeout_s == SINGLE_HANDSHAKE_TIMEOUT_S == 30
+    factory = _factory(parse_hub_url(A), lambda config: None, HubList.of([A, B], 7).handshake_timeout_s)
+    assert factory.openHandshakeTimeout == 7
+

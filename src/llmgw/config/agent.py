@@ -171,6 +171,8 @@ class AgentConfig:
     # In order: the agent dials the first, the next when one fails, and the leader a standby names.
     hub: tuple[str, ...] = setting(kind=HubURLs())
     tls: TLSFiles = setting(kind=TLS)
+    # With several hubs: how long an opening handshake may take before the next hub is tried (one hub: 30 s).
+    hub_handshake_timeout_s: float = setting(10.0, above=0)
     # None: use the hostname, which is also the certificate's CN.
     node_id: str | None = setting(None, kind=Nullable(NAME_STR))
     labels: dict[str, str] = setting(

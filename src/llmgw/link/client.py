@@ -22,7 +22,7 @@ from llmgw.verbose import verbose_logs
 from llmgw.errors import HubUnreachable
 from llmgw.huburl import HubAddress
 from llmgw.link import uris
-from llmgw.link.hubs import HubList
+from llmgw.link.hubs import SINGLE_HANDSHAKE_TIMEOUT_S, HubList
 from llmgw.link.session import LinkJsonSerializer, NoDelay, PingWhenQuiet, quiet_cancellations, sweep_pings
 from llmgw.link.tls import HubNameMismatch, client_options
 from llmgw.tlsfiles import TLSFiles
@@ -58,10 +58,8 @@ class _Protocol(NoDelay, PingWhenQuiet, WampWebSocketClientProtocol):
             notify(reason)
 
 
-HANDSHAKE_TIMEOUT_S = 30.0
-
-
-def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession]):
+def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], ApplicationSession],
+             handshake_timeout_s: float = SINGLE_HANDSHAKE_TIMEOUT_S):
     config = ComponentConfig(realm=uris.REALM)
     factory = WampWebSocketClientFactory(lambda: quiet_cancellations(make_session(config)), url=hub.url, serializers=[LinkJsonSerializer()])
     factory.protocol = _Protocol
@@ -75,8 +73,9 @@ def _factory(hub: HubAddress, make_session: Callable[[ComponentConfig], Applicat
         # taking a whole fleet back after a restart can be slower than that;
         # a client that hangs up then only comes back to the queue it left,
         # and the hub sees its handshakes cut off (OpenSSL's "decode error").
-        # The hub's own limit (link.hello_timeout_s, 10 s) decides instead.
-        openHandshakeTimeout=HANDSHAKE_TIMEOUT_S,
+        # The hub's own limit (link.hello_timeout_s, 10 s) decides instead;
+        # a client of several hubs moves on sooner (``llmgw.link.hubs``).
+        openHandshakeTimeout=handshake_timeout_s,
     )
     sweep_pings(factory)
     return factory
@@ -128,7 +127,7 @@ def client_service(reactor, hub: HubAddress | HubList, tls: TLSFiles, make_sessi
     """
     hubs = hub if isinstance(hub, HubList) else HubList([hub])
     dial = {address: _endpoint(reactor, address, tls, timeout=10) for address in hubs.hubs}
-    return reconnecting(reactor, hubs, dial, _factory(hubs.current, make_session),
+    return reconnecting(reactor, hubs, dial, _factory(hubs.current, make_session, hubs.handshake_timeout_s),
                         jittered_backoff(rng if rng is not None else random.Random()))
 
 
@@ -139,12 +138,14 @@ def reconnecting(clock, hub: HubAddress | HubList, endpoint, factory, backoff: C
     connects: ClientService starts again on every accepted connection, so a
     hub that TLS refuses was dialled every second or so, forever.  With a
     ``HubList``, *endpoint* is a mapping of each hub to its endpoint; a
-    failed attempt moves to the next hub, a lost session tries its hub
-    again first, and a standby's refusal goes where ``HubList.after_refusal`` says.
+    failed attempt and a lost session move to the next hub (the lost one's
+    server may be hung, and a standby sends the client back to a live
+    leader at once), and a standby's refusal goes where
+    ``HubList.after_refusal`` says.
     """
     hubs = hub if isinstance(hub, HubList) else HubList([hub])
     endpoints_of = endpoint if isinstance(endpoint, dict) else {hubs.current: endpoint}
-    state = {"failures": 0, "why": None, "joined": False, "session": False}
+    state = {"failures": 0, "why": None, "joined": False}
 
     def joined():
         state.update(failures=0, why=None, joined=True)
@@ -155,7 +156,6 @@ def reconnecting(clock, hub: HubAddress | HubList, endpoint, factory, backoff: C
             state["why"] = HubRefused(f"the hub refused the session: {details.message}")
 
     def lost(reason):
-        state["session"] = state["joined"]
         if state["joined"]:
             state["joined"] = False
             if hubs.refused:
@@ -178,10 +178,9 @@ def reconnecting(clock, hub: HubAddress | HubList, endpoint, factory, backoff: C
             log.info("{said} in {delay:.1f} s", said=said, delay=delay)
             return delay
         delay = backoff(state["failures"])
-        was, session = hubs.current, state["session"]
-        state["session"] = False
-        if hubs.several and not session:
-            hubs.advance()  # a failed attempt: the next hub; a lost session tries its own hub again first
+        was = hubs.current
+        if hubs.several:
+            hubs.advance()  # a failed attempt, or a session lost: the next hub
         if state["why"] is None:
             log.info("reconnecting to {hub} in {delay:.1f} s", hub=hubs.current.url, delay=delay)
         else:

@@ -10,6 +10,16 @@ A leader it does not know, or none named, sends it to the next hub of its
 list, after the usual backoff; so does a second standby in a row, so two
 servers naming each other during an election cannot spin it.
 
+A session lost on one of several hubs tries the next hub first: the lost
+hub's server may be gone or hung, and a standby that still has a live
+leader sends the client straight back to it.  And with several hubs, an
+opening handshake (TLS and the WebSocket upgrade) that has not finished in
+``handshake_timeout_s`` (agent.yaml's ``hub_handshake_timeout_s``, 10 s) is
+given up for the next hub: a hung server accepts TCP connections (the
+kernel does) and answers nothing.  A client of one hub waits
+``SINGLE_HANDSHAKE_TIMEOUT_S`` (30 s): it has nowhere else to go, and a
+hub taking back a whole fleet can be that slow.
+
 ``llmgw.link.client.reconnecting`` asks this which hub to dial and how long
 to wait; the session tells it what the hub said (``standby``) and when it
 settled (``settled``).
@@ -26,6 +36,10 @@ from llmgw.text import printable
 
 #: How much of a standby's words and of a leader's URL a log line shows.
 WORDS_CHARS = 300
+#: How long a client of one hub gives its opening handshake; of several, ``HubList.handshake_timeout_s``.
+SINGLE_HANDSHAKE_TIMEOUT_S = 30.0
+#: agent.yaml's ``hub_handshake_timeout_s`` when not given: the hub's own limit on a handshake (link.hello_timeout_s).
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 @attrs.frozen
@@ -41,10 +55,11 @@ class StandbyRefusal:
 class HubList:
     """The hubs a client may dial, in its configuration's order, and which it dials next."""
 
-    def __init__(self, hubs: Sequence[HubAddress]):
+    def __init__(self, hubs: Sequence[HubAddress], handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S):
         if not hubs:
             raise ValueError("a client needs at least one hub to dial")
         self.hubs: tuple[HubAddress, ...] = tuple(hubs)
+        self._handshake_timeout_s = handshake_timeout_s
         self._at = 0
         self._refusal: StandbyRefusal | None = None
         # Standby refusals since a session last settled: what the backoff counts, and whether the next may jump at once.
@@ -52,8 +67,8 @@ class HubList:
         self._jumped = False
 
     @classmethod
-    def of(cls, urls: Sequence[str]) -> HubList:
-        return cls([parse_hub_url(url) for url in urls])
+    def of(cls, urls: Sequence[str], handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> HubList:
+        return cls([parse_hub_url(url) for url in urls], handshake_timeout_s)
 
     @property
     def current(self) -> HubAddress:
@@ -62,6 +77,11 @@ class HubList:
     @property
     def several(self) -> bool:
         return len(self.hubs) > 1
+
+    @property
+    def handshake_timeout_s(self) -> float:
+        """How long an opening handshake may take before the client gives it up (and, of several, moves on)."""
+        return self._handshake_timeout_s if self.several else SINGLE_HANDSHAKE_TIMEOUT_S
 
     @property
     def refused(self) -> bool:

@@ -37,7 +37,7 @@ def makeService(options) -> service.MultiService:
 
 
 def build(reactor, config: AgentConfig) -> service.MultiService:
-    hubs = HubList.of(config.hub)
+    hubs = HubList.of(config.hub, config.hub_handshake_timeout_s)
     node_id = node_id_for(config)
     # Before the first record is read: a second agent here would adopt this one's engines.
     lock = StateLock.acquire(config.state_dir, node_id)
