@@ -53,6 +53,10 @@ class FakeSource:
     figures_error: str | None = None
     asked_events: list[dict] = attrs.Factory(list)
     asked_figures: list[tuple] = attrs.Factory(list)
+    #: With ha:, this server's name and every server as llmgw.cp.status lists them; (None, []) without.
+    here: str | None = None
+    server_views: list = attrs.Factory(list)
+    servers_error: str | None = None
 
     def nodes(self):
         return self.fleet.views()
@@ -82,6 +86,11 @@ class FakeSource:
         kept = [s for s in self.figured.series if (scope is None or s.scope == scope)
                 and (subject is None or s.subject == subject)]
         return attrs.evolve(self.figured, series=kept[:limit])
+
+    async def servers(self):
+        if self.servers_error:
+            raise SourceError(self.servers_error)
+        return self.here, self.server_views
 
     async def act(self, verb, node_id):
         self.acted.append((verb, node_id))

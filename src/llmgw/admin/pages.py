@@ -223,8 +223,8 @@ def clipped(items: list, limit: int, noun: str) -> tuple[list, Tag | str]:
 
 
 def cluster(base: str, operator, nodes: list[NodeView], replicas: list[ReplicaView], max_rows: int,
-            now: float | None = None, history: list = ()) -> Tag:
-    """The fleet; *history* (``llmgw.admin.history``'s events and ``llmgw.admin.charts``' figures) under it."""
+            now: float | None = None, history: list = (), servers: list = ()) -> Tag:
+    """The fleet; *servers* (``llmgw.admin.servers``) over it, *history* (events, figures) under it."""
     now = time.time() if now is None else now
     warnings = node_warnings(base, nodes, now) + replica_warnings(base, replicas)
     warnings, more_warnings = clipped(warnings, max_rows, "warnings")
@@ -235,7 +235,7 @@ def cluster(base: str, operator, nodes: list[NodeView], replicas: list[ReplicaVi
         counts[text(n.state)] = counts.get(text(n.state), 0) + 1
     summary = ", ".join(f"{c} {s}" for s, c in sorted(counts.items())) or "none"
     body = [
-        warnings_list(warnings), more_warnings,
+        *servers, warnings_list(warnings), more_warnings,
         tags.section(tags.h2(f"Nodes ({summary})"),
                      table(("node", "state", "address", "cpu", "memory", "gpus", "disk", "engines", "last seen"),
                            [node_row(base, n) for n in shown_nodes], "no nodes have registered yet"), more_nodes),

@@ -41,12 +41,12 @@ from twisted.web.resource import Resource
 from twisted.web.template import flattenString
 
 from llmgw import hostnames as hosts
-from llmgw.admin import charts, history, pages
+from llmgw.admin import charts, history, pages, servers
 from llmgw.admin.auth import CSRF_FIELD, Guard, Operator, Throttled
 from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.config.server import AdminSettings
 from llmgw.history import PAGE_MOST, Figures, JournalPage, Scope
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView, ServerView
 from llmgw.wire import to_wire
 
 log = Logger()
@@ -88,6 +88,9 @@ class FleetSource(Protocol):
 
     async def figures(self, scope: Scope | None = None, subject: str | None = None,
                       limit: int | None = None) -> Figures: ...
+
+    async def servers(self) -> tuple[str | None, list[ServerView]]:
+        """(this server's name, every server) with ``ha:``; (None, []) without."""
 
 
 class SourceError(Exception):
@@ -152,7 +155,11 @@ class AdminPage(Resource):
         if name in ("", "login"):
             journal, figures = await self._asked(self.source.events()), await self._asked(self._cluster_figures(rows))
             page_, error = journal
-            return pages.cluster(base, operator, self.source.nodes(), self.source.replicas(), rows, history=[
+            answer, servers_error = await self._asked(self.source.servers())
+            here, listed = answer if answer is not None else (None, None)
+            return pages.cluster(base, operator, self.source.nodes(), self.source.replicas(), rows, servers=[
+                servers.standby_notice(listed or [], here), servers.servers_section(listed, servers_error, here)],
+                history=[
                 history.events_section(base, page_, error, page_.entries if page_ else [],
                                        min(CLUSTER_EVENTS, rows), pages.link),
                 charts.figures_section(*figures, rows, self._chart_heading)])

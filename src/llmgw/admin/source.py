@@ -22,7 +22,7 @@ from llmgw.answers import CordonAnswer, DrainAnswer, LogsAnswer
 from llmgw.history import Figures, JournalPage, Scope
 from llmgw.link import uris
 from llmgw.render import log_lines
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import FleetStatus, NodeView, ReplicaView, ServerView
 from llmgw.wire import WireError, from_wire
 
 #: What each node verb answers: a drain says which shards it asked to stop.
@@ -64,9 +64,17 @@ class ControlSource:
         return _decode(Figures, await self._call(self._session().call, uris.CP_FIGURES, **which))
 
     async def act(self, verb: str, node_id: str) -> CordonAnswer | DrainAnswer:
-        session = self._session()
-        method = {"drain": session.drain, "cordon": session.cordon, "uncordon": session.uncordon}[verb]
-        return _decode(VERB_ANSWERS[verb], await self._call(method, node_id))
+        # Through the hub, as ctl asks: a standby's control plane refuses there, naming the leader.
+        uri = {"drain": uris.CP_DRAIN, "cordon": uris.CP_CORDON, "uncordon": uris.CP_UNCORDON}[verb]
+        return _decode(VERB_ANSWERS[verb], await self._call(self._session().call, uri, node_id))
+
+    async def servers(self) -> tuple[str | None, list[ServerView]]:
+        """With ``ha:``, this server's name and every server (``llmgw.cp.status``); (None, []) without."""
+        roles = getattr(self._control, "ha", None)  # llmgw.process.ha.Roles, when server.yaml has ha:
+        if roles is None:
+            return None, []
+        status = _decode(FleetStatus, await self._call(self._session().call, uris.CP_STATUS))
+        return roles.name, status.servers
 
     @staticmethod
     async def _call(method, *args, **kwargs):

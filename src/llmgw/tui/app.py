@@ -30,7 +30,7 @@ from llmgw.tui.details import DetailsScreen
 from llmgw.tui.fleet import FleetScreen
 from llmgw.tui.help import HelpScreen
 from llmgw.tui.store import FLUSH_S, FleetStore
-from llmgw.views import NodeView
+from llmgw.views import NodeView, ServerView
 
 SEEN_TICK_S = 2.0
 # Shard events come in bursts (a replica's shards all change at once): one
@@ -41,6 +41,8 @@ REFETCH_S = 0.5
 MOVING_POLL_S = 5.0
 MOVING_STATES = frozenset(ReplicaState) - {ReplicaState.READY}
 SNAPSHOT_RETRY_S = 5.0
+# How often the header's servers and roles are asked again (ha:): a failover shows within this.
+SERVERS_POLL_S = 5.0
 
 CONNECTING = "connecting to the hub…"
 LOADING = "connected; loading the fleet…"
@@ -79,6 +81,7 @@ class DashboardApp(App):
         flush_s: float = FLUSH_S,
         seen_tick_s: float = SEEN_TICK_S,
         moving_poll_s: float = MOVING_POLL_S,
+        servers_poll_s: float = SERVERS_POLL_S,
     ):
         super().__init__()
         self.backend = backend
@@ -86,6 +89,9 @@ class DashboardApp(App):
         self._flush_s = flush_s
         self._seen_tick_s = seen_tick_s
         self._moving_poll_s = moving_poll_s
+        self._servers_poll_s = servers_poll_s
+        #: With ha:, every server of the cluster as the hub's llmgw.cp.status last listed it; [] without.
+        self.servers: list[ServerView] = []
         #: What the banner says; None while the link is up and the fleet loaded.
         self.link_problem: str | None = CONNECTING
         self._last_refetch = float("-inf")
@@ -97,6 +103,7 @@ class DashboardApp(App):
         self.set_interval(self._flush_s, self.flush)
         self.set_interval(self._seen_tick_s, self._tick)
         self.set_interval(self._moving_poll_s, self._poll_moving)
+        self.set_interval(self._servers_poll_s, self._refetch_servers)
         self._start_backend()
 
     @work(group="link")
@@ -170,6 +177,18 @@ class DashboardApp(App):
             view.fleet_loaded(self.store)
             view.link_back()
         self.flush(figures=True)
+        self._refetch_servers()
+
+    @work(exclusive=True, group="servers")
+    async def _refetch_servers(self) -> None:
+        try:
+            servers = await self.backend.servers()
+        except (NotConnected, ActionFailed):
+            return  # the banner says why; the last list stays until the next answer
+        if servers != self.servers:
+            self.servers = servers
+            for view in self.fleet_views():
+                view.servers_changed()
 
     def flush(self, figures: bool = False) -> None:
         """Apply the urgent queued events (with *figures*, all) to every fleet screen."""

@@ -26,7 +26,8 @@ from llmgw.errors import LlmgwError
 from llmgw.history import Figures, JournalEntry, JournalPage, Scope
 from llmgw.link import uris
 from llmgw.link.client import client_service, describe_failure
-from llmgw.views import NODES_PAGE, HeardEvent, NodeChange, NodeEvent, NodeView, ReplicaView, node_pages
+from llmgw.views import (NODES_PAGE, FleetStatus, HeardEvent, NodeChange, NodeEvent, NodeView, ReplicaView,
+                         ServerView, node_pages)
 from llmgw.wire import WireError, from_wire
 
 # The relay of a node's logs through the control plane: (node, source, n) ->
@@ -131,6 +132,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def figures(self, scope: Scope | None = None, subject: str | None = None) -> Figures:
         """The last hour's series (``llmgw.cp.figures``): every one, *scope*'s, or one *subject*'s."""
+
+    async def servers(self) -> list[ServerView]:
+        """With ``ha:``, every server of the cluster, its role and epoch (``llmgw.cp.status``); [] without."""
+        return []
 
     # The node verbs answer as llmgw.cp.<verb> does, a drain with the shards it stopped;
     # a refusal raises ActionFailed with the control plane's words.
@@ -362,6 +367,9 @@ class WampBackend(Backend):
     async def figures(self, scope=None, subject=None):
         which = {k: v for k, v in (("scope", scope and str(scope)), ("subject", subject)) if v is not None}
         return _decode(Figures, await self._call(uris.CP_FIGURES, **which), uris.CP_FIGURES)
+
+    async def servers(self):
+        return _decode(FleetStatus, await self._call(uris.CP_STATUS), uris.CP_STATUS).servers
 
     async def drain(self, node_id):
         return await self._verb(uris.CP_DRAIN, DrainAnswer, node_id)

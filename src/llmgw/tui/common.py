@@ -41,3 +41,6 @@ class FleetView:
 
     def journal_entry(self, entry) -> None:
         """The control plane recorded *entry* (``llmgw.history.JournalEntry``)."""
+
+    def servers_changed(self) -> None:
+        """The servers of the cluster (``app.servers``) or their roles changed."""

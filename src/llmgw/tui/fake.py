@@ -22,7 +22,7 @@ from llmgw.answers import CordonAnswer, DrainAnswer
 from llmgw.history import Figures, JournalEntry, JournalKind, JournalPage
 from llmgw.states import EngineState, NodeState, ReplicaState, ShardState
 from llmgw.tui.backend import ActionFailed, Backend, LogsUnavailable, NotConnected
-from llmgw.views import NodeView, ReplicaView
+from llmgw.views import NodeView, ReplicaView, ServerView
 from llmgw.wire import from_wire, to_wire
 
 
@@ -53,6 +53,8 @@ class FakeBackend(Backend):
                                    newest_seq=1)
         self.figured = Figures()
         self.history_error: str | None = None
+        #: What llmgw.cp.status lists of the servers (ha:); none by default.
+        self.server_views: list[ServerView] = []
 
     async def start(self) -> None:
         if self.connected:
@@ -124,6 +126,10 @@ class FakeBackend(Backend):
         self.calls.append(("log_sources", node_id))
         self._check_logs(node_id)
         return sorted({source or "agent" for node, source in self.log_lines if node == node_id})
+
+    async def servers(self):
+        self._need_link()  # not in calls: the app asks every few seconds
+        return list(self.server_views)
 
     async def events(self, node=None, model=None):
         self.calls.append(("events", node, model))

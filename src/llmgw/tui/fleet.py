@@ -24,6 +24,7 @@ from llmgw.tui.events import EventsPane
 from llmgw.tui.logs import LogPane, LogTarget, replica_log_target
 from llmgw.tui.nodes import NodesPane
 from llmgw.tui.replicas import ReplicasPane
+from llmgw.tui.servers import servers_line
 from llmgw.tui.store import FleetStore
 from llmgw.tui.table import FleetTable, TablePane
 
@@ -188,6 +189,9 @@ class FleetScreen(FleetView, Screen):
     def journal_entry(self, entry) -> None:
         self.query_one(EventsPane).add(entry)
 
+    def servers_changed(self) -> None:
+        self._show_tabs()
+
     def _show_tabs(self) -> None:
         store: FleetStore = self.app.store
         nodes, ready_nodes, replicas, ready_replicas = store.counts()
@@ -205,6 +209,6 @@ class FleetScreen(FleetView, Screen):
             table = self.query_one(f"#{name}", TablePane).table
             if table.filter_text:
                 line.append(f" {name} filtered: {table.shown}/{table.total}", style="yellow")
-        line.append(f"  {self.app.backend.hub}", style="dim")
+        line.append_text(servers_line(self.app.servers, self.app.backend.hub))
         self.query_one("#tabs", Static).update(line)
         self._size_tables()
