@@ -13,7 +13,8 @@ kill, per run:
   every 50 ms);
 - agents back: until both agents' logs say they registered with it;
 - placement resumes: until its log says the fleet has settled (from then it
-  places and publishes the endpoint table);
+  places and publishes the endpoint table) — once every node the old leader
+  listed in etcd (``/llmgw/nodes``) has registered with it;
 - failed: API requests (streams and short ones) that did not finish whole;
 - started twice: engines whose pid changed (each agent's, from its marker).
 
