@@ -122,7 +122,11 @@ router:
             except OSError:
                 return False
 
-        wait_for(answers, 30, "the router to answer", detail=self.process.output)
+        try:
+            wait_for(answers, 30, "the router to answer", detail=self.process.output)
+        except BaseException:
+            self.process.stop()  # __exit__ is not called when __enter__ fails
+            raise
         return self
 
     def __exit__(self, *exc):
