@@ -31,3 +31,12 @@ def test_a_stopped_shard_holds_nothing():
     world.report("echo/0/0", "failed", reason="exited with status 1")
     (node,) = occupancy.fleet_snapshots(world.fleet, world.catalog)
     assert node.reserved == () and world.shard("echo/0/0").status.state == "failed"
+
+
+def test_what_a_placement_holds_is_said_without_repeating_the_node():
+    one = placement.Placement([placement.RankPlacement("node01", [0, 1])], memory_bytes=8_000_000_000)
+    assert occupancy.placed_words(one) == "GPU 0, 1; 8.0 GB reserved"
+    cpu = placement.Placement([placement.RankPlacement("node01", [])])
+    assert occupancy.placed_words(cpu) == "no GPU"
+    two = placement.Placement([placement.RankPlacement("a", [0]), placement.RankPlacement("b", [0])])
+    assert occupancy.placed_words(two) == "rank 0 on a (GPU 0); rank 1 on b (GPU 0)"

@@ -39,3 +39,14 @@ def reservation(spec: ShardSpec, entry: Entry | None) -> placement.Reservation:
     """
     memory = None if entry is None else placement.memory_reservation(len(spec.gpus), entry.profile.min_memory_gb)
     return placement.Reservation(spec.replica_id, memory, spec.gpus)
+
+
+def placed_words(chosen: placement.Placement) -> str:
+    """What a placement holds, for the journal: "GPU 0, 1; 8.0 GB reserved", or each rank's on several nodes."""
+    def held(rank: placement.RankPlacement) -> str:
+        return "GPU " + ", ".join(str(g) for g in rank.gpus) if rank.gpus else "no GPU"
+
+    memory = f"; {chosen.memory_bytes / 1e9:.1f} GB reserved" if chosen.memory_bytes else ""
+    if len(chosen.ranks) == 1:
+        return held(chosen.ranks[0]) + memory
+    return "; ".join(f"rank {i} on {r.node_id} ({held(r)})" for i, r in enumerate(chosen.ranks)) + memory

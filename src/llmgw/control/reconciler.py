@@ -423,8 +423,7 @@ class Reconciler:
         self._inflight[replica_id] = (entry.model.name, chosen)
         self._snapshots = chosen.apply_to(nodes, entry.model.name, replica_id)
         log.info("starting replica {id} on {nodes}", id=replica_id, nodes=", ".join(n for n, _ in specs))
-        self._note(JournalKind.PLACED, replica_id, "on " + ", ".join(r.node_id for r in chosen.ranks),
-                   node=specs[0][0])
+        self._note(JournalKind.PLACED, replica_id, occupancy.placed_words(chosen), node=specs[0][0])
         d = defer.ensureDeferred(self._launch_all(replica_id, slot, specs))
         d.addErrback(lambda f: log.failure("launching {id}", f, id=replica_id))
 
