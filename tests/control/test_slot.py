@@ -95,6 +95,10 @@ def test_every_state_is_reached_from_empty_and_every_state_has_a_way_back_to_emp
     (S.BROKEN, 5.0, ReplicaState.FAILED),
     # The backoff is over but the next pass has not placed it yet: nothing is failing now.
     (S.BACKING_OFF, -1.0, ReplicaState.PENDING),
+    (S.SLEEPING, None, ReplicaState.SLEEPING),
+    # Its shards are gone and the next pass has not yet put the slot to sleep: asleep all the same.
+    (S.STOPPING, None, ReplicaState.SLEEPING),
+    (S.DRAINING, None, ReplicaState.SLEEPING),
 ])
 def test_a_replica_with_no_shards_is_named_by_its_slot(state, retry_in, expected):
     slot = Slot(state=state, retry_at=None if retry_in is None else 100.0 + retry_in)

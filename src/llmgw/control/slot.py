@@ -136,8 +136,8 @@ def replica_state(slot: Slot, shard_states: list[ShardState], whole: bool, now: 
         return ReplicaState.FAILED  # its other ranks are being stopped
     if shard_states and slot.state in (SlotState.DRAINING, SlotState.STOPPING):
         return ReplicaState.DRAINING  # out of the routers' table, being scaled down
-    if not shard_states and slot.state is SlotState.SLEEPING:
-        return ReplicaState.SLEEPING
+    if not shard_states and slot.state in (SlotState.SLEEPING, SlotState.DRAINING, SlotState.STOPPING):
+        return ReplicaState.SLEEPING  # stopped; the next pass moves the slot itself to sleeping
     if shard_states:
         for shard_state, summed in _SUMMED:
             if shard_state in shard_states:
