@@ -72,6 +72,7 @@ async def command(hub, verb, *args, **kwargs):
     return await hub.control.call(uris.node_uri("node01", verb), *args, options=CallOptions(timeout=10_000), **kwargs)
 
 
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_a_node_refuses_an_older_leader_in_words_and_still_does_after_a_restart(tmp_path, pki):
     cluster = Cluster(tmp_path, pki)

@@ -101,6 +101,7 @@ def events(cluster, *more) -> list[dict]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_killed_engine_shows_in_ctl_events_with_its_reason_and_survives_a_restart(cluster):
     cluster.write_server_config(CATALOG)

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 POLLS = 3
 
 
+@pytest.mark.slow
 def test_polling_a_fetching_replicas_log_writes_nothing_to_the_nodes_log(cluster, tmp_path):
     tiny_repo(tmp_path / "hub")
     with HubMirror(tmp_path / "hub") as hub:

@@ -71,6 +71,7 @@ def replicas(cluster) -> list[dict]:
     return json.loads(out.stdout) if out.returncode == 0 else []
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_sleeping_model_pinned_wakes_and_given_back_sleeps_again(cluster):
     cluster.write_server_config(CATALOG)

@@ -144,6 +144,7 @@ def near(value, expected: float) -> bool:
     return value is not None and abs(value - expected) <= TOLERANCE * expected
 
 
+@pytest.mark.slow
 def test_a_fixed_rate_shows_in_ctl_top_and_in_the_figures(cluster):
     start(cluster)
     traffic = Traffic(cluster.api).start()

@@ -99,6 +99,7 @@ def failover(cluster, urls, stop_leader, agents_within: float | None = None) -> 
     return fleet, took
 
 
+@pytest.mark.slow
 def test_the_leader_killed_the_standby_leads_adopts_the_fleet_and_no_stream_through_it_fails(cluster, etcd):
     fleet, took = failover(cluster, [etcd.client_url], lambda a: a.proc.kill(signal.SIGKILL))
     b = fleet.servers["serverB"]
@@ -106,6 +107,7 @@ def test_the_leader_killed_the_standby_leads_adopts_the_fleet_and_no_stream_thro
     assert not [e for e in events if e["kind"] in ("placed", "started")], events
 
 
+@pytest.mark.slow
 def test_the_leader_stopped_then_resumed_does_not_act_and_stands_by(cluster, etcd):
     def sigstop(a):
         os.killpg(a.proc.pid, signal.SIGSTOP)

@@ -27,6 +27,7 @@ def one_replica(cluster) -> dict:
     return replica
 
 
+@pytest.mark.slow
 def test_logs_follow_prints_each_line_once(cluster):
     replica = one_replica(cluster)
     for _ in range(REQUESTS):

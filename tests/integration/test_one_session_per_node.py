@@ -36,6 +36,7 @@ def start_twin(cluster) -> Process:
     return twin
 
 
+@pytest.mark.slow
 def test_a_second_agent_with_a_nodes_certificate_is_refused_and_the_first_keeps_its_replica(cluster):
     cluster.write_server_config(CATALOG.replace("replicas: 2", "replicas: 1"))
     server = cluster.start_server()

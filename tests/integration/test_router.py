@@ -176,6 +176,7 @@ def test_a_client_that_hangs_up_mid_stream_aborts_the_engines_request(cluster):
              "the engine to see the abort")
 
 
+@pytest.mark.slow
 def test_an_overflowing_queue_is_429_with_retry_after(cluster):
     router = """
 router:

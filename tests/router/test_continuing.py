@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 
+import pytest
 import pytest_twisted
 from twisted.internet import threads
 
@@ -63,6 +64,7 @@ def test_kill_9_of_one_engine_mid_stream_every_stream_reads_as_one_whole_answer(
     assert log.count("continues on") >= STREAMS // 4
 
 
+@pytest.mark.slow
 def test_a_hung_engine_is_a_stall_and_its_streams_go_on_elsewhere(tmp_path, start_sim):
     def hang(sim):
         sim.proc.send_signal(signal.SIGSTOP)
@@ -74,6 +76,7 @@ def test_a_hung_engine_is_a_stall_and_its_streams_go_on_elsewhere(tmp_path, star
     assert max(s.gap for s in streams) >= 1
 
 
+@pytest.mark.slow
 def test_without_usage_asked_for_the_continued_stream_has_none(tmp_path, start_sim):
     streams, _ = run_with_fault(tmp_path, start_sim, lambda sim: sim.proc.send_signal(signal.SIGKILL),
                                 include_usage=False)
@@ -81,6 +84,7 @@ def test_without_usage_asked_for_the_continued_stream_has_none(tmp_path, start_s
     assert all(s.usage is None for s in streams)
 
 
+@pytest.mark.slow
 def test_continuation_off_ends_the_stream_with_an_error_event(tmp_path, start_sim):
     streams, log = run_with_fault(tmp_path, start_sim, lambda sim: sim.proc.send_signal(signal.SIGKILL),
                                   "  continuation: {max_attempts: 0}\n")

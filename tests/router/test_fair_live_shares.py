@@ -107,7 +107,8 @@ SHARES = {
 }
 
 
-@pytest.mark.parametrize("shares", sorted(SHARES))
+# The keys' case runs in `make test`; the addresses' (the same machinery, a share per peer) in `make slow`.
+@pytest.mark.parametrize("shares", [pytest.param("addresses", marks=pytest.mark.slow), "keys"])
 def test_a_flood_of_unread_streams_keeps_another_clients_requests_within_their_fair_share(tmp_path, shares):
     """The bound (docs/router.rst "Fair shares"): the steady client holds no slot while it waits, so its request
     is given the next slot that frees; every slot is held by an unread stream, so that is at most

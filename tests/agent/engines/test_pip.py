@@ -115,6 +115,7 @@ async def test_pip_failing_is_broken_with_pips_last_words_and_nothing_left(make,
     assert installer.reports[-1].final and installer.reports[-1].error == entry.reason
 
 
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_a_restarted_agent_reports_its_venv_at_once_and_a_new_spec_replaces_it(make, root, index):
     old = EngineBuild("sglang", pip="sglang", index_url=index)

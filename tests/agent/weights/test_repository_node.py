@@ -27,6 +27,7 @@ models:
 """
 
 
+@pytest.mark.slow
 def test_a_node_fetches_a_repository_from_the_mirror_then_serves_and_holds_it(cluster, tmp_path):
     tiny_repo(tmp_path / "hub")
     total = sum(p.stat().st_size for p in (tmp_path / "hub").rglob("*") if p.is_file())
