@@ -70,6 +70,7 @@ def run(script: str, cwd: Path, env: dict[str, str], timeout: float) -> subproce
                           timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the README's request is a curl command")
 def test_the_readme_one_machine_steps_work_as_written(tmp_path: Path) -> None:
     env = shims(tmp_path / "bin")

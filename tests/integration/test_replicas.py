@@ -203,6 +203,7 @@ def test_an_edited_profile_flags_running_replicas_stale(cluster):
     assert "stale" in cluster.ctl("replicas").stdout
 
 
+@pytest.mark.slow
 def test_a_nodes_logs_and_its_engines_are_one_ctl_away(cluster):
     cluster.write_server_config(CATALOG.replace("replicas: 2", "replicas: 1"))
     cluster.start_server()

@@ -63,11 +63,13 @@ def schemathesis(router: RouterProcess, report: Path, *only: str, servable: bool
     return said
 
 
+@pytest.mark.slow
 def test_no_responses_operation_gets_a_server_error(router, tmp_path):
     router, _ = router
     schemathesis(router, tmp_path / "report")
 
 
+@pytest.mark.slow
 def test_generated_bodies_llmgw_serves_are_translated_without_a_server_error(router, tmp_path):
     router, sim = router
     said = schemathesis(router, tmp_path / "report", "--include-method", "POST", "--include-path", "/responses",
