@@ -49,6 +49,24 @@ ELSEWHERE = {
     "llmgw_download_failures_total": ("tests/control/test_collector_families.py", '"llmgw_download_failures_total"'),
     "llmgw_link_duplicate_sessions_refused_total": ("tests/link/test_metrics.py",
                                                     '"llmgw_link_duplicate_sessions_refused_total"'),
+    # Families with a sample only once their event has happened (a stream continued or cut, a request held for a
+    # sleeping model, a key's wait in a queue, an elastic model's decision): their own tests make the event.
+    "llmgw_router_client_stalls_cut_total": ("tests/router/test_fairmetrics.py", '"llmgw_router_client_stalls_cut_total"'),
+    "llmgw_router_key_queue_wait_seconds": ("tests/router/test_fairmetrics.py",
+                                            '"llmgw_router_key_queue_wait_seconds_count"'),
+    "llmgw_router_continued_total": ("tests/router/test_continuationmetrics.py", '"llmgw_router_continued_total"'),
+    "llmgw_router_not_continuable_total": ("tests/router/test_continuationmetrics.py",
+                                           '"llmgw_router_not_continuable_total"'),
+    "llmgw_router_continuation_failed_total": ("tests/router/test_continuationmetrics.py",
+                                               '"llmgw_router_continuation_failed_total"'),
+    "llmgw_router_continuation_gap_seconds": ("tests/router/test_continuationmetrics.py",
+                                              '"llmgw_router_continuation_gap_seconds_bucket"'),
+    "llmgw_router_held_requests": ("tests/router/test_elasticmetrics.py", '"llmgw_router_held_requests"'),
+    "llmgw_router_held_seconds": ("tests/router/test_elasticmetrics.py", '"llmgw_router_held_seconds_count"'),
+    "llmgw_router_cold_start_timeouts_total": ("tests/router/test_elasticmetrics.py",
+                                               '"llmgw_router_cold_start_timeouts_total"'),
+    "llmgw_scale_events": ("tests/control/test_scalemetrics.py", "llmgw_scale_events_total{"),
+    "llmgw_replicas_wanted": ("tests/control/test_scalemetrics.py", "llmgw_replicas_wanted{"),
 }
 
 
