@@ -115,7 +115,9 @@ def test_a_drain_that_never_ends_is_stopped_after_drain_timeout_s():
     world.ready("qwen/0")
     # The model's last request was answered; one stream on the replica never ends.
     world.traffic("qwen", endpoints=[("qwen/0", 1)], idle_s=0)
-    world.tick_for(5)
+    world.tick_for(6)  # idle_s (5) from when it was ready
+    assert world.state("qwen/0") is SlotState.READY
+    world.tick_for(1)
     assert world.state("qwen/0") is SlotState.DRAINING
     world.tick_for(19)
     assert world.stops == []

@@ -151,3 +151,14 @@ def test_a_request_waiting_before_the_fleet_settles_is_told_why_it_waits():
     assert run.scaler.asleep("qwen", run.now) == ("2 request(s) waiting: it starts once the fleet has settled after "
                                                   "the server's start (fleet.settle_s)")
     assert run.step() == 1
+
+
+def test_a_cold_start_longer_than_idle_s_is_not_idle_time():
+    run = Run()
+    run.traffic(held=1, idle_s=0.0)
+    run.step()  # woken
+    run.traffic(idle_s=70.0)  # its request, answered at last, arrived 70 s ago: it waited for the start
+    assert run.step(30) == 1  # not ready yet: waking
+    run.ready = 1
+    assert run.step(59) == 1  # ready: idle_s (60) counts from here
+    assert run.step(2) == 0

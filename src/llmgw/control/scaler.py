@@ -80,15 +80,17 @@ class Scaler:
         state.target = min(scale.max, max(scale.min, state.target))  # a reload may have moved the bounds
         if ready and state.woke_at is not None:
             state.woke_at = None
+            state.since = now  # its idle time counts from when it could first answer, not from the wait
         if state.pinned is not None:
             return min(scale.max, max(scale.min, state.pinned))
         demand = self.demand.model(name)
         if state.target == 0 and (demand.waiting or demand.inflight):
             self._move(name, state, 1, "cold start", JournalKind.COLD_START,
                        f"{demand.waiting} request(s) waiting and no replica", now)
-            state.woke_at = now
+            state.woke_at = state.since = now
             return state.target
-        last = demand.last_request_at if demand.last_request_at is not None else state.since
+        # Idle since the last request, or since it woke and was ready, whichever is later.
+        last = max(demand.last_request_at if demand.last_request_at is not None else state.since, state.since)
         if state.target > scale.min and not demand.busy and now - last >= scale.idle_s:
             words = f"idle: no request for {age(now - last)}"
             kind = JournalKind.SLEPT if scale.min == 0 else JournalKind.SCALED_DOWN
