@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-import attrs
 from twisted.logger import Logger
 
-from llmgw.config.scale import Scale
 from llmgw.control import evict, placement
 from llmgw.control.catalog import Entry
 from llmgw.control.demand import Demand
@@ -32,17 +30,6 @@ WITHDRAWN = frozenset({SlotState.DRAINING, SlotState.STOPPING})
 _UNPLACED = frozenset({SlotState.EMPTY, SlotState.SLEEPING, SlotState.BACKING_OFF, SlotState.HELD})
 
 
-def scale_of(entry: Entry) -> Scale:
-    """The model's policy; a fixed ``replicas: N`` is min = max = N, and ``max`` is always its slots."""
-    n = entry.model.replicas
-    scale = getattr(entry.model, "scale", None)
-    if scale is None:
-        return Scale(min=n, max=n)
-    if scale.max != n:
-        return attrs.evolve(scale, min=min(scale.min, n), max=n)
-    return scale
-
-
 class Elastic:
     def __init__(self, demand: Demand | None = None, note: Callable[..., object] = _no_note):
         self.demand = demand if demand is not None else Demand()
@@ -58,7 +45,7 @@ class Elastic:
     def wanted(self, name: str, entry: Entry, observed: Mapping[str, list[ReportedShard]], slots: Mapping[str, Slot],
                fleet: Fleet, settled: bool, now: float) -> int:
         """How many of the model's slots run now."""
-        scale = scale_of(entry)
+        scale = entry.model.scale
         if not scale.elastic:
             return entry.model.replicas
         ids = [f"{name}/{index}" for index in range(entry.model.replicas)]
@@ -70,13 +57,13 @@ class Elastic:
     def drained(self, replica_id: str, slot: Slot, entry: Entry, now: float) -> bool:
         """Whether a draining replica may be stopped: no router has a request on it, or it waited long enough."""
         since = slot.drain_at if slot.drain_at is not None else now
-        return self.demand.drained(replica_id, since) or now - since >= scale_of(entry).drain_timeout_s
+        return self.demand.drained(replica_id, since) or now - since >= entry.model.scale.drain_timeout_s
 
     def cold_starts(self, catalog: Mapping[str, Entry]) -> dict[str, ColdStart]:
         """What the routers need to hold requests for the models that may have no replica."""
         out = {}
         for name, entry in catalog.items():
-            scale = scale_of(entry)
+            scale = entry.model.scale
             if scale.elastic and scale.min == 0:
                 out[name] = ColdStart(timeout_s=scale.cold_start_timeout_s, max_held=scale.max_held)
         return out
@@ -112,7 +99,7 @@ class Elastic:
         pending = [v for v in self.room.get(replica_id, ()) if v in slots and slots[v].state in WITHDRAWN]
         if pending:
             return f"making room: waiting for {', '.join(pending)} to stop"
-        priority = scale_of(entry).priority
+        priority = entry.model.scale.priority
         victims, words = evict.choose(request, list(nodes), holds, self._candidates(model, slots, fleet, catalog, now),
                                       priority)
         if not victims:
@@ -154,7 +141,7 @@ class Elastic:
             entry = catalog.get(name)
             if name == model or entry is None:
                 continue
-            scale = scale_of(entry)
+            scale = entry.model.scale
             demand = self.demand.model(name)
             last = demand.last_request_at
             nodes = tuple(s.node_id for s in sorted(observed.get(slot_id, ()), key=lambda s: s.status.spec.rank))

@@ -30,7 +30,6 @@ from twisted.logger import Logger
 from llmgw.answers import ScaleAnswer
 from llmgw.control.catalog import Entry
 from llmgw.control.demand import TooManyRouters
-from llmgw.control.elastic import scale_of
 from llmgw.control.slot import SlotState, split_slot_id
 from llmgw.link import uris
 from llmgw.roles import ROLE_ROUTER
@@ -59,7 +58,7 @@ def within_catalog(report: RouterLoad, catalog: Mapping[str, Entry]) -> RouterLo
         if entry is None or m.model in seen:  # a model named twice would count twice
             continue
         seen.add(m.model)
-        scale = scale_of(entry)
+        scale = entry.model.scale
         most = scale.max_held if scale.elastic and scale.min == 0 else 0
         models.append(m if m.held <= most else attrs.evolve(m, held=most))
     endpoints = [e for e in report.endpoints if _a_replica(e.id, catalog)]
@@ -160,7 +159,7 @@ class Scaling:
         if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
             raise ApplicationError(uris.ERROR_INVALID_ARGUMENT, f"the count is a whole number, not {count!r}")
         entry = catalog[model]
-        policy = scale_of(entry)
+        policy = entry.model.scale
         if not policy.elastic:
             raise ApplicationError(uris.ERROR_REFUSED, (
                 f"{model} runs a fixed {entry.model.replicas} replica(s) (replicas: {entry.model.replicas} in "
