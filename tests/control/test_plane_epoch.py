@@ -12,20 +12,16 @@ import contextlib
 import pytest
 import pytest_twisted
 from autobahn.wamp.exception import ApplicationError
-from autobahn.wamp.types import ComponentConfig
-from twisted.internet import defer, reactor, task
 from twisted.logger import capturedLogs, formatEvent
 
-from llmgw.control.fleet import Fleet
-from llmgw.control.plane import ControlSession
 from llmgw.ha.fence import NotLeading, no_ha
 from llmgw.link import uris
-from llmgw.link.hub import Hub
 from llmgw.records import CollectResult, EnginePlan, Inventory, ShardSpec, ShardStatus, WeightsFile, WeightsReport
 from llmgw.roles import ROLE_NODE, ROLE_OPERATOR
 from llmgw.weightnames import cache_name
 from llmgw.wire import to_wire
-from tests.link.conftest import Joined
+# The control plane on a real hub, with attach(authid, role): test_plane's fixtures.
+from tests.control.test_plane import clock, plane  # noqa: F401
 
 
 
@@ -37,25 +33,6 @@ def spec(node_id: str) -> ShardSpec:
 FETCHED = "/data/weights/" + cache_name("https://example.org/dropped.gguf")
 FENCED = (uris.NODE_START_SHARD, uris.NODE_STOP_SHARD, uris.NODE_DRAIN_SHARD, uris.NODE_CORDON,
           uris.NODE_COLLECT_WEIGHTS, uris.NODE_SET_ENGINES)
-
-
-@pytest_twisted.async_yield_fixture
-async def plane():
-    clock = task.Clock()
-    hub = Hub(reactor)
-    control = ControlSession(ComponentConfig(realm=uris.REALM), lambda emit: Fleet(clock, emit))
-    joined = defer.Deferred()
-    control.on("ready", lambda *a: joined.called or joined.callback(None))
-    hub.attach_local(control)
-    await joined.addTimeout(5, reactor)
-
-    async def attach(authid, role):
-        client = Joined(ComponentConfig(realm=uris.REALM))
-        hub.attach_local(client, authid=authid, role=role)
-        return await client.ready.addTimeout(5, reactor)
-
-    control.attach = attach
-    yield control
 
 
 async def node(plane, node_id: str, fencing: bool | None):
